@@ -1,0 +1,147 @@
+"""``celery_routines.Scheduler``: a thin adapter between Celery's beat service
+and the tick engine.
+
+Celery's stock heap loop asks "which entry is due" in memory and spins before
+each due entry; this scheduler overrides ``tick`` to ask the database instead
+and sleeps until the next due instant.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from typing import Any
+
+from celery import Celery
+from celery.beat import Scheduler as CeleryScheduler
+from sqlalchemy.engine import make_url
+
+from .clock import Clock, utc_now
+from .config import Settings, settings_from
+from .gate import Gate, OpenGate, RedisGate
+from .publish import CeleryPublisher
+from .registry import definitions_for
+from .store import Store
+from .tick import TickEngine
+
+logger = logging.getLogger("celery_routines.beat")
+
+# After an error (database or broker unreachable) the tick backs off, doubling
+# up to this cap, so a long outage costs a few log lines, not a hot loop.
+ERROR_BACKOFF_START = 1.0
+ERROR_BACKOFF_CAP = 30.0
+# Wake a little after the due instant, not before it: waking early only to find
+# nothing due is the spin the stock loop suffers from.
+WAKE_SLACK = 0.005
+
+
+class Scheduler(CeleryScheduler):
+    """Database-backed beat scheduler; see the README for settings."""
+
+    def __init__(self, app: Celery, *args: Any, clock: Clock | None = None, **kwargs: Any) -> None:
+        self._clock: Clock = clock or utc_now
+        self._engine: TickEngine | None = None
+        self._store: Store | None = None
+        self._gate: Gate | None = None
+        self._closed = False
+        self._error_backoff = 0.0
+        self.settings: Settings = settings_from(app)
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.last_report = None
+        super().__init__(app, *args, **kwargs)
+
+    # Celery calls this from __init__ unless lazy=True (the banner's instance),
+    # so the lazy instance never touches the database.
+    def setup_schedule(self) -> None:
+        store = Store.from_url(self.settings.database_url)
+        store.migrate()
+        definitions = definitions_for(self.app)
+        store.routines.upsert_definitions([d.columns() for d in definitions], self._clock())
+        logger.info(
+            "celery-routines: %d routine(s) declared in code written to %s",
+            len(definitions),
+            _safe_url(self.settings.database_url),
+        )
+        self._store = store
+        self._gate = (
+            RedisGate(self.settings.redis_url, self.holder, self.settings.lock_ttl)
+            if self.settings.redis_url
+            else OpenGate()
+        )
+
+    @property
+    def engine(self) -> TickEngine:
+        if self._engine is None:
+            if self._store is None:
+                self.setup_schedule()
+            assert self._store is not None and self._gate is not None
+            self._engine = TickEngine(
+                self._store,
+                CeleryPublisher(self.app, self.producer),
+                self._gate,
+                self.settings,
+                self.holder,
+                self._clock,
+            )
+        return self._engine
+
+    @property
+    def store(self) -> Store:
+        return self.engine.store
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        """One pass over the database; returns the seconds to sleep."""
+        try:
+            report = self.engine.tick()
+        except Exception:
+            self._error_backoff = min(
+                max(self._error_backoff * 2, ERROR_BACKOFF_START), ERROR_BACKOFF_CAP
+            )
+            logger.exception("beat tick failed; trying again in %.0f s", self._error_backoff)
+            return min(self._error_backoff, self.max_interval)
+        if self._error_backoff:
+            logger.info("beat tick succeeded again after errors")
+            self._error_backoff = 0.0
+        self.last_report = report
+        if report.more_due:
+            return 0.0
+        if report.next_wakeup is None:
+            return float(self.max_interval)
+        until = (report.next_wakeup - self._clock()).total_seconds() + WAKE_SLACK
+        return min(max(until, WAKE_SLACK), float(self.max_interval))
+
+    # The stock scheduler's in-memory schedule is unused; keep Celery's own
+    # callers (banner, sync) harmless.
+    @property
+    def schedule(self) -> dict[str, Any]:
+        return {}
+
+    def sync(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._gate is not None:
+            self._gate.close()
+        if self._store is not None:
+            self._store.dispose()
+        super().close()
+
+    @property
+    def info(self) -> str:
+        gate = "redis" if self.settings.redis_url else "database only"
+        return (
+            f"    . routines db -> {_safe_url(self.settings.database_url)}\n"
+            f"    . idempotency gate -> {gate}"
+        )
+
+
+def _safe_url(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable url>"

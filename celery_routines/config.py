@@ -1,0 +1,80 @@
+"""Settings read once from the Celery app's config and the environment.
+
+Precedence: a value set on ``app.conf`` wins, then the environment variable of
+the same name in capitals (``ROUTINES_DATABASE_URL``), then the default.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery
+
+from .errors import ConfigurationError
+from .schedules.zones import load_zone
+
+DEFAULT_DATABASE_URL = "sqlite:///routines.db"
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = DEFAULT_DATABASE_URL
+    redis_url: str | None = None
+    lock_ttl: float = 60.0
+    batch_size: int = 1000
+    run_timeout: float = 3600.0
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        _require_positive("routines_lock_ttl", self.lock_ttl)
+        _require_positive("routines_run_timeout", self.run_timeout)
+        _require_positive("routines_batch_size", self.batch_size)
+        if not self.database_url:
+            raise ConfigurationError(
+                "routines_database_url is empty: set a SQLAlchemy URL such as "
+                "'sqlite:///routines.db' or 'postgresql://user@host/db'"
+            )
+        try:
+            load_zone(self.timezone)
+        except ValueError as exc:
+            raise ConfigurationError(f"routines_timezone: {exc}") from exc
+
+
+def _require_positive(name: str, value: float) -> None:
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
+
+
+def _lookup(app: Celery | None, name: str) -> Any:
+    if app is not None:
+        value = app.conf.get(name)
+        if value is not None:
+            return value
+    return os.environ.get(name.upper())
+
+
+def _number(name: str, raw: Any, default: float, kind: type) -> Any:
+    if raw is None or raw == "":
+        return default
+    try:
+        return kind(raw)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{name} must be a number, got {raw!r}") from None
+
+
+def settings_from(app: Celery | None) -> Settings:
+    """Read and validate every ``routines_*`` setting of ``app``."""
+    app_timezone = app.conf.get("timezone") if app is not None else None
+    return Settings(
+        database_url=_lookup(app, "routines_database_url") or DEFAULT_DATABASE_URL,
+        redis_url=_lookup(app, "routines_redis_url") or None,
+        lock_ttl=_number("routines_lock_ttl", _lookup(app, "routines_lock_ttl"), 60.0, float),
+        batch_size=_number("routines_batch_size", _lookup(app, "routines_batch_size"), 1000, int),
+        run_timeout=_number(
+            "routines_run_timeout", _lookup(app, "routines_run_timeout"), 3600.0, float
+        ),
+        timezone=_lookup(app, "routines_timezone") or app_timezone or "UTC",
+    )

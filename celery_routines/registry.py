@@ -1,0 +1,114 @@
+"""Declaring routines in code: ``routine``, ``register`` and ``beat_schedule``.
+
+Declarations are validated when they are made (an invalid cron fails at
+import, naming the routine) and written to the store when beat starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from celery import Celery
+from celery.schedules import crontab
+
+from .definition import RoutineDefinition, define
+from .errors import InvalidRoutine
+
+logger = logging.getLogger("celery_routines.registry")
+
+TaskT = TypeVar("TaskT")
+
+_declared: dict[str, RoutineDefinition] = {}
+
+
+def routine(schedule: Any, **options: Any) -> Callable[[TaskT], TaskT]:
+    """Run the decorated Celery task on ``schedule``; returns the same task."""
+
+    def decorate(task: TaskT) -> TaskT:
+        register(task, schedule, **options)
+        return task
+
+    return decorate
+
+
+def register(task_or_task_name: Any, schedule: Any, **options: Any) -> RoutineDefinition:
+    """Declare a routine for a task object or a task name defined elsewhere."""
+    task_name = _task_name(task_or_task_name, options.get("name"))
+    definition = define(task_name, schedule, **options)
+    previous = _declared.get(definition.name)
+    if previous is not None and previous != definition:
+        logger.warning("routine %r declared twice; the later declaration wins", definition.name)
+    _declared[definition.name] = definition
+    return definition
+
+
+def declared() -> list[RoutineDefinition]:
+    """Every routine declared in this process, in declaration order."""
+    return list(_declared.values())
+
+
+def forget(name: str) -> None:
+    """Drop a declaration (tests and interactive sessions)."""
+    _declared.pop(name, None)
+
+
+def _task_name(task: Any, routine_name: str | None) -> str:
+    if isinstance(task, str):
+        return task
+    name = getattr(task, "name", None)
+    if not isinstance(name, str) or not name:
+        raise InvalidRoutine(
+            str(routine_name or task),
+            f"expected a Celery task or a task name, got {task!r}; "
+            "put @routine(...) above @app.task",
+        )
+    return name
+
+
+def from_beat_schedule(beat_schedule: Mapping[str, Any] | None) -> list[RoutineDefinition]:
+    """Entries of ``app.conf.beat_schedule`` as routine definitions.
+
+    crontab, schedule and timedelta entries keep their meaning; the entry's
+    key is the routine's name.
+    """
+    definitions = []
+    for name, entry in (beat_schedule or {}).items():
+        if not isinstance(entry, Mapping) or "task" not in entry or "schedule" not in entry:
+            raise InvalidRoutine(
+                str(name), "beat_schedule entries need at least 'task' and 'schedule'"
+            )
+        options: dict[str, Any] = {"name": name}
+        for key in ("args", "kwargs", "options"):
+            if entry.get(key) is not None:
+                options[key] = entry[key]
+        definitions.append(define(entry["task"], entry["schedule"], **options))
+    return definitions
+
+
+def celery_default_entries(app: Celery) -> list[RoutineDefinition]:
+    """The backend clean-up Celery's own beat installs when results do not expire
+    by themselves; users of the stock beat get it, so ours keeps it."""
+    if not app.conf.result_expires or app.backend.supports_autoexpire:
+        return []
+    return [
+        define(
+            "celery.backend_cleanup",
+            crontab("0", "4", "*"),
+            options={"expires": 12 * 3600},
+        )
+    ]
+
+
+def definitions_for(app: Celery) -> list[RoutineDefinition]:
+    """Everything beat writes to the store at start-up, by name (code wins
+    over beat_schedule when both name the same routine)."""
+    merged: dict[str, RoutineDefinition] = {}
+    for definition in [
+        *celery_default_entries(app),
+        *from_beat_schedule(app.conf.beat_schedule),
+        *declared(),
+    ]:
+        merged[definition.name] = definition
+    return list(merged.values())

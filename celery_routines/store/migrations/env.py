@@ -1,0 +1,25 @@
+"""Alembic environment: runs on the connection handed over by ``migrate.upgrade``."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from celery_routines.store.models import Base
+
+from celery_routines.store.migrations.env_settings import VERSION_TABLE
+
+connection = context.config.attributes.get("connection")
+if connection is None:  # pragma: no cover - only when run through the alembic CLI
+    from sqlalchemy import create_engine
+
+    engine = create_engine(context.config.get_main_option("sqlalchemy.url"))
+    connection = engine.connect()
+
+context.configure(
+    connection=connection,
+    target_metadata=Base.metadata,
+    version_table=VERSION_TABLE,
+    render_as_batch=connection.dialect.name == "sqlite",
+)
+with context.begin_transaction():
+    context.run_migrations()

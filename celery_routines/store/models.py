@@ -1,0 +1,132 @@
+"""Typed SQLAlchemy models of the two contract tables.
+
+Column names are part of the user-facing contract: add columns, never rename.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from .types import UTCDateTime
+
+NAME_MAX_LENGTH = 200
+KEY_MAX_LENGTH = 500
+
+RUN_STATES = ("pending", "sent", "running", "succeeded", "failed", "retrying", "skipped", "lost")
+OPEN_STATES = ("pending", "sent", "running")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Routine(Base):
+    __tablename__ = "routines"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(NAME_MAX_LENGTH), unique=True)
+    task: Mapped[str] = mapped_column(String(255))
+    cron: Mapped[str | None] = mapped_column(String(255))
+    interval_seconds: Mapped[float | None] = mapped_column(Float)
+    # NULL means the configured routines_timezone (rows inserted by plain SQL).
+    timezone: Mapped[str | None] = mapped_column(String(64))
+    enabled: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    args: Mapped[str] = mapped_column(Text, server_default=text("'[]'"))
+    kwargs: Mapped[str] = mapped_column(Text, server_default=text("'{}'"))
+    options: Mapped[str] = mapped_column(Text, server_default=text("'{}'"))
+    catch_up: Mapped[str] = mapped_column(String(16), server_default=text("'catch_up'"))
+    catch_up_cap: Mapped[int] = mapped_column(Integer, server_default=text("25"))
+    max_lateness: Mapped[float | None] = mapped_column(Float)
+    overlap: Mapped[str] = mapped_column(String(16), server_default=text("'skip'"))
+    max_retries: Mapped[int] = mapped_column(Integer, server_default=text("4"))
+    retry_base_seconds: Mapped[float] = mapped_column(Float, server_default=text("60"))
+    # JSON list of {"limit", "per", "unit"}; NULL when the routine has no ceiling.
+    ceiling: Mapped[str | None] = mapped_column(Text)
+    next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    paused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    suspended_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    suspended_reason: Mapped[str | None] = mapped_column(Text)
+    # Set while the routine's definition cannot be computed; such a routine is
+    # retried at most once a minute (guarantee 7).
+    last_error: Mapped[str | None] = mapped_column(Text)
+    locked_by: Mapped[str | None] = mapped_column(String(100))
+    locked_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # "code" for routines declared with routine()/register()/beat_schedule; NULL for SQL rows.
+    source: Mapped[str | None] = mapped_column(String(16))
+    created_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        # The due-query walks this index from the oldest due row: a range scan
+        # whose cost grows with what is due, not with what is stored.
+        Index(
+            "ix_routines_due",
+            "next_run_at",
+            postgresql_where=text("enabled AND NOT paused"),
+            sqlite_where=text("enabled AND NOT paused"),
+        ),
+        Index(
+            "ix_routines_unscheduled",
+            "id",
+            postgresql_where=text("next_run_at IS NULL"),
+            sqlite_where=text("next_run_at IS NULL"),
+        ),
+    )
+
+
+class RoutineRun(Base):
+    __tablename__ = "routine_runs"
+
+    # Also the Celery task id, so a Flower row and a run row are the same thing.
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    routine_id: Mapped[int] = mapped_column(ForeignKey("routines.id", ondelete="CASCADE"))
+    idempotency_key: Mapped[str] = mapped_column(String(KEY_MAX_LENGTH))
+    attempt: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    scheduled_for: Mapped[datetime] = mapped_column(UTCDateTime)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    retry_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    worker: Mapped[str | None] = mapped_column(String(255))
+    # JSON object unit -> amount, e.g. {"fires": 1, "eur": 0.12}.
+    spend: Mapped[str | None] = mapped_column(Text)
+    # For a skipped row summarising several windows: how many, first and last.
+    skipped_count: Mapped[int | None] = mapped_column(Integer)
+    skipped_first: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    skipped_last: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        UniqueConstraint(
+            "routine_id", "idempotency_key", "attempt", name="uq_routine_runs_window_attempt"
+        ),
+        Index("ix_routine_runs_routine_created", "routine_id", "created_at"),
+        Index(
+            "ix_routine_runs_open",
+            "routine_id",
+            postgresql_where=text("state IN ('pending', 'sent', 'running')"),
+            sqlite_where=text("state IN ('pending', 'sent', 'running')"),
+        ),
+        Index(
+            "ix_routine_runs_retry_due",
+            "retry_at",
+            postgresql_where=text("state = 'retrying'"),
+            sqlite_where=text("state = 'retrying'"),
+        ),
+    )

@@ -1,0 +1,78 @@
+"""Plain, immutable views of stored rows handed from the store to the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class RoutineRecord:
+    id: int
+    name: str
+    task: str
+    cron: str | None
+    interval_seconds: float | None
+    timezone: str | None
+    enabled: bool
+    args: str
+    kwargs: str
+    options: str
+    catch_up: str
+    catch_up_cap: int
+    max_lateness: float | None
+    overlap: str
+    max_retries: int
+    retry_base_seconds: float
+    ceiling: str | None
+    next_run_at: datetime | None
+    paused: bool
+    suspended_until: datetime | None
+    suspended_reason: str | None
+    last_error: str | None
+    locked_by: str | None
+    locked_until: datetime | None
+
+
+ROUTINE_RECORD_FIELDS = tuple(RoutineRecord.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run row to write before its message is sent."""
+
+    id: str
+    routine_id: int
+    idempotency_key: str
+    attempt: int
+    scheduled_for: datetime
+    state: str = "pending"
+    reason: str | None = None
+    skipped_count: int | None = None
+    skipped_first: datetime | None = None
+    skipped_last: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: str
+    routine_id: int
+    idempotency_key: str
+    attempt: int
+    scheduled_for: datetime
+    state: str
+    reason: str | None
+    error: str | None
+    retry_at: datetime | None
+    created_at: datetime
+    sent_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker: str | None
+    spend: str | None
+    skipped_count: int | None
+    skipped_first: datetime | None
+    skipped_last: datetime | None
+
+
+RUN_RECORD_FIELDS = tuple(RunRecord.__dataclass_fields__)

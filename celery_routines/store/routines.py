@@ -1,0 +1,222 @@
+"""Every query on the ``routines`` table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, and_, bindparam, func, or_, select, text, update
+from sqlalchemy.exc import IntegrityError
+
+from .models import Routine
+from .records import ROUTINE_RECORD_FIELDS, RoutineRecord
+
+table = Routine.__table__
+c = table.c
+
+# Spelled exactly like the partial indexes' predicate so both SQLite and
+# PostgreSQL use them.
+ACTIVE = text("routines.enabled AND NOT routines.paused")
+RECORD_COLUMNS = [c[name] for name in ROUTINE_RECORD_FIELDS]
+# Columns that decide when a routine fires: a change resets its next window.
+SCHEDULE_COLUMNS = ("cron", "interval_seconds", "timezone")
+
+
+def _record(row: Any) -> RoutineRecord:
+    return RoutineRecord(**{name: row._mapping[name] for name in ROUTINE_RECORD_FIELDS})
+
+
+@dataclass(frozen=True)
+class Advance:
+    routine_id: int
+    next_run_at: datetime
+
+
+class RoutineQueries:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._postgres = engine.dialect.name == "postgresql"
+
+    # -- definitions ---------------------------------------------------------
+
+    def upsert_definitions(self, definitions: Sequence[dict[str, Any]], now: datetime) -> None:
+        """Write routines declared in code: code owns the definition columns,
+        the database keeps runtime state (next window, pause, suspension)."""
+        if not definitions:
+            return
+        try:
+            self._upsert(definitions, now)
+        except IntegrityError:
+            # Another beat inserted the same names between our read and write.
+            self._upsert(definitions, now)
+
+    def _upsert(self, definitions: Sequence[dict[str, Any]], now: datetime) -> None:
+        names = [d["name"] for d in definitions]
+        with self.engine.begin() as conn:
+            stored = {
+                row.name: row
+                for row in conn.execute(
+                    select(c.name, *[c[col] for col in SCHEDULE_COLUMNS]).where(c.name.in_(names))
+                )
+            }
+            for definition in definitions:
+                values = {**definition, "source": "code", "updated_at": now}
+                row = stored.get(definition["name"])
+                if row is None:
+                    conn.execute(table.insert().values(**values, created_at=now))
+                    continue
+                if any(getattr(row, col) != definition[col] for col in SCHEDULE_COLUMNS):
+                    values.update(next_run_at=None)
+                conn.execute(
+                    update(table)
+                    .where(c.name == definition["name"])
+                    .values(**values, last_error=None)
+                )
+
+    # -- the tick ------------------------------------------------------------
+
+    def unscheduled(self, limit: int) -> list[RoutineRecord]:
+        """Enabled routines that have no next window yet (new or SQL-inserted)."""
+        query = (
+            select(*RECORD_COLUMNS)
+            .where(c.next_run_at.is_(None), c.enabled)
+            .order_by(c.id)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [_record(row) for row in conn.execute(query)]
+
+    def adopt(self, first_windows: Iterable[Advance], now: datetime) -> int:
+        """Give unscheduled routines their first window; a row another beat
+        adopted meanwhile is left as it is."""
+        params = [
+            {"rid": a.routine_id, "nra": a.next_run_at, "now": now} for a in first_windows
+        ]
+        if not params:
+            return 0
+        stmt = (
+            update(table)
+            .where(c.id == bindparam("rid"), c.next_run_at.is_(None))
+            .values(next_run_at=bindparam("nra"), last_error=None, updated_at=bindparam("now"))
+        )
+        with self.engine.begin() as conn:
+            return conn.execute(stmt, params).rowcount
+
+    def claim_due(
+        self, now: datetime, holder: str, ttl_seconds: float, limit: int
+    ) -> list[RoutineRecord]:
+        """Claim up to ``limit`` due routines, oldest first, for ``ttl_seconds``.
+
+        One conditional UPDATE: a row claimed by a live beat is not due for
+        another until its claim expires, and on PostgreSQL concurrent beats
+        skip each other's locked rows instead of queueing behind them.
+        """
+        claimable = and_(
+            ACTIVE,
+            c.next_run_at <= now,
+            or_(c.locked_until.is_(None), c.locked_until < now),
+        )
+        due = select(c.id).where(claimable).order_by(c.next_run_at).limit(limit)
+        if self._postgres:
+            due = due.with_for_update(skip_locked=True)
+        stmt = (
+            update(table)
+            .where(c.id.in_(due.scalar_subquery()), claimable)
+            .values(locked_by=holder, locked_until=now + timedelta(seconds=ttl_seconds))
+            .returning(*RECORD_COLUMNS)
+        )
+        with self.engine.begin() as conn:
+            rows = [_record(row) for row in conn.execute(stmt)]
+        rows.sort(key=lambda r: (r.next_run_at, r.id))
+        return rows
+
+    def advance(self, advances: Sequence[Advance], holder: str, now: datetime) -> int:
+        """Move claimed routines to their next window and release the claims.
+
+        Conditional on still holding the claim: a beat whose claim expired
+        must not overwrite the progress of the beat that took over.
+        """
+        if not advances:
+            return 0
+        stmt = (
+            update(table)
+            .where(c.id == bindparam("rid"), c.locked_by == holder)
+            .values(
+                next_run_at=bindparam("nra"),
+                locked_by=None,
+                locked_until=None,
+                last_error=None,
+                updated_at=bindparam("now"),
+            )
+        )
+        params = [{"rid": a.routine_id, "nra": a.next_run_at, "now": now} for a in advances]
+        with self.engine.begin() as conn:
+            return conn.execute(stmt, params).rowcount
+
+    def release(self, routine_ids: Sequence[int], holder: str) -> None:
+        """Give up claims without advancing: the routines stay due."""
+        if not routine_ids:
+            return
+        stmt = (
+            update(table)
+            .where(c.id.in_(routine_ids), c.locked_by == holder)
+            .values(locked_by=None, locked_until=None)
+        )
+        with self.engine.begin() as conn:
+            conn.execute(stmt)
+
+    def mark_invalid(
+        self, routine_id: int, error: str, retry_at: datetime, holder: str | None, now: datetime
+    ) -> None:
+        """Record why a routine cannot be scheduled and look again at ``retry_at``."""
+        stmt = (
+            update(table)
+            .where(c.id == routine_id)
+            .values(
+                last_error=error,
+                next_run_at=retry_at,
+                locked_by=None,
+                locked_until=None,
+                updated_at=now,
+            )
+        )
+        if holder is not None:
+            stmt = stmt.where(c.locked_by == holder)
+        else:
+            stmt = stmt.where(c.next_run_at.is_(None))
+        with self.engine.begin() as conn:
+            conn.execute(stmt)
+
+    def next_wakeup(self, now: datetime) -> datetime | None:
+        """The earliest instant at which this beat may have something to do:
+        the next future window, or the expiry of another beat's claim on a due
+        routine (so a survivor takes over within the lock TTL)."""
+        upcoming = select(func.min(c.next_run_at)).where(ACTIVE, c.next_run_at > now)
+        claim_expiry = select(func.min(c.locked_until)).where(
+            ACTIVE, c.next_run_at <= now, c.locked_until >= now
+        )
+        with self.engine.connect() as conn:
+            candidates = [conn.execute(upcoming).scalar(), conn.execute(claim_expiry).scalar()]
+        present = [instant for instant in candidates if instant is not None]
+        if not present:
+            return None
+        earliest = min(present)
+        return earliest if earliest.tzinfo else earliest.replace(tzinfo=now.tzinfo)
+
+    # -- lookups -------------------------------------------------------------
+
+    def by_name(self, name: str) -> RoutineRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(*RECORD_COLUMNS).where(c.name == name)).first()
+        return _record(row) if row else None
+
+    def by_id(self, routine_id: int) -> RoutineRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(*RECORD_COLUMNS).where(c.id == routine_id)).first()
+        return _record(row) if row else None
+
+    def all(self) -> list[RoutineRecord]:
+        with self.engine.connect() as conn:
+            return [_record(row) for row in conn.execute(select(*RECORD_COLUMNS).order_by(c.name))]

@@ -1,0 +1,325 @@
+"""One beat tick: adopt, claim, plan, gate, write, send, advance.
+
+The engine decides nothing about schedules itself: the pure planner in
+``schedules.plan`` says which windows go out and which are skipped; the engine
+carries the plan out against the store, the gate and the publisher.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from .clock import Clock
+from .config import Settings
+from .errors import ScheduleError
+from .gate import Gate
+from .publish import OutgoingRun, Publisher
+from .schedules.base import Schedule
+from .schedules.keys import window_key
+from .schedules.parse import schedule_from_columns
+from .schedules.plan import FirePlan, plan_due
+from .store import Advance, NewRun, RoutineRecord, Store
+
+logger = logging.getLogger("celery_routines.beat")
+
+# A routine whose schedule cannot be computed is looked at again this often.
+INVALID_RETRY = timedelta(minutes=1)
+
+
+@dataclass
+class TickReport:
+    """What one tick did, for logs, metrics and tests."""
+
+    adopted: int = 0
+    claimed: int = 0
+    sent: int = 0
+    skipped_windows: int = 0
+    send_failures: int = 0
+    invalid: int = 0
+    # Windows whose run row already existed: another beat got there first.
+    conflicts: int = 0
+    # Routines left due because the gate holds a window with no row yet.
+    deferred: int = 0
+    more_due: bool = False
+    duration: float = 0.0
+    next_wakeup: datetime | None = None
+
+
+@dataclass
+class _Prepared:
+    """One claimed routine, planned and ready to carry out."""
+
+    record: RoutineRecord
+    plan: FirePlan
+    timezone: str
+    args: list
+    kwargs: dict
+    options: dict
+    sends: list[NewRun] = field(default_factory=list)
+    skips: list[NewRun] = field(default_factory=list)
+
+
+class TickEngine:
+    def __init__(
+        self,
+        store: Store,
+        publisher: Publisher,
+        gate: Gate,
+        settings: Settings,
+        holder: str,
+        clock: Clock,
+    ) -> None:
+        self.store = store
+        self.publisher = publisher
+        self.gate = gate
+        self.settings = settings
+        self.holder = holder
+        self.clock = clock
+
+    def tick(self) -> TickReport:
+        started = time.monotonic()
+        report = TickReport()
+        now = self.clock()
+        report.adopted = self._adopt(now)
+        claimed = self.store.routines.claim_due(
+            now, self.holder, self.settings.lock_ttl, self.settings.batch_size
+        )
+        report.claimed = len(claimed)
+        report.more_due = len(claimed) >= self.settings.batch_size
+        prepared = []
+        for record in claimed:
+            item = self._prepare(record, now, report)
+            if item is not None:
+                prepared.append(item)
+        if prepared:
+            self._carry_out(prepared, now, report)
+        report.next_wakeup = self.store.routines.next_wakeup(self.clock())
+        report.duration = time.monotonic() - started
+        return report
+
+    # -- adoption ------------------------------------------------------------
+
+    def _adopt(self, now: datetime) -> int:
+        """Give routines without a next window (new, changed, or inserted by
+        plain SQL) their first one."""
+        first_windows = []
+        for record in self.store.routines.unscheduled(self.settings.batch_size):
+            try:
+                schedule = self._schedule(record)
+            except ScheduleError as exc:
+                self._invalid(record, exc, now, holder=None)
+                continue
+            first = schedule.next_after(now)
+            first_windows.append(Advance(record.id, first))
+            logger.info("adopted %s: %s, first window %s", record.name, schedule.describe(), first)
+        return self.store.routines.adopt(first_windows, now)
+
+    # -- planning ------------------------------------------------------------
+
+    def _schedule(self, record: RoutineRecord) -> Schedule:
+        return schedule_from_columns(
+            record.cron, record.interval_seconds, record.timezone or self.settings.timezone
+        )
+
+    def _prepare(
+        self, record: RoutineRecord, now: datetime, report: TickReport
+    ) -> _Prepared | None:
+        try:
+            schedule = self._schedule(record)
+            args, kwargs, options = _decode_call(record)
+            if record.last_error is not None:
+                # It was invalid and is valid again: resume from now, do not
+                # treat the retry instant as a missed window.
+                self.store.routines.advance(
+                    [Advance(record.id, schedule.next_after(now))], self.holder, now
+                )
+                logger.info("%s is valid again; resuming its schedule", record.name)
+                return None
+            assert record.next_run_at is not None  # claim_due only returns scheduled rows
+            plan = plan_due(
+                schedule,
+                record.next_run_at,
+                now,
+                catch_up=record.catch_up,
+                catch_up_cap=record.catch_up_cap,
+                max_lateness=record.max_lateness,
+            )
+        except ScheduleError as exc:
+            self._invalid(record, exc, now, holder=self.holder)
+            report.invalid += 1
+            return None
+        timezone = record.timezone or self.settings.timezone
+        item = _Prepared(record, plan, timezone, args, kwargs, options)
+        for window in plan.send:
+            item.sends.append(
+                NewRun(
+                    id=str(uuid.uuid4()),
+                    routine_id=record.id,
+                    idempotency_key=window_key(record.name, window, timezone),
+                    attempt=1,
+                    scheduled_for=window,
+                )
+            )
+        for summary in plan.skipped:
+            first_key = window_key(record.name, summary.first, timezone)
+            key = first_key
+            if summary.count > 1:
+                key += ".." + window_key(record.name, summary.last, timezone).split("@", 1)[1]
+            item.skips.append(
+                NewRun(
+                    id=str(uuid.uuid4()),
+                    routine_id=record.id,
+                    idempotency_key=key,
+                    attempt=1,
+                    scheduled_for=summary.last,
+                    state="skipped",
+                    reason=summary.reason,
+                    skipped_count=summary.count,
+                    skipped_first=summary.first,
+                    skipped_last=summary.last,
+                )
+            )
+        return item
+
+    def _invalid(
+        self, record: RoutineRecord, exc: Exception, now: datetime, holder: str | None
+    ) -> None:
+        message = f"routine {record.name!r}: {exc}"
+        retry_at = now + INVALID_RETRY
+        logger.error("%s; marked invalid, looking again at %s", message, retry_at.isoformat())
+        self.store.routines.mark_invalid(record.id, message, retry_at, holder, now)
+
+    # -- carrying the plan out -----------------------------------------------
+
+    def _carry_out(self, prepared: list[_Prepared], now: datetime, report: TickReport) -> None:
+        deferred = self._apply_gate(prepared)
+        report.deferred = len(deferred)
+        ready = [item for item in prepared if item.record.id not in deferred]
+
+        new_runs = [run for item in ready for run in (*item.sends, *item.skips)]
+        inserted = self.store.runs.insert_new(new_runs, now)
+        takeovers = self._orphaned_pending(ready, inserted)
+
+        sent_ids: list[str] = []
+        for item in ready:
+            for run in item.sends:
+                run_id = run.id if run.id in inserted else takeovers.get(_window(run))
+                if run_id is None:
+                    report.conflicts += 1
+                    logger.info(
+                        "not sending %s: its run row already exists (another beat sent it)",
+                        run.idempotency_key,
+                    )
+                    continue
+                if self._send(item, run, run_id):
+                    sent_ids.append(run_id)
+                    report.sent += 1
+                else:
+                    report.send_failures += 1
+            for run in item.skips:
+                if run.id in inserted:
+                    report.skipped_windows += run.skipped_count or 1
+                    logger.warning(
+                        "skipped %d window(s) of %s from %s to %s: %s",
+                        run.skipped_count,
+                        item.record.name,
+                        run.skipped_first,
+                        run.skipped_last,
+                        run.reason,
+                    )
+        self.store.runs.mark_sent(sent_ids, self.clock())
+        advanced = self.store.routines.advance(
+            [Advance(item.record.id, item.plan.next_run_at) for item in ready],
+            self.holder,
+            now,
+        )
+        if advanced < len(ready):
+            logger.warning(
+                "%d routine claim(s) expired before this beat advanced them; "
+                "another beat took over (raise routines_lock_ttl if ticks are slow)",
+                len(ready) - advanced,
+            )
+
+    def _apply_gate(self, prepared: list[_Prepared]) -> set[int]:
+        """Routine ids to leave due this tick: the gate holds one of their
+        windows and no run row exists yet, so a beat that set the key may have
+        died before writing; the claim and the key expire together."""
+        runs = [run for item in prepared for run in item.sends]
+        answers = self.gate.acquire([f"{run.idempotency_key}#{run.attempt}" for run in runs])
+        refused = [run for run, ok in zip(runs, answers, strict=True) if not ok]
+        if not refused:
+            return set()
+        stored = {_window(r) for r in self.store.runs.find_windows([_window(r) for r in refused])}
+        deferred = {run.routine_id for run in refused if _window(run) not in stored}
+        for routine_id in deferred:
+            logger.info(
+                "routine id %s left due: the gate holds its window but no run row exists yet",
+                routine_id,
+            )
+        return deferred
+
+    def _orphaned_pending(
+        self, ready: list[_Prepared], inserted: set[str]
+    ) -> dict[tuple[int, str, int], str]:
+        """Rows left ``pending`` by a beat that died between writing and sending.
+
+        We hold the routine's claim now, so that beat's claim expired; sending
+        its row again is safe because the worker claims a run once.
+        """
+        conflicted = [_window(run) for item in ready for run in item.sends if run.id not in inserted]
+        if not conflicted:
+            return {}
+        return {
+            (row.routine_id, row.idempotency_key, row.attempt): row.id
+            for row in self.store.runs.find_windows(conflicted)
+            if row.state == "pending"
+        }
+
+    def _send(self, item: _Prepared, run: NewRun, run_id: str) -> bool:
+        outgoing = OutgoingRun(
+            run_id=run_id,
+            routine_name=item.record.name,
+            task=item.record.task,
+            args=item.args,
+            kwargs=item.kwargs,
+            options=item.options,
+            window=run.scheduled_for,
+            idempotency_key=run.idempotency_key,
+            attempt=run.attempt,
+        )
+        try:
+            self.publisher.publish(outgoing)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            logger.error("send failed for %s (run %s): %s", run.idempotency_key, run_id, error)
+            self.store.runs.mark_send_failed(run_id, error, self.clock())
+            return False
+        logger.info("sent %s as %s (run %s)", run.idempotency_key, item.record.task, run_id)
+        return True
+
+
+def _window(run: NewRun) -> tuple[int, str, int]:
+    return (run.routine_id, run.idempotency_key, run.attempt)
+
+
+def _decode_call(record: RoutineRecord) -> tuple[list, dict, dict]:
+    """The stored args, kwargs and options; a row with bad JSON is invalid."""
+    decoded = []
+    for label, raw, kind in (
+        ("args", record.args, list),
+        ("kwargs", record.kwargs, dict),
+        ("options", record.options, dict),
+    ):
+        try:
+            value = json.loads(raw) if raw else kind()
+        except ValueError as exc:
+            raise ScheduleError(f"{label} is not valid JSON ({exc}): {raw!r}") from None
+        if not isinstance(value, kind):
+            raise ScheduleError(f"{label} must be a JSON {kind.__name__}, got {raw!r}")
+        decoded.append(value)
+    return decoded[0], decoded[1], decoded[2]
