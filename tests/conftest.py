@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from celery_routines.store import Store
+from tests import services
+
+pytest_plugins = ("celery.contrib.pytest",)
+
+
+class FakeClock:
+    """An injected clock: tests move time; nothing sleeps."""
+
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> datetime:
+        self.now += timedelta(**delta)
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(datetime(2026, 11, 30, 12, 0, tzinfo=UTC))
+
+
+@pytest.fixture(scope="session")
+def postgres_databases() -> Iterator[services.PostgresDatabases]:
+    try:
+        databases = services.PostgresDatabases()
+    except Exception as exc:
+        services.unavailable("PostgreSQL", exc)
+    yield databases
+    databases.drop_all()
+
+
+@pytest.fixture
+def postgres_url(postgres_databases: services.PostgresDatabases) -> str:
+    return postgres_databases.create()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'routines.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """Every store test runs against both supported databases."""
+    if request.param == "sqlite":
+        return request.getfixturevalue("sqlite_url")
+    return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[Store]:
+    store = Store.from_url(database_url)
+    store.migrate()
+    yield store
+    store.dispose()
+
+
+@pytest.fixture(scope="session")
+def redis_db() -> Iterator[int]:
+    if not services.port_open(services.REDIS_HOST, services.REDIS_PORT):
+        services.unavailable("Redis", f"nothing listens on {services.REDIS_HOST}:{services.REDIS_PORT}")
+    import redis
+
+    number = services.free_redis_db()
+    yield number
+    client = redis.Redis(host=services.REDIS_HOST, port=services.REDIS_PORT, db=number)
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def redis_url(redis_db: int) -> Iterator[str]:
+    import redis
+
+    url = f"redis://{services.REDIS_HOST}:{services.REDIS_PORT}/{redis_db}"
+    yield url
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.set("celery_routines:test-owner", "1")
+    client.close()
+
+
+@pytest.fixture(autouse=True)
+def _forget_declarations() -> Iterator[None]:
+    """Declarations are process-wide; each test starts with none."""
+    from celery_routines import registry
+
+    saved = dict(registry._declared)
+    registry._declared.clear()
+    yield
+    registry._declared.clear()
+    registry._declared.update(saved)

@@ -1,0 +1,87 @@
+"""Building real Celery apps and schedulers for tests.
+
+Tick-level tests use kombu's filesystem transport (a real transport: each
+published message is a file), so a test can count exactly what was sent
+without a broker server; multi-beat tests use real Redis.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+from sqlalchemy import text
+
+from celery_routines import Scheduler
+from celery_routines.store import Store
+
+
+def filesystem_app(folder: Path, database_url: str, **conf: Any) -> Celery:
+    folder.mkdir(parents=True, exist_ok=True)
+    app = Celery("routines_test", set_as_current=False)
+    app.conf.update(
+        broker_url="filesystem://",
+        broker_transport_options={"data_folder_in": str(folder), "data_folder_out": str(folder)},
+        routines_database_url=database_url,
+        beat_max_loop_interval=300,
+        **conf,
+    )
+    return app
+
+
+def redis_app(broker_url: str, database_url: str, **conf: Any) -> Celery:
+    app = Celery("routines_test", set_as_current=False)
+    app.conf.update(
+        broker_url=broker_url,
+        routines_database_url=database_url,
+        beat_max_loop_interval=300,
+        **conf,
+    )
+    return app
+
+
+def published(folder: Path) -> list[dict[str, Any]]:
+    """The task messages in a filesystem-transport folder, as header dicts."""
+    messages = []
+    for path in sorted(folder.glob("*.msg")):
+        envelope = json.loads(path.read_text())
+        messages.append(envelope["headers"])
+    return messages
+
+
+def insert_routine(store: Store, name: str, **columns: Any) -> int:
+    """A routine row inserted by plain SQL, as an operator would."""
+    values = {"name": name, "task": "tasks.noop", **columns}
+    with store.engine.begin() as conn:
+        conn.execute(
+            text(
+                f"INSERT INTO routines ({', '.join(values)}) "
+                f"VALUES ({', '.join(':' + k for k in values)})"
+            ),
+            values,
+        )
+        return conn.execute(
+            text("SELECT id FROM routines WHERE name = :n"), {"n": name}
+        ).scalar_one()
+
+
+def runs_of(store: Store, name: str) -> list[dict[str, Any]]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT r.* FROM routine_runs r JOIN routines t ON t.id = r.routine_id "
+                "WHERE t.name = :n ORDER BY r.scheduled_for, r.attempt"
+            ),
+            {"n": name},
+        )
+        return [dict(row._mapping) for row in rows]
+
+
+def closing(scheduler: Scheduler) -> Iterator[Scheduler]:
+    try:
+        yield scheduler
+    finally:
+        scheduler.close()

@@ -1,0 +1,177 @@
+"""The store against real SQLite and PostgreSQL databases."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect, text
+
+from celery_routines.store import Advance, NewRun, Store
+from celery_routines.store import migrate
+from celery_routines.store.models import Base
+
+T0 = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
+
+
+def add_routine(store: Store, name: str, **columns: object) -> int:
+    values = {"name": name, "task": "tasks.noop", "interval_seconds": 60.0, **columns}
+    names = ", ".join(values)
+    params = ", ".join(f":{k}" for k in values)
+    with store.engine.begin() as conn:
+        conn.execute(text(f"INSERT INTO routines ({names}) VALUES ({params})"), values)
+        return conn.execute(text("SELECT id FROM routines WHERE name = :n"), {"n": name}).scalar_one()
+
+
+def new_run(routine_id: int, key: str, attempt: int = 1) -> NewRun:
+    return NewRun(
+        id=str(uuid.uuid4()),
+        routine_id=routine_id,
+        idempotency_key=key,
+        attempt=attempt,
+        scheduled_for=T0,
+    )
+
+
+def test_migrations_create_the_contract_tables_and_match_the_models(store: Store) -> None:
+    inspector = inspect(store.engine)
+    routine_columns = {c["name"] for c in inspector.get_columns("routines")}
+    assert {
+        "id", "name", "task", "cron", "interval_seconds", "timezone", "enabled", "next_run_at",
+        "paused", "suspended_until", "suspended_reason", "last_error",
+    } <= routine_columns
+    run_columns = {c["name"] for c in inspector.get_columns("routine_runs")}
+    assert {
+        "id", "routine_id", "idempotency_key", "attempt", "scheduled_for", "state", "reason",
+        "retry_at", "created_at", "started_at", "finished_at", "spend",
+    } <= run_columns
+    assert migrate.current_revision(store.engine) == migrate.head_revision()
+    with store.engine.connect() as conn:
+        context = MigrationContext.configure(conn)
+        diff = [
+            d for d in compare_metadata(context, Base.metadata)
+            if not (isinstance(d, tuple) and "routines_alembic_version" in str(d))
+        ]
+    assert diff == []
+
+
+def test_migrate_twice_is_a_no_op(store: Store) -> None:
+    add_routine(store, "kept")
+    store.migrate()
+    assert store.routines.by_name("kept") is not None
+
+
+def test_instants_round_trip_in_utc_across_a_fold(store: Store) -> None:
+    # 02:30 CEST and 02:30 CET on 2026-10-25 are an hour apart; SQLite would
+    # collapse them if offsets were stored as text.
+    first = datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
+    second = datetime(2026, 10, 25, 1, 30, tzinfo=UTC)
+    a = add_routine(store, "a")
+    b = add_routine(store, "b")
+    store.routines.adopt([Advance(a, first), Advance(b, second)], T0)
+    assert store.routines.by_id(a).next_run_at == first
+    assert store.routines.by_id(b).next_run_at == second
+    assert store.routines.by_id(b).next_run_at.tzinfo is UTC
+    claimed = store.routines.claim_due(first, "beat-1", 60, 10)
+    assert [r.name for r in claimed] == ["a"]
+
+
+def test_the_unique_window_key_lets_one_insert_win(store: Store) -> None:
+    rid = add_routine(store, "nightly")
+    first = new_run(rid, "nightly@2026-03-29T03:30:00+02:00")
+    second = new_run(rid, "nightly@2026-03-29T03:30:00+02:00")
+    assert store.runs.insert_new([first], T0) == {first.id}
+    assert store.runs.insert_new([second], T0) == set()
+    retry = new_run(rid, "nightly@2026-03-29T03:30:00+02:00", attempt=2)
+    assert store.runs.insert_new([retry], T0) == {retry.id}
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM routine_runs")).scalar_one() == 2
+
+
+def test_a_claim_excludes_other_beats_until_its_ttl_expires(store: Store) -> None:
+    rid = add_routine(store, "r")
+    store.routines.adopt([Advance(rid, T0)], T0)
+    assert [r.id for r in store.routines.claim_due(T0, "beat-1", 60, 10)] == [rid]
+    assert store.routines.claim_due(T0, "beat-2", 60, 10) == []
+    later = T0 + timedelta(seconds=59)
+    assert store.routines.claim_due(later, "beat-2", 60, 10) == []
+    expired = T0 + timedelta(seconds=61)
+    assert [r.locked_by for r in store.routines.claim_due(expired, "beat-2", 60, 10)] == [
+        "beat-2"
+    ]
+    # The beat whose claim expired can no longer advance the routine.
+    assert store.routines.advance([Advance(rid, T0 + timedelta(minutes=1))], "beat-1", T0) == 0
+    assert store.routines.advance([Advance(rid, T0 + timedelta(minutes=1))], "beat-2", T0) == 1
+    record = store.routines.by_id(rid)
+    assert record.next_run_at == T0 + timedelta(minutes=1)
+    assert record.locked_by is None
+
+
+def test_due_rows_come_oldest_first_and_at_most_the_batch(store: Store) -> None:
+    ids = [add_routine(store, f"r{i}") for i in range(5)]
+    store.routines.adopt(
+        [Advance(rid, T0 - timedelta(minutes=i)) for i, rid in enumerate(ids)], T0
+    )
+    claimed = store.routines.claim_due(T0, "beat", 60, 3)
+    assert [r.name for r in claimed] == ["r4", "r3", "r2"]
+
+
+def test_paused_disabled_and_future_rows_are_not_due(store: Store) -> None:
+    due = add_routine(store, "due")
+    paused = add_routine(store, "paused", paused=True)
+    disabled = add_routine(store, "disabled", enabled=False)
+    future = add_routine(store, "future")
+    store.routines.adopt(
+        [Advance(due, T0), Advance(paused, T0), Advance(disabled, T0),
+         Advance(future, T0 + timedelta(seconds=1))],
+        T0,
+    )
+    assert [r.name for r in store.routines.claim_due(T0, "beat", 60, 10)] == ["due"]
+
+
+def test_adoption_is_conditional_on_the_row_still_being_unscheduled(store: Store) -> None:
+    rid = add_routine(store, "sql-row")
+    assert [r.name for r in store.routines.unscheduled(10)] == ["sql-row"]
+    assert store.routines.adopt([Advance(rid, T0)], T0) == 1
+    assert store.routines.adopt([Advance(rid, T0 + timedelta(hours=1))], T0) == 0
+    assert store.routines.by_id(rid).next_run_at == T0
+    assert store.routines.unscheduled(10) == []
+
+
+def test_next_wakeup_is_the_next_window_or_another_beats_claim_expiry(store: Store) -> None:
+    assert store.routines.next_wakeup(T0) is None
+    a = add_routine(store, "a")
+    b = add_routine(store, "b")
+    store.routines.adopt([Advance(a, T0 + timedelta(minutes=5)), Advance(b, T0)], T0)
+    store.routines.claim_due(T0, "other-beat", 30, 10)
+    assert store.routines.next_wakeup(T0) == T0 + timedelta(seconds=30)
+    store.routines.advance([Advance(b, T0 + timedelta(minutes=10))], "other-beat", T0)
+    assert store.routines.next_wakeup(T0) == T0 + timedelta(minutes=5)
+
+
+def test_upsert_keeps_runtime_state_and_resets_a_changed_schedule(store: Store) -> None:
+    definition = {"name": "poll", "task": "t.poll", "cron": None, "interval_seconds": 60.0,
+                  "timezone": None}
+    store.routines.upsert_definitions([definition], T0)
+    rid = store.routines.by_name("poll").id
+    store.routines.adopt([Advance(rid, T0 + timedelta(minutes=1))], T0)
+    store.routines.upsert_definitions([{**definition, "task": "t.poll2"}], T0)
+    record = store.routines.by_name("poll")
+    assert (record.task, record.next_run_at) == ("t.poll2", T0 + timedelta(minutes=1))
+    store.routines.upsert_definitions([{**definition, "interval_seconds": 30.0}], T0)
+    assert store.routines.by_name("poll").next_run_at is None
+
+
+def test_worker_claim_of_a_run_succeeds_once(store: Store) -> None:
+    rid = add_routine(store, "r")
+    run = new_run(rid, "r@2026-10-25T02:00:00+02:00")
+    store.runs.insert_new([run], T0)
+    store.runs.mark_sent([run.id], T0)
+    assert store.runs.claim_start(run.id, "w1", T0) is True
+    assert store.runs.claim_start(run.id, "w2", T0) is False
+    assert store.runs.finish(run.id, "succeeded", T0, spend={"fires": 1}) is True
+    assert store.runs.claim_start(run.id, "w3", T0) is False
+    stored = store.runs.get(run.id)
+    assert (stored.state, stored.worker, stored.spend) == ("succeeded", "w1", '{"fires": 1}')

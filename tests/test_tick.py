@@ -1,0 +1,237 @@
+"""The beat tick against real databases, with an injected clock."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from celery_routines import Scheduler, register
+from celery_routines.store import Store
+from tests.conftest import FakeClock
+from tests.harness import filesystem_app, insert_routine, published
+
+
+@pytest.fixture
+def broker_folder(tmp_path: Path) -> Path:
+    return tmp_path / "broker"
+
+
+def make_scheduler(broker_folder: Path, database_url: str, clock: FakeClock, **conf) -> Scheduler:
+    return Scheduler(filesystem_app(broker_folder, database_url, **conf), clock=clock)
+
+
+def states(store: Store, name: str) -> list[tuple[str, str]]:
+    record = store.routines.by_name(name)
+    return [(r.idempotency_key, r.state) for r in reversed(store.runs.for_routine(record.id))]
+
+
+def test_a_declared_routine_fires_each_window_once_with_the_run_id_as_task_id(
+    database_url: str, broker_folder: Path, clock: FakeClock
+) -> None:
+    register("tasks.report", "*/5 * * * *", name="report", timezone="Europe/Rome")
+    scheduler = make_scheduler(broker_folder, database_url, clock)
+    try:
+        scheduler.tick()  # adopts: first window 12:05 UTC
+        assert published(broker_folder) == []
+        clock.advance(minutes=5)
+        scheduler.tick()
+        scheduler.tick()  # a second tick at the same instant sends nothing more
+        messages = published(broker_folder)
+        assert [m["task"] for m in messages] == ["tasks.report"]
+        assert messages[0]["routine"] == "report"
+        assert messages[0]["routine_window"] == "report@2026-11-30T13:05:00+01:00"
+        store = scheduler.store
+        run = store.runs.get(messages[0]["id"])
+        assert run is not None and run.state == "sent"
+        assert run.scheduled_for == datetime(2026, 11, 30, 12, 5, tzinfo=UTC)
+        assert store.routines.by_name("report").next_run_at == datetime(
+            2026, 11, 30, 12, 10, tzinfo=UTC
+        )
+    finally:
+        scheduler.close()
+
+
+def test_due_is_a_query_so_a_late_tick_finds_what_fell_due(
+    database_url: str, broker_folder: Path, clock: FakeClock
+) -> None:
+    register("tasks.poll", timedelta(minutes=1), name="poll")
+    scheduler = make_scheduler(broker_folder, database_url, clock)
+    try:
+        scheduler.tick()
+        # Beat was away for 90 seconds; the 12:01 window did not "match the
+        # current minute" when it looked, but it is due, and it goes out.
+        clock.advance(seconds=90)
+        scheduler.tick()
+        assert [m["routine_window"] for m in published(broker_folder)] == [
+            "poll@2026-11-30T12:01:00+00:00"
+        ]
+    finally:
+        scheduler.close()
+
+
+def test_a_routine_inserted_by_sql_is_adopted_and_fires_without_a_restart(
+    database_url: str, broker_folder: Path, clock: FakeClock
+) -> None:
+    scheduler = make_scheduler(broker_folder, database_url, clock)
+    try:
+        scheduler.tick()
+        insert_routine(scheduler.store, "from-sql", cron="* * * * *", enabled=True)
+        clock.advance(seconds=1)
+        scheduler.tick()
+        assert scheduler.store.routines.by_name("from-sql").next_run_at == datetime(
+            2026, 11, 30, 12, 1, tzinfo=UTC
+        )
+        clock.advance(minutes=1)
+        scheduler.tick()
+        assert [m["routine"] for m in published(broker_folder)] == ["from-sql"]
+    finally:
+        scheduler.close()
+
+
+def test_an_invalid_sql_row_gets_last_error_is_retried_once_a_minute_and_blocks_nothing(
+    database_url: str, broker_folder: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    register("tasks.ok", timedelta(seconds=30), name="healthy")
+    scheduler = make_scheduler(broker_folder, database_url, clock)
+    try:
+        store = scheduler.store
+        insert_routine(store, "broken", cron="61 * * * *")
+        insert_routine(store, "nowhere", cron="0 3 * * *", timezone="Mars/Olympus_Mons")
+        with caplog.at_level(logging.ERROR, logger="celery_routines.beat"):
+            for _ in range(5 * 6):  # five minutes of ticks every 10 s
+                scheduler.tick()
+                clock.advance(seconds=10)
+        broken = store.routines.by_name("broken")
+        assert "broken" in broken.last_error and "61 * * * *" in broken.last_error
+        nowhere = store.routines.by_name("nowhere")
+        assert "Mars/Olympus_Mons" in nowhere.last_error
+        complaints = [r for r in caplog.records if "'broken'" in r.getMessage()]
+        assert 4 <= len(complaints) <= 6  # once a minute, not once a tick
+        assert len([m for m in published(broker_folder) if m["routine"] == "healthy"]) == 10
+        # Fixed by the operator: it resumes from now, with no burst.
+        with store.engine.begin() as conn:
+            conn.execute(text("UPDATE routines SET cron = '*/5 * * * *' WHERE name = 'broken'"))
+        for _ in range(7):
+            clock.advance(seconds=10)
+            scheduler.tick()
+        fixed = store.routines.by_name("broken")
+        assert fixed.last_error is None
+        assert fixed.next_run_at > clock.now
+    finally:
+        scheduler.close()
+
+
+def test_an_invalid_cron_in_code_is_refused_at_declaration_naming_routine_and_value() -> None:
+    from celery_routines import InvalidRoutine
+
+    with pytest.raises(InvalidRoutine) as excinfo:
+        register("tasks.nightly", "30 25 * * *", name="nightly")
+    assert "nightly" in str(excinfo.value) and "30 25 * * *" in str(excinfo.value)
+
+
+def test_a_failed_send_is_recorded_and_the_schedule_still_advances(
+    database_url: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    register("tasks.poll", timedelta(minutes=1), name="poll")
+    app = filesystem_app(tmp_path / "broker", database_url)
+    # A broker that cannot be reached: the send fails fast.
+    app.conf.broker_url = "redis://127.0.0.1:1/0"
+    app.conf.broker_connection_retry = False
+    app.conf.broker_connection_max_retries = 0
+    scheduler = Scheduler(app, clock=clock)
+    try:
+        scheduler.tick()
+        clock.advance(minutes=1)
+        scheduler.tick()
+        store = scheduler.store
+        record = store.routines.by_name("poll")
+        assert record.next_run_at == datetime(2026, 11, 30, 12, 2, tzinfo=UTC)
+        [run] = store.runs.for_routine(record.id)
+        assert run.state == "failed" and run.reason == "send_failed" and run.error
+    finally:
+        scheduler.close()
+
+
+def test_downtime_recovery_writes_one_summary_row_not_one_per_window(
+    database_url: str, broker_folder: Path, clock: FakeClock
+) -> None:
+    register("tasks.poll", "*/5 * * * *", name="poll", catch_up_cap=3)
+    scheduler = make_scheduler(broker_folder, database_url, clock)
+    try:
+        scheduler.tick()  # first window 12:05
+        clock.advance(hours=1, minutes=2)  # 13:02: 12 windows missed (12:05 .. 13:00)
+        scheduler.tick()
+        sent = [m["routine_window"] for m in published(broker_folder)]
+        assert sent == [
+            "poll@2026-11-30T12:50:00+00:00",
+            "poll@2026-11-30T12:55:00+00:00",
+            "poll@2026-11-30T13:00:00+00:00",
+        ]
+        record = scheduler.store.routines.by_name("poll")
+        skipped = [r for r in scheduler.store.runs.for_routine(record.id) if r.state == "skipped"]
+        assert [(r.reason, r.skipped_count) for r in skipped] == [("catch_up_cap", 9)]
+        assert record.next_run_at == datetime(2026, 11, 30, 13, 5, tzinfo=UTC)
+    finally:
+        scheduler.close()
+
+
+def test_tick_sleeps_until_the_next_due_instant_capped_by_max_interval(
+    database_url: str, broker_folder: Path, clock: FakeClock
+) -> None:
+    register("tasks.poll", timedelta(seconds=40), name="poll")
+    scheduler = make_scheduler(broker_folder, database_url, clock, beat_max_loop_interval=30)
+    try:
+        assert scheduler.tick() == pytest.approx(30)  # next window 40 s away, capped
+        clock.advance(seconds=25)
+        assert scheduler.tick() == pytest.approx(15, abs=0.01)
+    finally:
+        scheduler.close()
+
+
+def test_a_pending_row_orphaned_by_a_dead_beat_is_sent_by_the_next(
+    database_url: str, broker_folder: Path, clock: FakeClock
+) -> None:
+    register("tasks.poll", timedelta(minutes=1), name="poll")
+    first = make_scheduler(broker_folder, database_url, clock)
+    second = make_scheduler(broker_folder, database_url, clock)
+    try:
+        first.tick()
+        clock.advance(minutes=1)
+        store = first.store
+        # The first beat claims, writes the run row, and dies before sending.
+        [record] = store.routines.claim_due(clock.now, first.holder, 60, 10)
+        from celery_routines.store import NewRun
+
+        orphan = NewRun(
+            id="orphan-run",
+            routine_id=record.id,
+            idempotency_key="poll@2026-11-30T12:01:00+00:00",
+            attempt=1,
+            scheduled_for=record.next_run_at,
+        )
+        store.runs.insert_new([orphan], clock.now)
+        second.tick()
+        assert published(broker_folder) == []  # the claim is still alive
+        clock.advance(seconds=61)
+        second.tick()
+        assert [m["id"] for m in published(broker_folder)] == ["orphan-run"]
+        assert store.runs.get("orphan-run").state == "sent"
+    finally:
+        first.close()
+        second.close()
+
+
+def test_close_is_idempotent(database_url: str, broker_folder: Path, clock: FakeClock) -> None:
+    scheduler = make_scheduler(broker_folder, database_url, clock)
+    scheduler.close()
+    scheduler.close()
+
+
+def test_the_lazy_banner_instance_touches_no_database(tmp_path: Path, clock: FakeClock) -> None:
+    url = f"sqlite:///{tmp_path / 'never.db'}"
+    Scheduler(filesystem_app(tmp_path / "b", url), clock=clock, lazy=True)
+    assert not (tmp_path / "never.db").exists()
