@@ -79,7 +79,7 @@ class Scheduler(CeleryScheduler):
             assert self._store is not None and self._gate is not None
             self._engine = TickEngine(
                 self._store,
-                CeleryPublisher(self.app, self.producer),
+                CeleryPublisher(self.app),
                 self._gate,
                 self.settings,
                 self.holder,
@@ -127,6 +127,8 @@ class Scheduler(CeleryScheduler):
         self._closed = True
         if self._gate is not None:
             self._gate.close()
+        if self._engine is not None:
+            self._engine.publisher.close()
         if self._store is not None:
             self._store.dispose()
         super().close()

@@ -35,13 +35,28 @@ class Publisher(Protocol):
         """Send one run; raise on failure."""
         ...
 
+    def close(self) -> None: ...
+
 
 class CeleryPublisher:
-    """Publishes through one reused producer (and so one connection)."""
+    """Publishes through one reused connection and producer.
 
-    def __init__(self, app: Celery, producer: Any) -> None:
+    The connection is opened lazily by the first publish, so a broker that is
+    down when beat starts fails sends (which are recorded and retried) instead
+    of stopping beat from ticking.
+    """
+
+    def __init__(self, app: Celery) -> None:
         self.app = app
-        self.producer = producer
+        self._connection: Any = None
+        self._producer: Any = None
+
+    @property
+    def producer(self) -> Any:
+        if self._producer is None:
+            self._connection = self.app.connection_for_write()
+            self._producer = self.app.amqp.Producer(self._connection, auto_declare=False)
+        return self._producer
 
     def publish(self, run: OutgoingRun) -> None:
         options = dict(run.options)
@@ -66,3 +81,8 @@ class CeleryPublisher:
             add_to_parent=False,
             **options,
         )
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.release()
+        self._connection = self._producer = None

@@ -206,6 +206,7 @@ class TickEngine:
         takeovers = self._orphaned_pending(ready, inserted)
 
         sent_ids: list[str] = []
+        broker_error: str | None = None
         for item in ready:
             for run in item.sends:
                 run_id = run.id if run.id in inserted else takeovers.get(_window(run))
@@ -216,7 +217,14 @@ class TickEngine:
                         run.idempotency_key,
                     )
                     continue
-                if self._send(item, run, run_id):
+                if broker_error is not None:
+                    # One failed publish already waited out its retries; do not
+                    # make every other due window wait too.
+                    self._send_failed(run, run_id, f"not sent: {broker_error}")
+                    report.send_failures += 1
+                    continue
+                broker_error = self._send(item, run, run_id)
+                if broker_error is None:
                     sent_ids.append(run_id)
                     report.sent += 1
                 else:
@@ -280,7 +288,8 @@ class TickEngine:
             if row.state == "pending"
         }
 
-    def _send(self, item: _Prepared, run: NewRun, run_id: str) -> bool:
+    def _send(self, item: _Prepared, run: NewRun, run_id: str) -> str | None:
+        """Publish one run; the error text if it failed."""
         outgoing = OutgoingRun(
             run_id=run_id,
             routine_name=item.record.name,
@@ -296,11 +305,14 @@ class TickEngine:
             self.publisher.publish(outgoing)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-            logger.error("send failed for %s (run %s): %s", run.idempotency_key, run_id, error)
-            self.store.runs.mark_send_failed(run_id, error, self.clock())
-            return False
+            self._send_failed(run, run_id, error)
+            return error
         logger.info("sent %s as %s (run %s)", run.idempotency_key, item.record.task, run_id)
-        return True
+        return None
+
+    def _send_failed(self, run: NewRun, run_id: str, error: str) -> None:
+        logger.error("send failed for %s (run %s): %s", run.idempotency_key, run_id, error)
+        self.store.runs.mark_send_failed(run_id, error, self.clock())
 
 
 def _window(run: NewRun) -> tuple[int, str, int]:

@@ -25,9 +25,7 @@ def filesystem_app(folder: Path, database_url: str, **conf: Any) -> Celery:
     app.conf.update(
         broker_url="filesystem://",
         broker_transport_options={"data_folder_in": str(folder), "data_folder_out": str(folder)},
-        routines_database_url=database_url,
-        beat_max_loop_interval=300,
-        **conf,
+        **{"routines_database_url": database_url, "beat_max_loop_interval": 300, **conf}
     )
     return app
 
@@ -36,9 +34,7 @@ def redis_app(broker_url: str, database_url: str, **conf: Any) -> Celery:
     app = Celery("routines_test", set_as_current=False)
     app.conf.update(
         broker_url=broker_url,
-        routines_database_url=database_url,
-        beat_max_loop_interval=300,
-        **conf,
+        **{"routines_database_url": database_url, "beat_max_loop_interval": 300, **conf}
     )
     return app
 

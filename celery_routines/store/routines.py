@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, and_, bindparam, func, or_, select, text, update
+from sqlalchemy import ColumnElement, Engine, Select, and_, bindparam, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from .models import Routine
@@ -26,6 +26,14 @@ SCHEDULE_COLUMNS = ("cron", "interval_seconds", "timezone")
 
 def _record(row: Any) -> RoutineRecord:
     return RoutineRecord(**{name: row._mapping[name] for name in ROUTINE_RECORD_FIELDS})
+
+
+def _claimable(now: datetime) -> ColumnElement[bool]:
+    return and_(
+        ACTIVE,
+        c.next_run_at <= now,
+        or_(c.locked_until.is_(None), c.locked_until < now),
+    )
 
 
 @dataclass(frozen=True)
@@ -113,12 +121,8 @@ class RoutineQueries:
         another until its claim expires, and on PostgreSQL concurrent beats
         skip each other's locked rows instead of queueing behind them.
         """
-        claimable = and_(
-            ACTIVE,
-            c.next_run_at <= now,
-            or_(c.locked_until.is_(None), c.locked_until < now),
-        )
-        due = select(c.id).where(claimable).order_by(c.next_run_at).limit(limit)
+        claimable = _claimable(now)
+        due = self.due_select(now, limit)
         if self._postgres:
             due = due.with_for_update(skip_locked=True)
         stmt = (
@@ -131,6 +135,10 @@ class RoutineQueries:
             rows = [_record(row) for row in conn.execute(stmt)]
         rows.sort(key=lambda r: (r.next_run_at, r.id))
         return rows
+
+    def due_select(self, now: datetime, limit: int) -> Select[Any]:
+        """The due-query: a range scan of the due index from the oldest row."""
+        return select(c.id).where(_claimable(now)).order_by(c.next_run_at).limit(limit)
 
     def advance(self, advances: Sequence[Advance], holder: str, now: datetime) -> int:
         """Move claimed routines to their next window and release the claims.

@@ -19,7 +19,8 @@ def explain(store: Store, statement: object) -> str:
             conn.execute(text("SET LOCAL enable_seqscan = off"))
             rows = conn.exec_driver_sql("EXPLAIN " + str(compiled), params)
             return "\n".join(row[0] for row in rows)
-        rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled), params)
+        positional = tuple(params[name] for name in compiled.positiontup)
+        rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled), positional)
         return "\n".join(str(row[-1]) for row in rows)
 
 
