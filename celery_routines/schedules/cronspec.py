@@ -1,0 +1,129 @@
+"""Parsing and validating 5-field cron expressions; calendar-day matching.
+
+croniter does the parsing and the day matching (day-of-month, month and
+day-of-week with their ``L``, ``W`` and ``#`` extensions and the usual rule
+that a restricted day-of-month OR a restricted day-of-week matches). We only
+ever hand croniter *naive* dates, where it is plain calendar arithmetic: its
+aware-datetime iteration gets fixed-hour crons wrong across DST (it fires
+``30 2 * * *`` twice in Rome on 2026-10-25 and at 03:00 instead of 03:30 on
+2026-03-29; see FIELD-NOTES "Time"), so the DST rules live in ``cron.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+
+from croniter import CroniterBadDateError, CroniterError, croniter
+
+from celery_routines.errors import ScheduleError
+
+__all__ = ["CronSpec", "days_from", "days_until", "parse_cron"]
+
+_EXPECTED = "expected 5 fields: minute hour day-of-month month day-of-week"
+
+# croniter's non-standard shorthands we refuse: '@daily' and friends hide the
+# fields from anyone reading the database, and 'R' (random) / 'H' (hashed)
+# fields are not deterministic without a seed we do not store.
+_ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_RANDOM_OR_HASHED = re.compile(r"(?<![a-z])[hr](?![a-z])", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class CronSpec:
+    """A validated cron expression, split into what ``cron.py`` needs."""
+
+    expression: str
+    """The expression with its whitespace normalised to single spaces."""
+    minutes_of_day: tuple[int, ...]
+    """Ascending ``hour * 60 + minute`` of every matching time of day."""
+    minutes_by_hour: tuple[tuple[int, tuple[int, ...]], ...]
+    """``minutes_of_day`` grouped by hour: ``((hour, (minute of day, ...)), ...)``."""
+    real_time: bool
+    """True when the hour field is a wildcard or a step (or covers all 24 hours)."""
+    day_expression: str
+    """``0 0 <day-of-month> <month> <day-of-week>``: matches the firing dates."""
+
+
+def _invalid(expression: object, problem: str) -> ScheduleError:
+    return ScheduleError(f"cron expression {expression!r} is invalid: {problem}; {_EXPECTED}")
+
+
+def parse_cron(expression: str) -> CronSpec:
+    """Validate ``expression`` and split it; :class:`ScheduleError` if unusable."""
+    if not isinstance(expression, str):
+        raise _invalid(expression, f"expected a string, got {type(expression).__name__}")
+    fields = expression.split()
+    if len(fields) == 1 and fields[0].lower() in _ALIASES:
+        alias = fields[0].lower()
+        raise _invalid(expression, f"write {_ALIASES[alias]!r} instead of {alias!r}")
+    if len(fields) != 5:
+        raise _invalid(expression, f"it has {len(fields)} fields")
+    normalised = " ".join(fields)
+    if _RANDOM_OR_HASHED.search(normalised):
+        raise _invalid(expression, "random (R) and hashed (H) fields are not supported")
+    try:
+        valid = croniter.is_valid(normalised)
+        expanded, _nth = croniter.expand(normalised)
+    except (CroniterError, ValueError, TypeError, KeyError, IndexError) as exc:
+        raise _invalid(expression, str(exc) or type(exc).__name__) from exc
+    if not valid:
+        raise _invalid(expression, "croniter rejects it")
+
+    minutes = range(60) if expanded[0] == ["*"] else sorted(int(m) for m in expanded[0])
+    hours = range(24) if expanded[1] == ["*"] else sorted(int(h) for h in expanded[1])
+    hour_field = fields[1]
+    # "0-23" is a wildcard in all but spelling; treat it like "*".
+    real_time = "*" in hour_field or "/" in hour_field or len(set(hours)) == 24
+    spec = CronSpec(
+        expression=normalised,
+        minutes_of_day=tuple(h * 60 + m for h in hours for m in minutes),
+        minutes_by_hour=tuple((h, tuple(h * 60 + m for m in minutes)) for h in hours),
+        real_time=real_time,
+        day_expression=f"0 0 {fields[2]} {fields[3]} {fields[4]}",
+    )
+    if next(days_from(spec, date(2000, 1, 1)), None) is None:
+        raise _invalid(
+            expression,
+            f"it never fires (day-of-month {fields[2]!r} never occurs in month {fields[3]!r})",
+        )
+    return spec
+
+
+def days_from(spec: CronSpec, first: date) -> Iterator[date]:
+    """Matching calendar dates ``>= first``, ascending (ends only near year 9999)."""
+    # croniter's get_next is strictly after its start: start one second earlier.
+    start = datetime.combine(first, time()) - timedelta(seconds=1)
+    walker = croniter(spec.day_expression, start, ret_type=datetime)
+    while True:
+        try:
+            found = walker.get_next(datetime)
+        except (CroniterBadDateError, OverflowError, ValueError):
+            # No match within croniter's 50-year search, or the calendar ran out.
+            return
+        yield found.date()
+
+
+def days_until(spec: CronSpec, last: date) -> Iterator[date]:
+    """Matching calendar dates ``<= last``, descending (ends only near year 1)."""
+    try:
+        start = datetime.combine(last + timedelta(days=1), time())
+    except OverflowError:
+        start = datetime.combine(last, time(23, 59))
+    walker = croniter(spec.day_expression, start, ret_type=datetime)
+    while True:
+        try:
+            found = walker.get_prev(datetime)
+        except (CroniterBadDateError, OverflowError, ValueError):
+            return
+        yield found.date()
