@@ -1,0 +1,21 @@
+"""Deterministic idempotency keys for windows (contract guarantee 2).
+
+The key is the routine name plus the window's instant written in the
+routine's zone with its offset, e.g. ``nightly@2026-03-29T03:30:00+02:00``.
+Writing the offset keeps the two passes of a repeated autumn hour apart
+(``02:30+02:00`` vs ``02:30+01:00``) while staying readable to operators.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from celery_routines.schedules.zones import aware_utc, load_zone
+
+__all__ = ["window_key"]
+
+
+def window_key(routine_name: str, window_utc: datetime, timezone: str) -> str:
+    """``<routine_name>@<window in timezone, ISO 8601 with offset>``."""
+    local = aware_utc(window_utc, "window_utc").astimezone(load_zone(timezone))
+    return f"{routine_name}@{local.isoformat()}"

@@ -1,0 +1,195 @@
+"""Turning what users write (and what the database stores) into schedules.
+
+``parse_schedule`` accepts everything the contract lists for ``routine()``: a
+5-field cron string, a ``timedelta``, a number of seconds, or a Celery
+``crontab``/``schedule`` object. ``schedule_from_columns`` rebuilds a schedule
+from a ``routines`` row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, timedelta, tzinfo
+from zoneinfo import ZoneInfo
+
+from celery.schedules import BaseSchedule, crontab, schedule
+from croniter import croniter
+
+from celery_routines.errors import ScheduleError
+from celery_routines.schedules.base import Schedule
+from celery_routines.schedules.cron import CronSchedule
+from celery_routines.schedules.interval import IntervalSchedule
+
+__all__ = ["crontab_to_cron", "parse_schedule", "schedule_from_columns"]
+
+
+def parse_schedule(value: object, timezone: str) -> Schedule:
+    """A :class:`Schedule` for ``value``, reading cron fields in ``timezone``.
+
+    A Celery ``crontab`` that carries its own ``tz`` keeps it. Anything else
+    raises :class:`ScheduleError` naming the type and the value.
+    """
+    if isinstance(value, CronSchedule | IntervalSchedule):
+        return value
+    # bool is an int subclass: `routine(True)` is a mistake, not one second.
+    if isinstance(value, bool):
+        raise _unsupported(value)
+    if isinstance(value, str):
+        if _is_number(value):
+            raise ScheduleError(
+                f"schedule {value!r} is a string: pass a number or a timedelta for an "
+                "interval in seconds, or a 5-field cron expression"
+            )
+        return CronSchedule(value, timezone)
+    if isinstance(value, timedelta):
+        return IntervalSchedule(value.total_seconds())
+    if isinstance(value, int | float):
+        return IntervalSchedule(value)
+    if isinstance(value, crontab):
+        return CronSchedule(crontab_to_cron(value), _crontab_zone(value) or timezone)
+    if isinstance(value, schedule):
+        # `relative=True` (round to the interval's resolution) has no meaning
+        # here: our windows are anchored on the previous window.
+        return IntervalSchedule(value.run_every.total_seconds())
+    raise _unsupported(value)
+
+
+def schedule_from_columns(
+    cron: str | None, interval_seconds: float | None, timezone: str
+) -> Schedule:
+    """The schedule of a stored row; exactly one of the two columns is set."""
+    if (cron is None) == (interval_seconds is None):
+        raise ScheduleError(
+            f"set exactly one of cron or interval_seconds (got cron={cron!r}, "
+            f"interval_seconds={interval_seconds!r})"
+        )
+    if cron is not None:
+        return CronSchedule(cron, timezone)
+    assert interval_seconds is not None  # narrowed by the check above
+    return IntervalSchedule(interval_seconds)
+
+
+def _unsupported(value: object) -> ScheduleError:
+    return ScheduleError(
+        f"cannot use {type(value).__name__} {value!r} as a schedule: expected a 5-field cron "
+        "string, a timedelta, a number of seconds, or a celery crontab/schedule"
+    )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+# -- Celery crontab -> cron string -------------------------------------------
+
+# (attribute holding Celery's expanded set, attribute with the original spec,
+#  the full range of values, cron field name)
+_CRONTAB_FIELDS = (
+    ("minute", "_orig_minute", range(60), "minute"),
+    ("hour", "_orig_hour", range(24), "hour"),
+    ("day_of_month", "_orig_day_of_month", range(1, 32), "day-of-month"),
+    ("month_of_year", "_orig_month_of_year", range(1, 13), "month"),
+    ("day_of_week", "_orig_day_of_week", range(7), "day-of-week"),
+)
+
+
+def crontab_to_cron(value: crontab) -> str:
+    """The 5-field cron expression that fires when ``value`` would.
+
+    Each field keeps the user's spelling when croniter reads it as the same set
+    Celery does; otherwise it is written as Celery's expanded list. Celery
+    fires only on days matching BOTH day-of-month and day-of-week, while cron
+    fires when EITHER matches, so a crontab restricting both is refused.
+    """
+    fields: list[str] = []
+    for expanded_attr, orig_attr, full, _name in _CRONTAB_FIELDS:
+        wanted = set(getattr(value, expanded_attr))
+        original = getattr(value, orig_attr, "*")
+        if wanted == set(full) and expanded_attr in ("day_of_month", "day_of_week"):
+            # A full day field must be '*': cron ORs restricted day fields.
+            fields.append("*")
+        elif isinstance(original, str | int) and not isinstance(original, bool):
+            fields.append(str(original).strip().replace(" ", ""))
+        else:
+            fields.append(_compact(wanted))
+    for index, (expanded_attr, _orig, full, _name) in enumerate(_CRONTAB_FIELDS):
+        if _croniter_set(fields, index, full) != set(getattr(value, expanded_attr)):
+            fields[index] = _compact(set(getattr(value, expanded_attr)))
+    if fields[2] != "*" and fields[4] != "*":
+        raise ScheduleError(
+            f"cannot convert {value!r}: Celery fires only on days matching both "
+            f"day_of_month={value._orig_day_of_month!r} and "
+            f"day_of_week={value._orig_day_of_week!r}, a cron expression fires when either "
+            "matches; restrict only one of them, or write the cron expression yourself"
+        )
+    return " ".join(fields)
+
+
+def _croniter_set(fields: list[str], index: int, full: range) -> set[int] | None:
+    """How croniter reads field ``index`` of ``fields``; None if it cannot."""
+    probe = ["*"] * 5
+    probe[index] = fields[index]
+    try:
+        expanded = croniter.expand(" ".join(probe))[0][index]
+    except Exception:  # croniter raises several unrelated types for bad input
+        return None
+    if expanded == ["*"]:
+        return set(full)
+    return {int(v) % 7 if index == 4 else int(v) for v in expanded}
+
+
+def _compact(values: Iterable[int]) -> str:
+    """``{1, 2, 3, 5}`` -> ``'1-3,5'``."""
+    ordered = sorted(values)
+    parts: list[str] = []
+    start = prev = ordered[0]
+    for v in [*ordered[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ",".join(parts)
+
+
+def _crontab_zone(value: crontab) -> str | None:
+    """The IANA name of a zone set on the crontab itself, if any.
+
+    Celery 5.7's ``crontab`` takes no ``tz`` argument; ``tz`` is a cached
+    property that reads ``app.timezone``. A zone counts as the crontab's own
+    only when it was assigned to the instance (``c.tz = ZoneInfo(...)``) or a
+    subclass overrides ``tz``. We never evaluate the cached property itself: it
+    would reach for the current app.
+    """
+    if "tz" in vars(value):
+        zone = vars(value)["tz"]
+    elif type(value).tz is not BaseSchedule.tz:
+        zone = value.tz
+    else:
+        return None
+    return _zone_name(zone, value)
+
+
+def _zone_name(zone: object, value: crontab) -> str | None:
+    if zone is None:
+        return None
+    if isinstance(zone, str):
+        return zone
+    if isinstance(zone, ZoneInfo):
+        return zone.key
+    if zone is UTC:
+        return "UTC"
+    name = getattr(zone, "zone", None)  # pytz zones
+    if isinstance(name, str):
+        return name
+    if isinstance(zone, tzinfo) and zone.utcoffset(None) == timedelta(0):
+        return "UTC"
+    raise ScheduleError(
+        f"cannot read the time zone {zone!r} of {value!r}: give the crontab a "
+        "zoneinfo.ZoneInfo, or pass timezone='Europe/Rome' (an IANA name) to the routine"
+    )

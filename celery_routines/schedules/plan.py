@@ -1,0 +1,156 @@
+"""The catch-up planner: which due windows go out now and which are skipped.
+
+Pure: the beat tick passes the schedule, the routine's due window and the
+instant it read from its clock, and carries out the returned :class:`FirePlan`.
+Missed windows are never materialised: a routine that was down for a year
+is planned from ``count_windows``/``last_windows`` (arithmetic), so the cost
+depends on ``catch_up_cap``, not on the length of the outage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from celery_routines.errors import ScheduleError
+from celery_routines.schedules.base import Schedule
+from celery_routines.schedules.zones import aware_utc
+
+__all__ = ["POLICIES", "FirePlan", "SkippedWindows", "plan_due"]
+
+POLICIES = ("catch_up", "latest", "skip_to_next")
+"""Allowed values of the ``catch_up`` option."""
+
+
+@dataclass(frozen=True)
+class SkippedWindows:
+    """A run of windows skipped for one reason, summarised in one row."""
+
+    reason: str
+    """``"catch_up_cap"``, ``"latest"``, ``"skip_to_next"`` or ``"late"``."""
+    count: int
+    first: datetime
+    """The oldest skipped window (UTC)."""
+    last: datetime
+    """The newest skipped window (UTC)."""
+
+
+@dataclass(frozen=True)
+class FirePlan:
+    """What one tick does for one due routine."""
+
+    send: tuple[datetime, ...]
+    """Windows to send now, oldest first (UTC)."""
+    skipped: tuple[SkippedWindows, ...]
+    """Summaries of skipped windows, at most one per reason, oldest first."""
+    next_run_at: datetime
+    """The first window strictly after ``now``, on the chain of the due windows
+    (an interval stays anchored on its previous windows): the new due time."""
+
+
+def plan_due(
+    schedule: Schedule,
+    due_window: datetime,
+    now: datetime,
+    *,
+    catch_up: str = "catch_up",
+    catch_up_cap: int = 25,
+    max_lateness: float | None = None,
+) -> FirePlan:
+    """Plan a routine whose window ``due_window`` has come (``due_window <= now``).
+
+    The due windows are ``due_window`` plus every window in ``(due_window, now]``.
+    One due window is a normal fire. More is a recovery, handled by the
+    ``catch_up`` policy: ``"catch_up"`` sends the newest ``catch_up_cap``,
+    ``"latest"`` the newest one, ``"skip_to_next"`` none; the rest are
+    summarised. A window that would go out more than ``max_lateness`` seconds
+    after its time is skipped as ``"late"`` instead of sent.
+    """
+    _check_options(catch_up, catch_up_cap, max_lateness)
+    due_window = aware_utc(due_window, "due_window")
+    now = aware_utc(now, "now")
+    if due_window > now:
+        # Nothing is due yet; keep the due time as it is.
+        return FirePlan(send=(), skipped=(), next_run_at=due_window)
+
+    later = _count(schedule, due_window, now)  # due windows after due_window
+    total = 1 + later
+    if total == 1:
+        keep, policy_reason = 1, None
+    else:
+        keep = {"catch_up": min(catch_up_cap, total), "latest": 1, "skip_to_next": 0}[catch_up]
+        policy_reason = "catch_up_cap" if catch_up == "catch_up" else catch_up
+
+    # `tail`: the newest `keep` due windows plus, when anything is dropped, the
+    # newest dropped one, ascending. Only these are ever listed.
+    wanted = min(keep + 1, total)
+    tail = _last(schedule, due_window, now, min(wanted, later))
+    if len(tail) < wanted:  # the oldest wanted window is due_window itself
+        tail = [due_window, *tail]
+    kept = tail[len(tail) - keep :] if keep else []
+    skipped: list[SkippedWindows] = []
+    dropped = total - keep
+    if dropped and policy_reason is not None:
+        newest_dropped = tail[len(tail) - keep - 1]
+        skipped.append(SkippedWindows(policy_reason, dropped, due_window, newest_dropped))
+
+    if max_lateness is not None:
+        limit = timedelta(seconds=max_lateness)
+        late = [w for w in kept if now - w > limit]  # a prefix: `kept` is ascending
+        if late:
+            skipped.append(SkippedWindows("late", len(late), late[0], late[-1]))
+            kept = kept[len(late) :]
+
+    # Continue the chain from the newest due window rather than from `now`: an
+    # interval is anchored on its previous window (10:00, 10:05, ... stays on
+    # that grid after an outage); for a cron both give the same instant.
+    next_run_at = aware_utc(schedule.next_after(tail[-1]), "next_after")
+    if next_run_at <= now:
+        # Only a schedule whose count disagrees with its own next_after gets
+        # here; never let it leave the routine due in a hot loop.
+        next_run_at = aware_utc(schedule.next_after(now), "next_after")
+    if next_run_at <= now:
+        raise ScheduleError(
+            f"{schedule.describe()} returned {next_run_at.isoformat()} as the next window "
+            f"after {now.isoformat()}; a schedule must move forward"
+        )
+    return FirePlan(send=tuple(kept), skipped=tuple(skipped), next_run_at=next_run_at)
+
+
+def _check_options(catch_up: str, catch_up_cap: int, max_lateness: float | None) -> None:
+    if catch_up not in POLICIES:
+        allowed = ", ".join(repr(p) for p in POLICIES)
+        raise ScheduleError(f"catch_up must be one of {allowed}, got {catch_up!r}")
+    if isinstance(catch_up_cap, bool) or not isinstance(catch_up_cap, int) or catch_up_cap < 1:
+        raise ScheduleError(f"catch_up_cap must be a positive integer, got {catch_up_cap!r}")
+    if max_lateness is not None and (
+        isinstance(max_lateness, bool)
+        or not isinstance(max_lateness, int | float)
+        or not math.isfinite(max_lateness)
+        or max_lateness < 0
+    ):
+        raise ScheduleError(
+            f"max_lateness must be None or a number of seconds >= 0, got {max_lateness!r}"
+        )
+
+
+# Our schedules count and list the tail arithmetically; any other object that
+# satisfies the bare Schedule protocol is walked (slowly, but correctly).
+
+
+def _count(schedule: Schedule, after: datetime, until: datetime) -> int:
+    count = getattr(schedule, "count_windows", None)
+    if count is not None:
+        return int(count(after, until))
+    return sum(1 for _ in schedule.windows(after, until))
+
+
+def _last(schedule: Schedule, after: datetime, until: datetime, n: int) -> list[datetime]:
+    if n <= 0:
+        return []
+    last = getattr(schedule, "last_windows", None)
+    if last is not None:
+        return list(last(after, until, n))
+    return list(deque(schedule.windows(after, until), maxlen=n))
