@@ -114,7 +114,9 @@ class TickEngine:
             except ScheduleError as exc:
                 self._invalid(record, exc, now, holder=None)
                 continue
-            first = schedule.next_after(now)
+            # From the whole second, so interval windows (and their keys) do
+            # not carry the adoption instant's microseconds forever.
+            first = schedule.next_after(now.replace(microsecond=0))
             first_windows.append(Advance(record.id, first))
             logger.info("adopted %s: %s, first window %s", record.name, schedule.describe(), first)
         return self.store.routines.adopt(first_windows, now)

@@ -30,6 +30,7 @@ app.conf.update(
     broker_transport_options={
         "data_folder_in": str(BROKER),
         "data_folder_out": str(BROKER),
+        "control_folder": str(VAR / "control"),
         "polling_interval": 0.5,
     },
     # Where routines and their runs live; SQLite is the embedded default.

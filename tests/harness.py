@@ -24,7 +24,11 @@ def filesystem_app(folder: Path, database_url: str, **conf: Any) -> Celery:
     app = Celery("routines_test", set_as_current=False)
     app.conf.update(
         broker_url="filesystem://",
-        broker_transport_options={"data_folder_in": str(folder), "data_folder_out": str(folder)},
+        broker_transport_options={
+            "data_folder_in": str(folder),
+            "data_folder_out": str(folder),
+            "control_folder": str(folder / "control"),
+        },
         **{"routines_database_url": database_url, "beat_max_loop_interval": 300, **conf}
     )
     return app

@@ -199,19 +199,21 @@ class RoutineQueries:
 
     def next_wakeup(self, now: datetime) -> datetime | None:
         """The earliest instant at which this beat may have something to do:
-        the next future window, or the expiry of another beat's claim on a due
-        routine (so a survivor takes over within the lock TTL)."""
-        upcoming = select(func.min(c.next_run_at)).where(ACTIVE, c.next_run_at > now)
+        the oldest window of a routine nobody holds (in the past if one fell
+        due while this tick ran), or the expiry of another beat's claim on a
+        due routine (so a survivor takes over within the lock TTL)."""
+        unheld = or_(c.locked_until.is_(None), c.locked_until < now)
+        earliest_window = select(func.min(c.next_run_at)).where(ACTIVE, unheld)
         claim_expiry = select(func.min(c.locked_until)).where(
             ACTIVE, c.next_run_at <= now, c.locked_until >= now
         )
         with self.engine.connect() as conn:
-            candidates = [conn.execute(upcoming).scalar(), conn.execute(claim_expiry).scalar()]
+            candidates = [
+                conn.execute(earliest_window).scalar(),
+                conn.execute(claim_expiry).scalar(),
+            ]
         present = [instant for instant in candidates if instant is not None]
-        if not present:
-            return None
-        earliest = min(present)
-        return earliest if earliest.tzinfo else earliest.replace(tzinfo=now.tzinfo)
+        return min(present) if present else None
 
     # -- lookups -------------------------------------------------------------
 
