@@ -26,9 +26,12 @@ class Ceiling:
 
     def __post_init__(self) -> None:
         limit = self.limit
-        if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(
-            limit
-        ) or limit <= 0:
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int | float)
+            or not math.isfinite(limit)
+            or limit <= 0
+        ):
             raise ScheduleError(f"ceiling limit must be a positive number, got {limit!r}")
         if self.per not in PERIODS:
             raise ScheduleError(

@@ -107,7 +107,7 @@ def _check_name(name: Any, task_name: Any) -> None:
             name[:40] + "...",
             f"name is {len(name)} characters long; at most {NAME_MAX_LENGTH} are allowed",
         )
-    if any(ch.isspace() and ch != " " or ord(ch) < 32 for ch in name):
+    if any((ch.isspace() and ch != " ") or ord(ch) < 32 for ch in name):
         raise InvalidRoutine(name, "name must not contain control characters or line breaks")
 
 

@@ -16,9 +16,12 @@ def spend(amount: float, unit: str = "fires") -> None:
     Outside a routine run (a task called directly, or not by beat) it does
     nothing, so the same task code works in both cases.
     """
-    if isinstance(amount, bool) or not isinstance(amount, int | float) or not math.isfinite(
-        amount
-    ) or amount < 0:
+    if (
+        isinstance(amount, bool)
+        or not isinstance(amount, int | float)
+        or not math.isfinite(amount)
+        or amount < 0
+    ):
         raise RoutinesError(f"spend amount must be a non-negative number, got {amount!r}")
     if not isinstance(unit, str) or not unit:
         raise RoutinesError(f"spend unit must be a non-empty string, got {unit!r}")

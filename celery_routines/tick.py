@@ -281,7 +281,9 @@ class TickEngine:
         We hold the routine's claim now, so that beat's claim expired; sending
         its row again is safe because the worker claims a run once.
         """
-        conflicted = [_window(run) for item in ready for run in item.sends if run.id not in inserted]
+        conflicted = [
+            _window(run) for item in ready for run in item.sends if run.id not in inserted
+        ]
         if not conflicted:
             return {}
         return {

@@ -70,7 +70,9 @@ def store(database_url: str) -> Iterator[Store]:
 @pytest.fixture(scope="session")
 def redis_db() -> Iterator[int]:
     if not services.port_open(services.REDIS_HOST, services.REDIS_PORT):
-        services.unavailable("Redis", f"nothing listens on {services.REDIS_HOST}:{services.REDIS_PORT}")
+        services.unavailable(
+            "Redis", f"nothing listens on {services.REDIS_HOST}:{services.REDIS_PORT}"
+        )
     import redis
 
     number = services.free_redis_db()

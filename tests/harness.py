@@ -29,7 +29,7 @@ def filesystem_app(folder: Path, database_url: str, **conf: Any) -> Celery:
             "data_folder_out": str(folder),
             "control_folder": str(folder / "control"),
         },
-        **{"routines_database_url": database_url, "beat_max_loop_interval": 300, **conf}
+        **{"routines_database_url": database_url, "beat_max_loop_interval": 300, **conf},
     )
     return app
 
@@ -38,7 +38,7 @@ def redis_app(broker_url: str, database_url: str, **conf: Any) -> Celery:
     app = Celery("routines_test", set_as_current=False)
     app.conf.update(
         broker_url=broker_url,
-        **{"routines_database_url": database_url, "beat_max_loop_interval": 300, **conf}
+        **{"routines_database_url": database_url, "beat_max_loop_interval": 300, **conf},
     )
     return app
 

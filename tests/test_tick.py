@@ -111,7 +111,9 @@ def test_an_invalid_sql_row_gets_last_error_is_retried_once_a_minute_and_blocks_
         assert "Mars/Olympus_Mons" in nowhere.last_error
         complaints = [r for r in caplog.records if "'broken'" in r.getMessage()]
         assert 4 <= len(complaints) <= 6  # once a minute, not once a tick
-        assert len([m for m in published(broker_folder) if m["routine"] == "healthy"]) == 9  # 12:00:30 .. 12:04:30
+        assert (
+            len([m for m in published(broker_folder) if m["routine"] == "healthy"]) == 9
+        )  # 12:00:30 .. 12:04:30
         # Fixed by the operator: it resumes from now, with no burst.
         with store.engine.begin() as conn:
             conn.execute(text("UPDATE routines SET cron = '*/5 * * * *' WHERE name = 'broken'"))

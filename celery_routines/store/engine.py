@@ -18,7 +18,9 @@ def make_engine(url: str) -> Engine:
     try:
         parsed = make_url(url)
     except Exception as exc:
-        raise ConfigurationError(f"routines_database_url {url!r} is not a SQLAlchemy URL: {exc}")
+        raise ConfigurationError(
+            f"routines_database_url {url!r} is not a SQLAlchemy URL: {exc}"
+        ) from None
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
         raise ConfigurationError(

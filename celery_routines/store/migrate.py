@@ -34,9 +34,7 @@ def head_revision() -> str:
 
 def current_revision(engine: Engine) -> str | None:
     with engine.connect() as connection:
-        context = MigrationContext.configure(
-            connection, opts={"version_table": VERSION_TABLE}
-        )
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
         return context.get_current_revision()
 
 

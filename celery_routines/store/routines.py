@@ -7,7 +7,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Select, and_, bindparam, func, or_, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    Select,
+    and_,
+    bindparam,
+    func,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from .models import Routine
@@ -99,9 +110,7 @@ class RoutineQueries:
     def adopt(self, first_windows: Iterable[Advance], now: datetime) -> int:
         """Give unscheduled routines their first window; a row another beat
         adopted meanwhile is left as it is."""
-        params = [
-            {"rid": a.routine_id, "nra": a.next_run_at, "now": now} for a in first_windows
-        ]
+        params = [{"rid": a.routine_id, "nra": a.next_run_at, "now": now} for a in first_windows]
         if not params:
             return 0
         stmt = (

@@ -40,14 +40,29 @@ def run_counts(store: Store) -> dict[tuple[str, str], int]:
 
 def start(tmp_path: Path, env: dict[str, str], scheduler: str = "celery_routines.Scheduler"):
     worker = CeleryProcess(
-        ["worker", "--pool", "solo", "--loglevel", "INFO", "--without-heartbeat",
-         "--without-mingle", "--without-gossip"],
+        [
+            "worker",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+            "--without-heartbeat",
+            "--without-mingle",
+            "--without-gossip",
+        ],
         env,
         tmp_path / "worker.log",
     )
     beat = CeleryProcess(
-        ["beat", "-S", scheduler, "--loglevel", "INFO",
-         "--schedule", str(tmp_path / "celerybeat-schedule")],
+        [
+            "beat",
+            "-S",
+            scheduler,
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(tmp_path / "celerybeat-schedule"),
+        ],
         env,
         tmp_path / "beat.log",
     )
@@ -64,8 +79,10 @@ def test_beat_and_worker_on_postgres_and_redis_run_routines_to_success(
     processes = start(tmp_path, env, scheduler)
     try:
         wait_until(
-            lambda: run_counts(pg_store).get(("tick", "succeeded"), 0) >= 3
-            and run_counts(pg_store).get(("legacy-entry", "succeeded"), 0) >= 1,
+            lambda: (
+                run_counts(pg_store).get(("tick", "succeeded"), 0) >= 3
+                and run_counts(pg_store).get(("legacy-entry", "succeeded"), 0) >= 1
+            ),
             timeout=60,
             what="three succeeded runs of 'tick' and one of the beat_schedule entry",
             logs=list(processes),

@@ -12,8 +12,10 @@ from celery_routines.store import Store
 def explain(store: Store, statement: object) -> str:
     with store.engine.begin() as conn:
         compiled = statement.compile(conn)  # type: ignore[attr-defined]
-        params = {k: v.replace(tzinfo=None) if isinstance(v, datetime) else v
-                  for k, v in compiled.params.items()}
+        params = {
+            k: v.replace(tzinfo=None) if isinstance(v, datetime) else v
+            for k, v in compiled.params.items()
+        }
         if store.engine.dialect.name == "postgresql":
             # An empty table is cheaper to scan; make the planner choose honestly.
             conn.execute(text("SET LOCAL enable_seqscan = off"))

@@ -9,8 +9,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from celery_routines.store import Advance, NewRun, Store
-from celery_routines.store import migrate
+from celery_routines.store import Advance, NewRun, Store, migrate
 from celery_routines.store.models import Base
 
 T0 = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
@@ -22,7 +21,9 @@ def add_routine(store: Store, name: str, **columns: object) -> int:
     params = ", ".join(f":{k}" for k in values)
     with store.engine.begin() as conn:
         conn.execute(text(f"INSERT INTO routines ({names}) VALUES ({params})"), values)
-        return conn.execute(text("SELECT id FROM routines WHERE name = :n"), {"n": name}).scalar_one()
+        return conn.execute(
+            text("SELECT id FROM routines WHERE name = :n"), {"n": name}
+        ).scalar_one()
 
 
 def new_run(routine_id: int, key: str, attempt: int = 1) -> NewRun:
@@ -39,19 +40,40 @@ def test_migrations_create_the_contract_tables_and_match_the_models(store: Store
     inspector = inspect(store.engine)
     routine_columns = {c["name"] for c in inspector.get_columns("routines")}
     assert {
-        "id", "name", "task", "cron", "interval_seconds", "timezone", "enabled", "next_run_at",
-        "paused", "suspended_until", "suspended_reason", "last_error",
+        "id",
+        "name",
+        "task",
+        "cron",
+        "interval_seconds",
+        "timezone",
+        "enabled",
+        "next_run_at",
+        "paused",
+        "suspended_until",
+        "suspended_reason",
+        "last_error",
     } <= routine_columns
     run_columns = {c["name"] for c in inspector.get_columns("routine_runs")}
     assert {
-        "id", "routine_id", "idempotency_key", "attempt", "scheduled_for", "state", "reason",
-        "retry_at", "created_at", "started_at", "finished_at", "spend",
+        "id",
+        "routine_id",
+        "idempotency_key",
+        "attempt",
+        "scheduled_for",
+        "state",
+        "reason",
+        "retry_at",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "spend",
     } <= run_columns
     assert migrate.current_revision(store.engine) == migrate.head_revision()
     with store.engine.connect() as conn:
         context = MigrationContext.configure(conn)
         diff = [
-            d for d in compare_metadata(context, Base.metadata)
+            d
+            for d in compare_metadata(context, Base.metadata)
             if not (isinstance(d, tuple) and "routines_alembic_version" in str(d))
         ]
     assert diff == []
@@ -98,9 +120,7 @@ def test_a_claim_excludes_other_beats_until_its_ttl_expires(store: Store) -> Non
     later = T0 + timedelta(seconds=59)
     assert store.routines.claim_due(later, "beat-2", 60, 10) == []
     expired = T0 + timedelta(seconds=61)
-    assert [r.locked_by for r in store.routines.claim_due(expired, "beat-2", 60, 10)] == [
-        "beat-2"
-    ]
+    assert [r.locked_by for r in store.routines.claim_due(expired, "beat-2", 60, 10)] == ["beat-2"]
     # The beat whose claim expired can no longer advance the routine.
     assert store.routines.advance([Advance(rid, T0 + timedelta(minutes=1))], "beat-1", T0) == 0
     assert store.routines.advance([Advance(rid, T0 + timedelta(minutes=1))], "beat-2", T0) == 1
@@ -111,9 +131,7 @@ def test_a_claim_excludes_other_beats_until_its_ttl_expires(store: Store) -> Non
 
 def test_due_rows_come_oldest_first_and_at_most_the_batch(store: Store) -> None:
     ids = [add_routine(store, f"r{i}") for i in range(5)]
-    store.routines.adopt(
-        [Advance(rid, T0 - timedelta(minutes=i)) for i, rid in enumerate(ids)], T0
-    )
+    store.routines.adopt([Advance(rid, T0 - timedelta(minutes=i)) for i, rid in enumerate(ids)], T0)
     claimed = store.routines.claim_due(T0, "beat", 60, 3)
     assert [r.name for r in claimed] == ["r4", "r3", "r2"]
 
@@ -124,8 +142,12 @@ def test_paused_disabled_and_future_rows_are_not_due(store: Store) -> None:
     disabled = add_routine(store, "disabled", enabled=False)
     future = add_routine(store, "future")
     store.routines.adopt(
-        [Advance(due, T0), Advance(paused, T0), Advance(disabled, T0),
-         Advance(future, T0 + timedelta(seconds=1))],
+        [
+            Advance(due, T0),
+            Advance(paused, T0),
+            Advance(disabled, T0),
+            Advance(future, T0 + timedelta(seconds=1)),
+        ],
         T0,
     )
     assert [r.name for r in store.routines.claim_due(T0, "beat", 60, 10)] == ["due"]
@@ -152,8 +174,13 @@ def test_next_wakeup_is_the_next_window_or_another_beats_claim_expiry(store: Sto
 
 
 def test_upsert_keeps_runtime_state_and_resets_a_changed_schedule(store: Store) -> None:
-    definition = {"name": "poll", "task": "t.poll", "cron": None, "interval_seconds": 60.0,
-                  "timezone": None}
+    definition = {
+        "name": "poll",
+        "task": "t.poll",
+        "cron": None,
+        "interval_seconds": 60.0,
+        "timezone": None,
+    }
     store.routines.upsert_definitions([definition], T0)
     rid = store.routines.by_name("poll").id
     store.routines.adopt([Advance(rid, T0 + timedelta(minutes=1))], T0)

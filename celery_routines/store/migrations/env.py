@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from celery_routines.store.models import Base
-
 from celery_routines.store.migrations.env_settings import VERSION_TABLE
+from celery_routines.store.models import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - only when run through the alembic CLI

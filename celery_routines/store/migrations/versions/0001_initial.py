@@ -40,9 +40,7 @@ def upgrade() -> None:
         sa.Column("max_lateness", sa.Float(), nullable=True),
         sa.Column("overlap", sa.String(16), nullable=False, server_default=sa.text("'skip'")),
         sa.Column("max_retries", sa.Integer(), nullable=False, server_default=sa.text("4")),
-        sa.Column(
-            "retry_base_seconds", sa.Float(), nullable=False, server_default=sa.text("60")
-        ),
+        sa.Column("retry_base_seconds", sa.Float(), nullable=False, server_default=sa.text("60")),
         sa.Column("ceiling", sa.Text(), nullable=True),
         sa.Column("next_run_at", UTCDateTime(), nullable=True),
         sa.Column("paused", sa.Boolean(), nullable=False, server_default=sa.text("false")),
@@ -98,9 +96,7 @@ def upgrade() -> None:
             "routine_id", "idempotency_key", "attempt", name="uq_routine_runs_window_attempt"
         ),
     )
-    op.create_index(
-        "ix_routine_runs_routine_created", "routine_runs", ["routine_id", "created_at"]
-    )
+    op.create_index("ix_routine_runs_routine_created", "routine_runs", ["routine_id", "created_at"])
     op.create_index(
         "ix_routine_runs_open",
         "routine_runs",
