@@ -12,6 +12,7 @@ Within a minute the log shows routines being sent and tasks succeeding.
 from __future__ import annotations
 
 import logging
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from celery import Celery
 from celery_routines import register, routine
 
 HERE = Path(__file__).resolve().parent
-VAR = HERE / "var"
+VAR = Path(os.environ.get("QUICKSTART_VAR", HERE / "var"))
 BROKER = VAR / "broker"
 BROKER.mkdir(parents=True, exist_ok=True)
 
