@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import Engine
 
 from . import migrate
+from .admin_queries import AdminQueries
 from .engine import make_engine
 from .records import NewRun, RoutineRecord, RunRecord
 from .routines import Advance, RoutineQueries
@@ -20,6 +21,7 @@ class Store:
         self.engine = engine
         self.routines = RoutineQueries(engine)
         self.runs = RunQueries(engine)
+        self.admin = AdminQueries(engine)
 
     @classmethod
     def from_url(cls, url: str) -> Store:

@@ -1,0 +1,145 @@
+"""Queries for the operator surface (``celery routines``, :mod:`celery_routines.admin`).
+
+Read-mostly: listings across routines and runs, and the two writes operators
+make on a routine (pause, resume). Every value is a bound parameter, so a
+routine called ``x'; DROP TABLE routines; --`` is only a name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, func, select, update
+
+from .models import OPEN_STATES, Routine, RoutineRun
+from .records import RUN_RECORD_FIELDS, RunRecord
+
+routines = Routine.__table__
+runs = RoutineRun.__table__
+RUN_COLUMNS = [runs.c[name] for name in RUN_RECORD_FIELDS]
+
+
+@dataclass(frozen=True)
+class NamedRun:
+    """A run with the name of its routine (listings span routines)."""
+
+    routine_name: str
+    run: RunRecord
+
+
+def _run(row: Any) -> RunRecord:
+    return RunRecord(**{name: row._mapping[name] for name in RUN_RECORD_FIELDS})
+
+
+def _named(row: Any) -> NamedRun:
+    return NamedRun(routine_name=row._mapping["routine_name"], run=_run(row))
+
+
+class AdminQueries:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # -- run listings --------------------------------------------------------
+
+    def runs(
+        self,
+        *,
+        routine_id: int | None = None,
+        states: Sequence[str] | None = None,
+        since: datetime | None = None,
+        limit: int = 50,
+    ) -> list[NamedRun]:
+        """Newest first; ``since`` filters on when the row was written."""
+        query = select(routines.c.name.label("routine_name"), *RUN_COLUMNS).join(
+            routines, routines.c.id == runs.c.routine_id
+        )
+        if routine_id is not None:
+            query = query.where(runs.c.routine_id == routine_id)
+        if states:
+            query = query.where(runs.c.state.in_(list(states)))
+        if since is not None:
+            query = query.where(runs.c.created_at >= since)
+        query = query.order_by(
+            runs.c.created_at.desc(), runs.c.scheduled_for.desc(), runs.c.attempt.desc()
+        ).limit(limit)
+        with self.engine.connect() as conn:
+            return [_named(row) for row in conn.execute(query)]
+
+    def latest_runs(self) -> dict[int, RunRecord]:
+        """The newest run row of every routine that has one (for "last outcome")."""
+        ranked = select(
+            *RUN_COLUMNS,
+            func.row_number()
+            .over(
+                partition_by=runs.c.routine_id,
+                order_by=(runs.c.created_at.desc(), runs.c.attempt.desc(), runs.c.id.desc()),
+            )
+            .label("rank"),
+        ).subquery()
+        query = select(*[ranked.c[name] for name in RUN_RECORD_FIELDS]).where(ranked.c.rank == 1)
+        with self.engine.connect() as conn:
+            return {row.routine_id: _run(row) for row in conn.execute(query)}
+
+    def attempts(self, routine_id: int, idempotency_key: str) -> list[RunRecord]:
+        """Every attempt of one window, oldest attempt first."""
+        query = (
+            select(*RUN_COLUMNS)
+            .where(runs.c.routine_id == routine_id, runs.c.idempotency_key == idempotency_key)
+            .order_by(runs.c.attempt)
+        )
+        with self.engine.connect() as conn:
+            return [_run(row) for row in conn.execute(query)]
+
+    def open_runs(self, routine_id: int) -> list[RunRecord]:
+        query = (
+            select(*RUN_COLUMNS)
+            .where(runs.c.routine_id == routine_id, runs.c.state.in_(OPEN_STATES))
+            .order_by(runs.c.created_at)
+        )
+        with self.engine.connect() as conn:
+            return [_run(row) for row in conn.execute(query)]
+
+    def spent_rows(self, routine_id: int, start: datetime, end: datetime) -> list[RunRecord]:
+        """Runs written in ``[start, end)`` that went out (skips cost nothing)."""
+        query = select(*RUN_COLUMNS).where(
+            runs.c.routine_id == routine_id,
+            runs.c.created_at >= start,
+            runs.c.created_at < end,
+            runs.c.state != "skipped",
+        )
+        with self.engine.connect() as conn:
+            return [_run(row) for row in conn.execute(query)]
+
+    # -- operator writes -----------------------------------------------------
+
+    def pause(self, routine_id: int, now: datetime) -> bool:
+        """True if the routine was running and is now paused."""
+        stmt = (
+            update(routines)
+            .where(routines.c.id == routine_id, routines.c.paused.is_(False))
+            .values(paused=True, updated_at=now)
+        )
+        with self.engine.begin() as conn:
+            return conn.execute(stmt).rowcount == 1
+
+    def resume(
+        self, routine_id: int, next_run_at: datetime | None, now: datetime, *, keep_next: bool
+    ) -> bool:
+        """True if the routine was paused and now runs again.
+
+        Unless ``keep_next``, the next window is replaced by ``next_run_at``
+        (computed from now by the caller), so the paused windows are not due.
+        """
+        values: dict[str, object] = {"paused": False, "updated_at": now}
+        if not keep_next:
+            values["next_run_at"] = next_run_at
+        stmt = (
+            update(routines)
+            .where(routines.c.id == routine_id, routines.c.paused.is_(True))
+            .values(**values)
+        )
+        with self.engine.begin() as conn:
+            return conn.execute(stmt).rowcount == 1
