@@ -1,0 +1,454 @@
+"""``celery -A proj routines ...``: the operator's command.
+
+Registered as a Celery 5 sub-command (entry point group ``celery.commands``),
+so it runs with the app Celery loaded from ``-A``. This module only parses
+arguments and prints; :mod:`celery_routines.admin` decides. Every error is one
+line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+from sqlalchemy.exc import SQLAlchemyError
+
+from .admin import (
+    MAX_BACKFILL,
+    BackfillResult,
+    PauseResult,
+    RoutineDetail,
+    Routines,
+    RunView,
+    SendResult,
+    WindowView,
+    preview,
+)
+from .dispatch import SEND_FAILED
+from .errors import RoutinesError
+from .store.models import RUN_STATES
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _errors(command: F) -> F:
+    """Our errors and bad values become one clean line and exit code 1."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (RoutinesError, ValueError, LookupError) as exc:
+            raise click.ClickException(_one_line(exc)) from None
+        except SQLAlchemyError as exc:
+            # The driver's message is multi-line; its first line names the cause.
+            cause = getattr(exc, "orig", None) or exc
+            raise click.ClickException(f"database error: {_one_line(cause)}") from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _admin(ctx: click.Context) -> Routines:
+    app = getattr(ctx.obj, "app", None)
+    if app is None:
+        from celery import current_app
+
+        app = current_app._get_current_object()
+    admin = Routines(app)
+    ctx.call_on_close(admin.close)
+    return admin
+
+
+# -- printing ------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        data = {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, BackfillResult):
+            data.update(sent=value.sent, existing=value.existing, failed=value.failed)
+        return data
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _print_json(value: Any) -> None:
+    click.echo(json.dumps(_jsonable(value), indent=2))
+
+
+def _utc(instant: datetime | None) -> str:
+    return instant.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if instant else "-"
+
+
+def _local(instant: datetime | None) -> str:
+    # The zone abbreviation (CET/CEST) shows which side of a transition it is.
+    return instant.strftime("%Y-%m-%d %H:%M:%S %Z") if instant else "-"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _windows(windows: Sequence[WindowView]) -> None:
+    for w in windows:
+        note = f"  ({w.note})" if w.note else ""
+        click.echo(f"  {_utc(w.utc)}   {_local(w.local)}{note}")
+
+
+def _runs_table(runs: Sequence[RunView]) -> None:
+    if not runs:
+        click.echo("no runs")
+        return
+    _table(
+        ["RUN ID", "ROUTINE", "WINDOW", "ATTEMPT", "STATE", "REASON", "WRITTEN"],
+        [
+            (
+                r.id,
+                r.routine,
+                r.idempotency_key.split("@", 1)[-1],
+                r.attempt,
+                r.state,
+                r.reason or r.error,
+                _utc(r.created_at),
+            )
+            for r in runs
+        ],
+    )
+
+
+def _send_line(result: SendResult) -> str:
+    if result.outcome == SEND_FAILED:
+        return f"NOT SENT {result.idempotency_key} (run {result.run_id}): {result.error}"
+    if result.outcome == "exists":
+        return f"already stored {result.idempotency_key} ({result.existing_state}): not sent again"
+    return f"sent {result.idempotency_key} attempt {result.attempt} as run {result.run_id}"
+
+
+def _fail_if_not_sent(results: Sequence[SendResult]) -> None:
+    failed = [r for r in results if r.outcome == SEND_FAILED]
+    if failed:
+        raise click.ClickException(
+            f"{len(failed)} run(s) could not be sent: {failed[0].error}; "
+            "they are recorded as failed and can be replayed"
+        )
+
+
+# -- the commands --------------------------------------------------------------
+
+
+@click.group(name="routines")
+def routines() -> None:
+    """Inspect and operate celery-routines (the database-backed beat)."""
+
+
+@routines.command(name="list")
+@json_option
+@click.pass_context
+@_errors
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """Every stored routine: schedule, next run, state and last outcome."""
+    summaries = _admin(ctx).list()
+    if as_json:
+        _print_json(summaries)
+        return
+    if not summaries:
+        click.echo("no routines stored (beat writes the ones declared in code when it starts)")
+        return
+    _table(
+        ["NAME", "SCHEDULE", "TIMEZONE", "NEXT RUN (UTC)", "NEXT RUN (LOCAL)", "STATE", "LAST"],
+        [
+            (
+                s.name,
+                s.schedule,
+                s.timezone,
+                _utc(s.next_run_utc),
+                _local(s.next_run_local),
+                s.state,
+                s.last_outcome,
+            )
+            for s in summaries
+        ],
+    )
+
+
+@routines.command()
+@click.argument("name")
+@click.option("-n", "windows", default=5, show_default=True, help="How many next windows.")
+@json_option
+@click.pass_context
+@_errors
+def show(ctx: click.Context, name: str, windows: int, as_json: bool) -> None:
+    """One routine: definition, next windows with DST notes, spend this period."""
+    detail = _admin(ctx).show(name, windows=windows)
+    if as_json:
+        _print_json(detail)
+        return
+    _print_detail(detail)
+
+
+def _print_detail(detail: RoutineDetail) -> None:
+    s = detail.summary
+    click.echo(f"{s.name}  [{s.state}]")
+    click.echo(f"  schedule:  {s.schedule} ({s.timezone})")
+    for key, value in detail.definition.items():
+        click.echo(
+            f"  {key + ':':<20} {json.dumps(value) if not isinstance(value, str) else value}"
+        )
+    click.echo(f"  {'last outcome:':<20} {s.last_outcome or '-'} at {_utc(s.last_run_at)}")
+    click.echo(f"  {'open runs:':<20} {detail.open_runs}")
+    if detail.last_error:
+        click.echo(f"  {'invalid:':<20} {detail.last_error}")
+    if detail.suspended_until:
+        click.echo(
+            f"  {'suspended until:':<20} {_utc(detail.suspended_until)} "
+            f"({detail.suspended_reason or 'no reason recorded'})"
+        )
+    if detail.schedule_error:
+        click.echo(f"  schedule cannot be computed: {detail.schedule_error}")
+    else:
+        click.echo(f"next {len(detail.next_windows)} windows (UTC, then {s.timezone}):")
+        _windows(detail.next_windows)
+    if detail.ceilings:
+        click.echo("spend this period:")
+        for c in detail.ceilings:
+            click.echo(
+                f"  {c.spent:g} of {c.limit:g} {c.unit} per {c.per} "
+                f"({_utc(c.period_start)} to {_utc(c.period_end)})"
+            )
+
+
+@routines.command()
+@click.argument("name", required=False)
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(RUN_STATES),
+    help="Only runs in this state (repeatable).",
+)
+@click.option("--since", help="Only runs written since: 2026-11-30, 2026-11-30T08:00, 2h, 7d.")
+@click.option("--limit", default=50, show_default=True, help="At most this many, newest first.")
+@json_option
+@click.pass_context
+@_errors
+def runs(
+    ctx: click.Context,
+    name: str | None,
+    states: tuple[str, ...],
+    since: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Run rows, newest first, of one routine or all. A date without an
+    offset is UTC."""
+    found = _admin(ctx).runs(name, state=list(states), since=since, limit=limit)
+    if as_json:
+        _print_json(found)
+    else:
+        _runs_table(found)
+
+
+@routines.command()
+@click.option("--since", help="Only skips written since: 2026-11-30, 2h, 7d (UTC).")
+@click.option("--limit", default=1000, show_default=True, help="At most this many, newest first.")
+@json_option
+@click.pass_context
+@_errors
+def skips(ctx: click.Context, since: str | None, limit: int, as_json: bool) -> None:
+    """Every decision not to fire (skipped run rows) with its reason and count."""
+    found = _admin(ctx).skips(since=since, limit=limit)
+    if as_json:
+        _print_json(found)
+        return
+    if not found:
+        click.echo("no skips")
+        return
+    _table(
+        ["ROUTINE", "REASON", "COUNT", "FIRST WINDOW", "LAST WINDOW", "WRITTEN", "RUN ID"],
+        [
+            (
+                r.routine,
+                r.reason,
+                r.skipped_count or 1,
+                _utc(r.skipped_first or r.scheduled_for),
+                _utc(r.skipped_last or r.scheduled_for),
+                _utc(r.created_at),
+                r.id,
+            )
+            for r in found
+        ],
+    )
+
+
+@routines.command()
+@click.argument("name")
+@json_option
+@click.pass_context
+@_errors
+def pause(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Stop firing NAME until it is resumed (no retries are scheduled meanwhile)."""
+    _print_pause(_admin(ctx).pause(name), as_json)
+
+
+@routines.command()
+@click.argument("name")
+@click.option(
+    "--catch-up",
+    is_flag=True,
+    help="Treat the paused time like downtime: leave the next window where it was, "
+    "so beat replays missed windows under the routine's catch_up policy and cap.",
+)
+@json_option
+@click.pass_context
+@_errors
+def resume(ctx: click.Context, name: str, catch_up: bool, as_json: bool) -> None:
+    """Fire NAME again.
+
+    By default a pause is a decision, not an outage: the windows that fell due
+    while paused are recorded as one skipped run (reason "paused") and the
+    routine continues with its first window after now, so a long pause never
+    comes back as a burst, whatever its catch_up policy. Pass --catch-up to
+    let the catch_up policy decide instead.
+    """
+    _print_pause(_admin(ctx).resume(name, catch_up=catch_up), as_json)
+
+
+def _print_pause(result: PauseResult, as_json: bool) -> None:
+    if as_json:
+        _print_json(result)
+        return
+    verb = "paused" if result.paused else "resumed"
+    if not result.changed:
+        click.echo(f"{result.routine} was already {'paused' if result.paused else 'running'}")
+        return
+    line = f"{verb} {result.routine}; next window {_utc(result.next_run_at)}"
+    if result.skipped_windows:
+        line += f"; {result.skipped_windows} window(s) missed while paused recorded as skipped"
+    click.echo(line)
+
+
+@routines.command()
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Send even over an open run or a spent ceiling.")
+@json_option
+@click.pass_context
+@_errors
+def trigger(ctx: click.Context, name: str, force: bool, as_json: bool) -> None:
+    """Send NAME now under a manual key (NAME@manual:<uuid>) that never collides
+    with a window. Refused while an open run exists under overlap skip/queue, or
+    when a ceiling is spent, unless --force."""
+    result = _admin(ctx).trigger(name, force=force)
+    _print_json(result) if as_json else click.echo(_send_line(result))
+    _fail_if_not_sent([result])
+
+
+@routines.command()
+@click.argument("run_id")
+@click.option("--force", is_flag=True, help="Send even over an open run or a spent ceiling.")
+@json_option
+@click.pass_context
+@_errors
+def replay(ctx: click.Context, run_id: str, force: bool, as_json: bool) -> None:
+    """Resend a failed, skipped or lost run as the next attempt of its window."""
+    result = _admin(ctx).replay(run_id, force=force)
+    _print_json(result) if as_json else click.echo(_send_line(result))
+    _fail_if_not_sent([result])
+
+
+@routines.command()
+@click.argument("name")
+@click.option("--from", "start", required=True, help="First instant (in the routine's zone).")
+@click.option("--to", "end", required=True, help="Last instant, not in the future.")
+@click.option(
+    "--max",
+    "max_windows",
+    default=MAX_BACKFILL,
+    show_default=True,
+    help="Refuse a range with more windows than this.",
+)
+@click.option("--force", is_flag=True, help="Send even over an open run or a spent ceiling.")
+@json_option
+@click.pass_context
+@_errors
+def backfill(
+    ctx: click.Context,
+    name: str,
+    start: str,
+    end: str,
+    max_windows: int,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """Send the windows of NAME from --from to --to (both included), oldest first.
+
+    Each window goes out under its own window key, so a window that already
+    has a run (sent by beat, skipped, or backfilled before) is not sent again:
+    running the same backfill twice sends nothing the second time. Replay a
+    skipped window with `replay RUN_ID`. Dates without an offset are read in
+    the routine's timezone.
+    """
+    result = _admin(ctx).backfill(name, start, end, max_windows=max_windows, force=force)
+    if as_json:
+        _print_json(result)
+    else:
+        for window in result.windows:
+            click.echo(_send_line(window))
+        click.echo(
+            f"{result.routine}: {len(result.windows)} window(s) from {_utc(result.start)} "
+            f"to {_utc(result.end)}: {result.sent} sent, {result.existing} already stored, "
+            f"{result.failed} failed"
+        )
+    _fail_if_not_sent(result.windows)
+
+
+@routines.command()
+@json_option
+@click.pass_context
+@_errors
+def migrate(ctx: click.Context, as_json: bool) -> None:
+    """Apply the schema migrations to routines_database_url (beat also does at start)."""
+    result = _admin(ctx).migrate()
+    if as_json:
+        _print_json(result)
+    elif result.before == result.after:
+        click.echo(f"{result.database} is up to date (revision {result.after})")
+    else:
+        click.echo(f"{result.database} migrated from {result.before or 'empty'} to {result.after}")
+
+
+@routines.command(name="preview")
+@click.argument("cron")
+@click.option("--tz", "timezone", default="UTC", show_default=True, help="IANA time zone.")
+@click.option("--from", "start", help="Start (inclusive), read in --tz; default now.")
+@click.option("-n", "count", default=10, show_default=True, help="How many windows.")
+@json_option
+@_errors
+def preview_(cron: str, timezone: str, start: str | None, count: int, as_json: bool) -> None:
+    """The windows CRON would fire in --tz, with DST notes. Needs no database."""
+    windows = preview(cron, timezone, start, count)
+    if as_json:
+        _print_json(windows)
+        return
+    click.echo(f"{cron!r} in {timezone} (UTC, then local):")
+    _windows(windows)
