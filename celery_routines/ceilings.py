@@ -1,19 +1,133 @@
-"""Spend ceilings: how much a routine may spend per period.
+"""Spend ceilings: how much a routine may spend per period, and what to do about it.
 
-Enforcement (the before-send and after-run checks, suspension) is not built
-yet; see the README's "Not yet" section.
+Everything here is pure (STYLE "Catch-up, lateness and ceiling decisions are
+pure functions too"): the caller reads the clock and the usage, these
+functions decide, the beat tick and the worker carry the decision out.
+
+Periods
+=======
+
+A period is a half-open span ``[start, end)`` of real instants, read in the
+routine's time zone (:func:`period_bounds`):
+
+* ``day``, ``week`` and ``month`` run from local midnight to local midnight
+  (of the next day, of the next ISO Monday, of the next 1st). Their length
+  follows the local calendar: 23 or 25 hours on a DST day, 743 or 745 hours in
+  the month holding the change. A midnight is turned into an instant as "the
+  first instant at or after local midnight": a repeated midnight (a clock set
+  back from 01:00 to 00:00) is its first occurrence, and a midnight that does
+  not exist (America/Santiago and Asia/Beirut start DST *at* midnight: the
+  clock goes from 23:59:59 straight to 01:00) is the instant of the jump,
+  which the local clock reads as 01:00. A whole calendar day that never
+  happened (Pacific/Apia skipped 2011-12-30) is an empty period that contains
+  no instant.
+* ``hour`` is a real hour of the local clock: it starts when the local clock
+  reads ``HH:00`` and never spans a change of UTC offset. Where offsets change
+  by whole hours (Europe/Rome, America/New_York) every hour period is exactly
+  60 real minutes: the repeated autumn hour is two periods (02:00-03:00 CEST,
+  then 02:00-03:00 CET), each with its own budget, and on the spring day the
+  hour after 01:00 is 03:00-04:00 with nothing in between. Where the offset
+  moves by 30 minutes (Australia/Lord_Howe) the period holding the change is
+  cut at it, so it lasts 30 minutes: in spring 02:30-03:00 (the clock skips
+  02:00-02:30), in autumn 01:30-02:00 the second time round. An hour period is
+  never longer than 60 real minutes, so an hourly ceiling is never diluted.
+
+Which runs a period holds
+=========================
+
+A run is charged to the period containing its ``created_at``: the instant
+beat wrote its row, just before sending it (see
+:class:`celery_routines.store.spend_queries.SpendQueries`). For an ordinary
+fire that is the window's instant plus the tick's latency. A catch-up replay
+or a retry is charged to the period in which it actually goes out, which is
+also the period whose end :func:`decide_before_send` suspends the routine
+until; charging it to its window (``scheduled_for``) would let a recovery
+after a three-day outage spend today from yesterday's budget with nothing to
+suspend. Each run that went out costs 1 ``fires`` from the moment its row is
+written (``pending``, ``sent`` and ``running`` included), plus whatever else
+``spend()`` recorded when it finished. Skipped rows and rows whose message
+was never published (``failed`` with reason ``send_failed``) cost nothing.
+
+The overspend bound
+===================
+
+Beat checks before each send (:func:`decide_before_send`), the worker after
+each run (:func:`decide_after_run`). Several beats and many workers may run
+at once; what holds per routine and period is:
+
+* ``fires``: never more than ``ceil(limit)`` runs are sent, because a run's
+  fire is counted from the moment its row is written, before its message
+  goes out, and only the beat holding the routine's claim writes its rows
+  (a beat whose claim expired writes the same windows again, and the unique
+  ``(routine_id, idempotency_key, attempt)`` refuses them). The fires total
+  can pass the limit only by extra fires a task reports itself with
+  ``spend(n, "fires")``.
+* any other unit (money, emails): a run's amount is known only when it
+  finishes, so the total may pass the limit by what is spent by the runs
+  *already in flight* (rows ``pending``/``sent``/``running``) when the run
+  that crossed the limit recorded its spend, plus the runs of the one tick
+  that read the usage just before that record was committed (at most the
+  windows one tick sends for the routine: 1, or up to ``catch_up_cap`` in a
+  recovery). From the commit on, every before-send check sees the limit
+  crossed, so no further run is sent in that period. With ``overlap="skip"``
+  (the default) at most one run is in flight, so the bound is the amount of
+  one or two runs.
+* a run lost by a killed worker records no spend: it counts as 1 fire and
+  nothing else.
+
+Suspension
+==========
+
+On exhaustion the routine is suspended until the end of the exhausted
+period, that is the start of the next one (the latest such end when several
+ceilings are exhausted at once, since it may resume only when all have
+reset). The windows inside the suspension are summarised as one ``skipped``
+row with reason ``ceiling`` (:func:`plan_suspended`), and the routine resumes
+by itself at the first window at or after the period turns.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from .errors import ScheduleError
+from .schedules.base import Schedule
+from .schedules.plan import SkippedWindows, _count, _last
+from .schedules.zones import aware_utc, instants_of_wall_time, load_zone
+
+__all__ = [
+    "FIRES",
+    "PERIODS",
+    "Ceiling",
+    "CeilingDecision",
+    "SuspendedPlan",
+    "Suspension",
+    "decide_after_run",
+    "decide_before_send",
+    "parse_ceilings",
+    "period_bounds",
+    "plan_suspended",
+    "suspension_reason",
+]
 
 PERIODS = ("hour", "day", "week", "month")
 UNIT_MAX_LENGTH = 32
+FIRES = "fires"
+"""The unit every run costs one of, whether or not the task reports spend."""
+CEILING_REASON = "ceiling"
+"""The ``reason`` of the skipped row summarising a suspension's windows."""
+
+# Amounts are decimal money reported as floats: ten runs of 0.1 must reach a
+# limit of 1.0 even though 0.1 has no exact binary value.
+_RELATIVE_TOLERANCE = 1e-9
+_HOUR = timedelta(hours=1)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True)
@@ -22,7 +136,7 @@ class Ceiling:
 
     limit: float
     per: str = "day"
-    unit: str = "fires"
+    unit: str = FIRES
 
     def __post_init__(self) -> None:
         limit = self.limit
@@ -45,3 +159,340 @@ class Ceiling:
 
     def as_json(self) -> dict[str, Any]:
         return {"limit": self.limit, "per": self.per, "unit": self.unit}
+
+    def describe(self) -> str:
+        """``100 fires/day``."""
+        return f"{_number(self.limit)} {self.unit}/{self.per}"
+
+
+# -- stored rows ---------------------------------------------------------------
+
+_CEILING_KEYS = frozenset({"limit", "per", "unit"})
+
+
+def parse_ceilings(json_text: str | None) -> tuple[Ceiling, ...]:
+    """The ceilings stored in ``routines.ceiling``; empty for NULL.
+
+    The column holds a JSON list of ``{"limit", "per", "unit"}`` objects
+    (``per`` defaults to ``"day"``, ``unit`` to ``"fires"``). A single object
+    is accepted too, since that is what someone writing the row by hand
+    means. Anything else raises :class:`ScheduleError` naming the bad value,
+    so the tick can mark the routine invalid instead of firing it unchecked.
+    """
+    if json_text is None or not json_text.strip():
+        return ()
+    try:
+        value = json.loads(json_text)
+    except ValueError as exc:
+        raise ScheduleError(f"ceiling is not valid JSON ({exc}): {json_text!r}") from None
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, dict) else value
+    if not isinstance(items, list):
+        raise ScheduleError(
+            'ceiling must be a JSON list of {"limit": ..., "per": ..., "unit": ...} objects, '
+            f"got {json_text!r}"
+        )
+    ceilings = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise ScheduleError(
+                f'each ceiling must be a JSON object like {{"limit": 100, "per": "day"}}, '
+                f"got {item!r}"
+            )
+        unknown = set(item) - _CEILING_KEYS
+        if unknown:
+            raise ScheduleError(
+                f"ceiling {item!r} has unknown key(s) {', '.join(sorted(unknown))}; "
+                "use limit, per and unit"
+            )
+        if "limit" not in item:
+            raise ScheduleError(f"ceiling {item!r} has no limit")
+        ceilings.append(
+            Ceiling(item["limit"], per=item.get("per", "day"), unit=item.get("unit", FIRES))
+        )
+    units = [c.unit for c in ceilings]
+    if len(units) != len(set(units)):
+        raise ScheduleError(f"at most one ceiling per unit, got units {units!r}")
+    return tuple(ceilings)
+
+
+# -- periods -------------------------------------------------------------------
+
+
+def period_bounds(
+    instant: datetime, per: str, timezone: str | ZoneInfo
+) -> tuple[datetime, datetime]:
+    """``(start, end)`` in aware UTC of the ``per`` period holding ``instant``.
+
+    Half-open: ``start <= instant < end``, and ``end`` is the next period's
+    start. See the module docstring for DST, half-hour shifts and missing
+    midnights.
+    """
+    instant = aware_utc(instant, "instant")
+    zone = _zone(timezone)
+    if per == "hour":
+        return _hour_bounds(instant, zone)
+    if per in ("day", "week", "month"):
+        return _calendar_bounds(instant, per, zone)
+    raise ScheduleError(f"ceiling period {per!r} is unknown; use one of {', '.join(PERIODS)}")
+
+
+def _zone(timezone: str | ZoneInfo) -> ZoneInfo:
+    return timezone if isinstance(timezone, ZoneInfo) else load_zone(timezone)
+
+
+def _offset(instant: datetime, zone: ZoneInfo) -> timedelta:
+    # A ZoneInfo has an offset for every aware instant; `or` only satisfies typing.
+    return instant.astimezone(zone).utcoffset() or timedelta(0)
+
+
+def _hour_bounds(instant: datetime, zone: ZoneInfo) -> tuple[datetime, datetime]:
+    # Work with the offset in force at the instant: it says which of two
+    # repeated wall hours we are in, and the hour it gives is a real hour.
+    offset = _offset(instant, zone)
+    wall = instant.replace(tzinfo=None) + offset
+    start = wall.replace(minute=0, second=0, microsecond=0) - offset
+    start = start.replace(tzinfo=UTC)
+    end = start + _HOUR
+    # tzdata never changes a zone's offset twice within days, so at most one
+    # change falls in [start, end): cut the period there.
+    if _offset(start, zone) != offset:
+        start = _offset_change(start, instant, zone)
+    last = end - _MICROSECOND
+    if _offset(last, zone) != offset:
+        end = _offset_change(instant, last, zone)
+    return start, end
+
+
+def _offset_change(before: datetime, after: datetime, zone: ZoneInfo) -> datetime:
+    """The first instant in ``(before, after]`` whose offset differs from
+    ``before``'s; there must be exactly one change in between."""
+    old = _offset(before, zone)
+    low, high = before, after  # invariant: offset(low) == old != offset(high)
+    while high - low > _MICROSECOND:
+        middle = low + (high - low) / 2
+        if _offset(middle, zone) == old:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def _local_midnight(day: date, zone: ZoneInfo) -> datetime:
+    """The first instant at or after local midnight of ``day`` (aware UTC)."""
+    wall = datetime.combine(day, time())
+    found = instants_of_wall_time(wall, zone)
+    if found:
+        return found[0]  # a repeated midnight: its first occurrence
+    # Midnight is in a spring gap: the clock jumped over it. For a time in a
+    # gap, fold=1 maps with the offset after the jump (an instant before it)
+    # and fold=0 with the offset before (an instant at or after it).
+    before = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    after = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    return _offset_change(before, after, zone)
+
+
+def _period_first_day(day: date, per: str) -> date:
+    if per == "week":
+        return day - timedelta(days=day.weekday())  # ISO weeks start on Monday
+    if per == "month":
+        return day.replace(day=1)
+    return day
+
+
+def _next_first_day(day: date, per: str) -> date:
+    if per == "week":
+        return day + timedelta(days=7)
+    if per == "month":
+        return date(day.year + day.month // 12, day.month % 12 + 1, 1)
+    return day + timedelta(days=1)
+
+
+def _calendar_bounds(instant: datetime, per: str, zone: ZoneInfo) -> tuple[datetime, datetime]:
+    first_day = _period_first_day(instant.astimezone(zone).date(), per)
+    # The instant's own local date always starts at or before it: to read a
+    # date the clock either passed its midnight or jumped over it.
+    start = _local_midnight(first_day, zone)
+    next_day = _next_first_day(first_day, per)
+    end = _local_midnight(next_day, zone)
+    # A clock set back across midnight reads yesterday's date after today's
+    # midnight has passed, and a skipped calendar day is an empty period:
+    # both put the instant in a later period than its date says.
+    while instant >= end:
+        start, next_day = end, _next_first_day(next_day, per)
+        end = _local_midnight(next_day, zone)
+    return start, end
+
+
+# -- decisions -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Suspension:
+    """The routine spent its ceiling: suspend it until ``until``."""
+
+    ceiling: Ceiling
+    """The exhausted ceiling whose period ends last."""
+    used: float
+    """How much of the ceiling's unit its period has used (may pass the limit)."""
+    until: datetime
+    """The start of the next period (aware UTC): ``routines.suspended_until``."""
+    reason: str
+    """``routines.suspended_reason``, see :func:`suspension_reason`."""
+
+
+@dataclass(frozen=True)
+class CeilingDecision:
+    """What the before-send check allows."""
+
+    send: int
+    """How many of the wanted windows may go out now (0 when a ceiling is reached)."""
+    suspension: Suspension | None = None
+    """Set when the routine must be suspended: a ceiling was already reached,
+    or the fires sent now reach it."""
+
+    @property
+    def suspend(self) -> bool:
+        return self.suspension is not None
+
+
+def decide_before_send(
+    ceilings: Sequence[Ceiling],
+    used: Mapping[str, float],
+    now: datetime,
+    timezone: str | ZoneInfo,
+    *,
+    wanted: int = 1,
+) -> CeilingDecision:
+    """Beat's check before sending ``wanted`` windows of a routine at ``now``.
+
+    ``used[unit]`` is what the period of that unit's ceiling holding ``now``
+    has used so far, in-flight runs included (``SpendQueries.used_by_ceiling``).
+    A reached ceiling (``used >= limit``) sends nothing. A ``fires`` ceiling
+    also caps the count: each window sent costs one fire, so with 98 of 100
+    used only 2 of 5 wanted windows go out. When the fires sent now reach the
+    limit the routine is suspended at once rather than on its next window.
+    """
+    if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 0:
+        raise ValueError(f"wanted must be a non-negative integer, got {wanted!r}")
+    now = aware_utc(now, "now")
+    send = wanted
+    for ceiling in ceilings:
+        spent = _amount(used, ceiling.unit)
+        if _reached(spent, ceiling.limit):
+            send = 0
+        elif ceiling.unit == FIRES:
+            # Send while the fires used before each send stay under the limit.
+            send = min(send, math.ceil(ceiling.limit - spent - _tolerance(ceiling.limit)))
+    exhausted = []
+    for ceiling in ceilings:
+        after = _amount(used, ceiling.unit) + (send if ceiling.unit == FIRES else 0)
+        if _reached(after, ceiling.limit):
+            exhausted.append((ceiling, after, period_bounds(now, ceiling.per, timezone)[1]))
+    return CeilingDecision(send=send, suspension=_suspension(exhausted, timezone))
+
+
+def decide_after_run(
+    ceilings: Sequence[Ceiling],
+    used: Mapping[str, float],
+    now: datetime,
+    timezone: str | ZoneInfo,
+    *,
+    charged_at: datetime | None = None,
+) -> Suspension | None:
+    """The worker's check after a run finished and its spend was recorded.
+
+    ``charged_at`` is the run's ``created_at`` (default ``now``): the run's
+    spend belongs to the periods holding it, and ``used`` must be read for
+    those periods. A period that already ended by ``now`` suspends nothing,
+    since the next one has a fresh budget.
+    """
+    now = aware_utc(now, "now")
+    charged_at = aware_utc(charged_at, "charged_at") if charged_at is not None else now
+    exhausted = []
+    for ceiling in ceilings:
+        spent = _amount(used, ceiling.unit)
+        if _reached(spent, ceiling.limit):
+            end = period_bounds(charged_at, ceiling.per, timezone)[1]
+            if end > now:
+                exhausted.append((ceiling, spent, end))
+    return _suspension(exhausted, timezone)
+
+
+def suspension_reason(
+    ceiling: Ceiling, used: float, until: datetime, timezone: str | ZoneInfo
+) -> str:
+    """``ceiling 100 fires/day reached (100 used); resumes 2026-12-01 00:00 CET (Europe/Rome)``."""
+    zone = _zone(timezone)
+    local = aware_utc(until, "until").astimezone(zone)
+    return (
+        f"ceiling {ceiling.describe()} reached ({_number(used)} used); "
+        f"resumes {local:%Y-%m-%d %H:%M} {local.tzname()} ({zone.key or zone})"
+    )
+
+
+def _suspension(
+    exhausted: Sequence[tuple[Ceiling, float, datetime]], timezone: str | ZoneInfo
+) -> Suspension | None:
+    if not exhausted:
+        return None
+    # The routine may resume only once every exhausted ceiling has reset;
+    # on a tie the first declared ceiling names the reason.
+    ceiling, spent, until = max(exhausted, key=lambda item: item[2])
+    return Suspension(ceiling, spent, until, suspension_reason(ceiling, spent, until, timezone))
+
+
+def _amount(used: Mapping[str, float], unit: str) -> float:
+    return float(used.get(unit, 0.0))
+
+
+def _tolerance(limit: float) -> float:
+    return abs(limit) * _RELATIVE_TOLERANCE
+
+
+def _reached(spent: float, limit: float) -> bool:
+    return spent >= limit - _tolerance(limit)
+
+
+def _number(value: float) -> str:
+    """``100`` rather than ``100.0``; ``0.36`` rather than ``0.36000000000000004``."""
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(round(float(value), 9))
+
+
+# -- the windows of a suspension -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class SuspendedPlan:
+    """What a tick does with a suspended routine."""
+
+    skipped: SkippedWindows | None
+    """The windows in ``[due_window, until)``, one ``skipped`` row with reason
+    ``ceiling``; ``None`` when none falls inside the suspension."""
+    next_run_at: datetime
+    """The first window at or after ``until``: the routine resumes by itself."""
+
+
+def plan_suspended(schedule: Schedule, due_window: datetime, until: datetime) -> SuspendedPlan:
+    """Skip a suspended routine's windows up to ``until`` (``suspended_until``).
+
+    Counting is arithmetic for our schedules (``count_windows``), so a long
+    suspension of a one-minute routine costs the same as a short one. A
+    window exactly at ``until`` is not skipped: the period turned, it fires.
+    """
+    due_window = aware_utc(due_window, "due_window")
+    until = aware_utc(until, "until")
+    if due_window >= until:
+        return SuspendedPlan(skipped=None, next_run_at=due_window)
+    # Windows are microsecond instants, so (a, until - 1us] is (a, until).
+    inside = until - _MICROSECOND
+    later = _count(schedule, due_window, inside)
+    last = _last(schedule, due_window, inside, 1) if later else [due_window]
+    skipped = SkippedWindows(CEILING_REASON, 1 + later, due_window, last[-1])
+    # Continue the chain from the last skipped window, as the catch-up planner
+    # does: an interval stays on its grid, a cron gives the same instant.
+    next_run_at = aware_utc(schedule.next_after(last[-1]), "next_after")
+    return SuspendedPlan(skipped=skipped, next_run_at=next_run_at)
