@@ -1,0 +1,79 @@
+"""Helpers for the operator-surface tests (admin API and CLI): stored routines
+and runs written through the store's own column types, a Celery app on the
+filesystem broker, and the context Celery hands its sub-commands."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+from celery.bin.base import CLIContext
+from sqlalchemy import insert, update
+
+from celery_routines.store import NewRun, RoutineRecord, Store
+from celery_routines.store.models import Routine, RoutineRun
+from tests.harness import filesystem_app
+
+
+def make_app(folder: Path, database_url: str, **conf: Any) -> Celery:
+    return filesystem_app(folder, database_url, **conf)
+
+
+def add_routine(store: Store, name: str, **columns: Any) -> RoutineRecord:
+    """A routine row (parametrised Core insert, so any name is just a name)."""
+    values: dict[str, Any] = {"name": name, "task": "tasks.noop", **columns}
+    if "cron" not in values and "interval_seconds" not in values:
+        values["cron"] = "*/5 * * * *"
+    with store.engine.begin() as conn:
+        conn.execute(insert(Routine.__table__).values(**values))
+    record = store.routines.by_name(name)
+    assert record is not None
+    return record
+
+
+def set_columns(store: Store, name: str, **values: Any) -> None:
+    table = Routine.__table__
+    with store.engine.begin() as conn:
+        conn.execute(update(table).where(table.c.name == name).values(**values))
+
+
+def add_run(
+    store: Store,
+    routine: RoutineRecord,
+    key: str,
+    state: str,
+    scheduled_for: datetime,
+    created_at: datetime,
+    *,
+    attempt: int = 1,
+    **extra: Any,
+) -> str:
+    """A stored run row in any state, as beat or a worker would leave it."""
+    run_id = str(uuid.uuid4())
+    skip_fields = {k: extra.pop(k) for k in list(extra) if k in ("reason", "skipped_count")}
+    if state == "skipped":
+        skip_fields.setdefault("skipped_count", 1)
+        skip_fields.update(skipped_first=scheduled_for, skipped_last=scheduled_for)
+    run = NewRun(
+        id=run_id,
+        routine_id=routine.id,
+        idempotency_key=key,
+        attempt=attempt,
+        scheduled_for=scheduled_for,
+        state=state,
+        **skip_fields,
+    )
+    assert store.runs.insert_new([run], created_at) == {run_id}
+    if extra:
+        table = RoutineRun.__table__
+        with store.engine.begin() as conn:
+            conn.execute(update(table).where(table.c.id == run_id).values(**extra))
+    return run_id
+
+
+def cli_context(app: Celery) -> CLIContext:
+    """What ``celery -A proj`` puts in ``ctx.obj`` for its sub-commands."""
+    return CLIContext(app=app, no_color=True, workdir=None)
