@@ -29,11 +29,15 @@ from .admin import (
     WindowView,
     preview,
 )
+from .clock import Clock, utc_now
 from .dispatch import SEND_FAILED
 from .errors import RoutinesError
 from .store.models import RUN_STATES
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# The clock the commands read "now" from; tests replace it (never sleep).
+CLOCK: Clock = utc_now
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
@@ -66,7 +70,7 @@ def _admin(ctx: click.Context) -> Routines:
         from celery import current_app
 
         app = current_app._get_current_object()
-    admin = Routines(app)
+    admin = Routines(app, clock=CLOCK)
     ctx.call_on_close(admin.close)
     return admin
 
@@ -446,7 +450,7 @@ def migrate(ctx: click.Context, as_json: bool) -> None:
 @_errors
 def preview_(cron: str, timezone: str, start: str | None, count: int, as_json: bool) -> None:
     """The windows CRON would fire in --tz, with DST notes. Needs no database."""
-    windows = preview(cron, timezone, start, count)
+    windows = preview(cron, timezone, start, count, clock=CLOCK)
     if as_json:
         _print_json(windows)
         return
