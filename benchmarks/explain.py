@@ -1,0 +1,67 @@
+"""EXPLAIN of what our tick asks PostgreSQL.
+
+``explain_tick`` runs one tick while recording every statement it sends, then
+asks PostgreSQL for the plan of each (EXPLAIN ANALYZE inside a transaction
+that is rolled back, so nothing changes), plus the due-query itself
+(``store.routines.due_select``, as the claim runs it: FOR UPDATE SKIP LOCKED).
+Recording at the cursor keeps this independent of how the store builds its
+statements.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+
+EXPLAIN = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "
+
+
+def _plan(conn: Any, sql: str, params: Any) -> str:
+    trans = conn.begin()
+    try:
+        rows = conn.exec_driver_sql(EXPLAIN + sql, params).all()
+    finally:
+        trans.rollback()
+    return "\n".join(row[0] for row in rows)
+
+
+def explain_due_select(store: Any, now: Any, limit: int) -> dict[str, str]:
+    stmt = store.routines.due_select(now, limit).with_for_update(skip_locked=True)
+    compiled = stmt.compile(dialect=store.engine.dialect)
+    params = compiled.construct_params()
+    processors = getattr(compiled, "_bind_processors", {})
+    params = {k: (processors[k](v) if k in processors else v) for k, v in params.items()}
+    with store.engine.connect() as conn:
+        return {"sql": str(compiled), "plan": _plan(conn, str(compiled), params)}
+
+
+def explain_tick(scheduler: Any) -> dict[str, Any]:
+    store = scheduler.store
+    statements: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        if not many:
+            statements.append((statement, parameters))
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        scheduler.tick()
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    now = scheduler._clock()
+    out: dict[str, Any] = {
+        "due_select": explain_due_select(store, now, scheduler.settings.batch_size),
+        "tick_statements": [],
+    }
+    with store.engine.connect() as conn:
+        for sql, params in statements:
+            head = sql.lstrip().split(None, 1)[0].upper()
+            if head not in ("SELECT", "UPDATE", "INSERT", "DELETE", "WITH"):
+                continue
+            try:
+                plan = _plan(conn, sql, params)
+            except Exception as exc:  # a plan we cannot get is reported, not fatal
+                plan = f"(no plan: {type(exc).__name__}: {exc})"
+            out["tick_statements"].append({"sql": " ".join(sql.split()), "plan": plan})
+    return out
