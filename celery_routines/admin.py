@@ -21,11 +21,11 @@ from typing import Any
 from celery import Celery
 from sqlalchemy.engine import make_url
 
+from .ceilings import Ceiling, decide_before_send, parse_ceilings, period_bounds
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
 from .dispatch import EXISTS, SEND_FAILED, SENT, Dispatched, dispatch
 from .errors import InvalidRoutine, RoutinesError, ScheduleError, UnknownRoutine
-from .periods import period_bounds
 from .publish import CeleryPublisher, Publisher
 from .schedules.base import Schedule
 from .schedules.cron import CronSchedule
@@ -592,22 +592,23 @@ class Routines:
             last_run_at=latest.created_at if latest is not None else None,
         )
 
-    def _usage(self, record: RoutineRecord, now: datetime) -> list[CeilingUsage]:
-        if not record.ceiling:
-            return []
+    def _ceilings(self, record: RoutineRecord) -> tuple[Ceiling, ...]:
         try:
-            ceilings = json.loads(record.ceiling)
-        except ValueError:
-            return []
+            return parse_ceilings(record.ceiling)
+        except ScheduleError as exc:
+            raise InvalidRoutine(record.name, str(exc)) from None
+
+    def _usage(self, record: RoutineRecord, now: datetime) -> list[CeilingUsage]:
         usage = []
-        for ceiling in ceilings:
-            start, end = period_bounds(now, ceiling["per"], self._zone_of(record))
-            spent = 0.0
-            for run in self.store.admin.spent_rows(record.id, start, end):
-                spent += _cost(run, ceiling["unit"])
-            usage.append(
-                CeilingUsage(ceiling["unit"], ceiling["per"], ceiling["limit"], spent, start, end)
+        for ceiling in self._ceilings(record):
+            start, end = period_bounds(now, ceiling.per, self._zone_of(record))
+            # The same charging rule as the beat's ceiling check: a run counts
+            # in the period of its created_at; skips and unsent runs are free.
+            spent = sum(
+                _cost(run, ceiling.unit)
+                for run in self.store.admin.spent_rows(record.id, start, end)
             )
+            usage.append(CeilingUsage(ceiling.unit, ceiling.per, ceiling.limit, spent, start, end))
         return usage
 
     def _check_may_send(self, record: RoutineRecord, fires: int, now: datetime) -> None:
@@ -620,14 +621,26 @@ class Routines:
                     f"(oldest {open_runs[0].id}, {open_runs[0].state}) and overlap="
                     f"{record.overlap!r}; wait for it to finish or pass --force"
                 )
-        for usage in self._usage(record, now):
-            needed = fires if usage.unit == "fires" else 0
-            if usage.spent + needed > usage.limit or usage.spent >= usage.limit:
-                raise OperationRefused(
-                    f"routine {record.name!r} has spent {usage.spent:g} of {usage.limit:g} "
-                    f"{usage.unit} this {usage.per} (until {_iso(usage.period_end)}); sending "
-                    f"{fires} more would pass its ceiling; pass --force to send anyway"
-                )
+        usage = self._usage(record, now)
+        if not usage:
+            return
+        decision = decide_before_send(
+            self._ceilings(record),
+            {u.unit: u.spent for u in usage},
+            now,
+            self._zone_of(record),
+            wanted=fires,
+        )
+        if decision.send < fires:
+            spent = "; ".join(
+                f"{u.spent:g} of {u.limit:g} {u.unit} used this {u.per} "
+                f"(until {_iso(u.period_end)})"
+                for u in usage
+            )
+            raise OperationRefused(
+                f"routine {record.name!r}: sending {fires} run(s) would pass its ceiling "
+                f"({spent}); pass --force to send anyway"
+            )
 
     def _dispatch(self, record: RoutineRecord, runs: list[NewRun]) -> list[Dispatched]:
         return dispatch(self.store, self._get_publisher(), record, runs, self.clock)
