@@ -1,0 +1,185 @@
+"""Ceiling queries: what a routine spent in a period, and its suspension.
+
+Which runs a period holds
+-------------------------
+A run is charged to the period holding its ``created_at``, the instant beat
+wrote its row just before publishing it (why not ``scheduled_for``: see the
+module docstring of :mod:`celery_routines.ceilings`). That also makes the
+query an index range scan: ``ix_routine_runs_routine_created`` is
+``(routine_id, created_at)``, so :meth:`SpendQueries.used` reads exactly the
+routine's rows of the period and nothing else. No new index is needed.
+
+What a run costs
+----------------
+Every row that went out costs 1 ``fires`` from the moment it is written:
+``pending``, ``sent`` and ``running`` rows count, so the before-send check
+sees the runs in flight. A finished run adds what its ``spend`` JSON recorded
+(``{"fires": 1, "eur": 0.12}``, written by the worker at finish). ``skipped``
+rows and rows whose message was never published (``failed`` with reason
+``send_failed``; the worker refuses to start them) cost nothing. A ``spend``
+value that is not a JSON object of non-negative numbers (a hand-edited row)
+costs 1 fire and is logged, so one bad row cannot stop the beat.
+
+Summing JSON on SQLite and PostgreSQL
+-------------------------------------
+The two databases spell JSON functions differently, so the database groups
+the period's rows by their ``spend`` text and counts them, and Python parses
+each distinct text once and multiplies. A routine that reports no spend
+(``{"fires": 1}`` or NULL) comes back as one or two groups however many runs
+it had; one reporting varying amounts comes back as at most one group per run
+of the period, still bounded by the index range.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import ColumnElement, Engine, Select, and_, func, or_, select, update
+
+from ..ceilings import FIRES, Ceiling, period_bounds
+from .models import Routine, RoutineRun
+
+logger = logging.getLogger("celery_routines.ceilings")
+
+runs = RoutineRun.__table__
+routines = Routine.__table__
+
+# The reason the beat and the admin dispatch record when the broker refused a
+# message (tick.py, dispatch.SEND_FAILED): nothing went out, nothing was spent.
+SEND_FAILED = "send_failed"
+
+COSTS: ColumnElement[bool] = and_(
+    runs.c.state != "skipped",
+    # Spelled out rather than NOT (...): a NULL reason must count, and
+    # NOT (state = 'failed' AND reason = 'send_failed') is NULL for it.
+    or_(runs.c.state != "failed", runs.c.reason.is_(None), runs.c.reason != SEND_FAILED),
+)
+
+
+class SpendQueries:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # -- usage ---------------------------------------------------------------
+
+    def used_select(self, routine_id: int, start: datetime, end: datetime) -> Select[Any]:
+        """The usage query: a range scan of ``(routine_id, created_at)``."""
+        return (
+            select(runs.c.spend, func.count().label("runs"))
+            .where(
+                runs.c.routine_id == routine_id,
+                runs.c.created_at >= start,
+                runs.c.created_at < end,
+                COSTS,
+            )
+            .group_by(runs.c.spend)
+        )
+
+    def used(self, routine_id: int, start: datetime, end: datetime) -> dict[str, float]:
+        """Units spent by the routine's runs created in ``[start, end)``.
+
+        Always has ``"fires"`` (0.0 when nothing went out).
+        """
+        with self.engine.connect() as conn:
+            groups = conn.execute(self.used_select(routine_id, start, end)).all()
+        parts: dict[str, list[float]] = {FIRES: []}
+        for spend, count in groups:
+            for unit, amount in _cost(spend).items():
+                parts.setdefault(unit, []).append(amount * count)
+        # fsum: ten runs of 0.1 eur add up to 1.0, not 0.9999999999999999.
+        return {unit: math.fsum(amounts) for unit, amounts in parts.items()}
+
+    def used_by_ceiling(
+        self,
+        routine_id: int,
+        ceilings: Sequence[Ceiling],
+        instant: datetime,
+        timezone: str | ZoneInfo,
+    ) -> dict[str, float]:
+        """For each ceiling, its unit's usage in its period holding ``instant``.
+
+        The ``used`` argument of ``decide_before_send`` (``instant`` = now) and
+        ``decide_after_run`` (``instant`` = the run's ``created_at``). One
+        query per distinct period: ceilings sharing a period share it.
+        """
+        by_period: dict[tuple[datetime, datetime], dict[str, float]] = {}
+        used: dict[str, float] = {}
+        for ceiling in ceilings:
+            bounds = period_bounds(instant, ceiling.per, timezone)
+            if bounds not in by_period:
+                by_period[bounds] = self.used(routine_id, *bounds)
+            used[ceiling.unit] = by_period[bounds].get(ceiling.unit, 0.0)
+        return used
+
+    # -- suspension ----------------------------------------------------------
+
+    def suspend(self, routine_id: int, until: datetime, reason: str, now: datetime) -> bool:
+        """Suspend the routine until ``until``; False if it already is for longer.
+
+        Several workers may exhaust ceilings at once: the latest end wins, so
+        a short suspension never cuts a longer one short.
+        """
+        stmt = (
+            update(routines)
+            .where(
+                routines.c.id == routine_id,
+                or_(routines.c.suspended_until.is_(None), routines.c.suspended_until < until),
+            )
+            .values(suspended_until=until, suspended_reason=reason, updated_at=now)
+        )
+        with self.engine.begin() as conn:
+            return conn.execute(stmt).rowcount == 1
+
+    def lift_expired(self, routine_ids: Sequence[int], now: datetime) -> set[int]:
+        """Clear the suspensions of these routines that ended by ``now``.
+
+        Meant for the routines a tick claimed (primary-key lookups), not a
+        scan of every routine: a suspended routine's next window is the first
+        at or after its suspension's end, so the tick that claims it is the
+        one that finds the suspension over. Returns the ids lifted.
+        """
+        if not routine_ids:
+            return set()
+        stmt = (
+            update(routines)
+            .where(
+                routines.c.id.in_(list(routine_ids)),
+                routines.c.suspended_until <= now,
+            )
+            .values(suspended_until=None, suspended_reason=None, updated_at=now)
+            .returning(routines.c.id)
+        )
+        with self.engine.begin() as conn:
+            return {row.id for row in conn.execute(stmt)}
+
+
+def _cost(spend: str | None) -> dict[str, float]:
+    """What one run with this ``spend`` text cost; every run is at least one fire."""
+    cost = {FIRES: 1.0}
+    if spend is None:
+        return cost  # in flight, lost, or finished without a ledger
+    try:
+        recorded = json.loads(spend)
+    except ValueError:
+        recorded = None
+    if not isinstance(recorded, dict):
+        logger.warning("run spend %r is not a JSON object; counted as 1 fire", spend)
+        return cost
+    for unit, amount in recorded.items():
+        if (
+            isinstance(amount, bool)
+            or not isinstance(amount, int | float)
+            or not math.isfinite(amount)
+            or amount < 0
+        ):
+            logger.warning("run spend %r has a bad amount for %r; ignored", spend, unit)
+            continue
+        # A run always costs its own fire, whatever the ledger says.
+        cost[unit] = max(1.0, float(amount)) if unit == FIRES else float(amount)
+    return cost
