@@ -53,27 +53,35 @@ The overspend bound
 
 Beat checks before each send (:func:`decide_before_send`), the worker after
 each run (:func:`decide_after_run`). Several beats and many workers may run
-at once; what holds per routine and period is:
+at once. Assuming every send of a routine (windows, retries, operator sends
+without ``--force``) is decided by the beat or command holding the routine's
+claim, what holds per routine and period is:
 
-* ``fires``: never more than ``ceil(limit)`` runs are sent, because a run's
-  fire is counted from the moment its row is written, before its message
-  goes out, and only the beat holding the routine's claim writes its rows
-  (a beat whose claim expired writes the same windows again, and the unique
-  ``(routine_id, idempotency_key, attempt)`` refuses them). The fires total
-  can pass the limit only by extra fires a task reports itself with
-  ``spend(n, "fires")``.
+* ``fires``: at most ``ceil(limit)`` runs are sent. A run's fire is counted
+  from the moment its row is written, before its message goes out, so the
+  runs in flight are already in ``used``; and rows are written only under
+  the claim (a beat whose claim expired mid-tick writes the same windows
+  again, and the unique ``(routine_id, idempotency_key, attempt)`` refuses
+  them). The fires total passes the limit only by extra fires tasks report
+  themselves with ``spend(n, "fires")``. Celery's own ``self.retry()`` runs
+  the same row again and costs no second fire.
 * any other unit (money, emails): a run's amount is known only when it
-  finishes, so the total may pass the limit by what is spent by the runs
-  *already in flight* (rows ``pending``/``sent``/``running``) when the run
-  that crossed the limit recorded its spend, plus the runs of the one tick
-  that read the usage just before that record was committed (at most the
-  windows one tick sends for the routine: 1, or up to ``catch_up_cap`` in a
-  recovery). From the commit on, every before-send check sees the limit
-  crossed, so no further run is sent in that period. With ``overlap="skip"``
-  (the default) at most one run is in flight, so the bound is the amount of
-  one or two runs.
+  finishes. Let X be the run whose recorded spend first makes
+  ``used >= limit``. The period's total is at most ``limit`` plus the amounts
+  of the runs in flight (``pending``/``sent``/``running``) when X's finish
+  was committed, X included, plus the runs of the one tick that read the
+  usage just before that commit (1 window, or up to ``catch_up_cap`` in a
+  recovery; none with ``overlap="skip"``, since X was still open when that
+  tick looked). From the commit on, every before-send check sees the limit
+  crossed, so nothing more is sent in the period, whether or not the worker
+  has written the suspension yet. With ``overlap="skip"`` (the default) and
+  no recovery in progress, at most one run is in flight, so the overspend
+  is at most X's own amount.
 * a run lost by a killed worker records no spend: it counts as 1 fire and
-  nothing else.
+  nothing else, so its real cost is invisible to the ceiling.
+* a run's period is read on the clock of the beat that wrote it; beats
+  whose clocks disagree by s seconds may charge a run written within s of a
+  period edge to the neighbouring period.
 
 Suspension
 ==========
