@@ -128,6 +128,7 @@ class RoutineDetail:
     suspended_until: datetime | None
     suspended_reason: str | None
     schedule_error: str | None = None
+    ceiling_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -322,16 +323,23 @@ class Routines:
             ]
         except ScheduleError as exc:
             schedule_error = str(exc)
+        ceiling_error = None
+        try:
+            ceilings = self._usage(record, now)
+        except InvalidRoutine as exc:
+            # Show what can be shown; the bad column is named in the error.
+            ceilings, ceiling_error = [], exc.problem
         return RoutineDetail(
             summary=self._summary(record, latest, now),
             definition=_definition(record),
             next_windows=next_windows,
-            ceilings=self._usage(record, now),
+            ceilings=ceilings,
             open_runs=len(self.store.admin.open_runs(record.id)),
             last_error=record.last_error,
             suspended_until=record.suspended_until,
             suspended_reason=record.suspended_reason,
             schedule_error=schedule_error,
+            ceiling_error=ceiling_error,
         )
 
     def runs(

@@ -233,6 +233,8 @@ def _print_detail(detail: RoutineDetail) -> None:
     else:
         click.echo(f"next {len(detail.next_windows)} windows (UTC, then {s.timezone}):")
         _windows(detail.next_windows)
+    if detail.ceiling_error:
+        click.echo(f"  ceiling cannot be read: {detail.ceiling_error}")
     if detail.ceilings:
         click.echo("spend this period:")
         for c in detail.ceilings:

@@ -476,3 +476,26 @@ def test_intervals_never_get_a_dst_note() -> None:
     window = datetime(2026, 3, 29, 1, 30, tzinfo=UTC)
     assert dst_note(IntervalSchedule(60), window) is None
     assert dst_note(CronSchedule("30 1 * * *", "UTC"), window) is None
+
+
+def test_show_still_answers_for_a_row_with_a_bad_cron_or_a_bad_ceiling(
+    admin: Routines, store: Store
+) -> None:
+    add_routine(store, "broken", cron="61 * * * *", ceiling="[{]")
+    detail = admin.show("broken")
+    assert detail.next_windows == []
+    assert "'61 * * * *' is invalid" in detail.schedule_error
+    assert "ceiling is not valid JSON" in detail.ceiling_error
+    with pytest.raises(InvalidRoutine, match="'broken': ceiling is not valid JSON"):
+        admin.trigger("broken")
+
+
+def test_list_reads_the_newest_run_of_each_routine(admin: Routines, store: Store) -> None:
+    a = add_routine(store, "a")
+    b = add_routine(store, "b")
+    add_run(store, a, "a@1", "failed", NOW, NOW - timedelta(hours=2))
+    add_run(store, a, "a@2", "succeeded", NOW, NOW - timedelta(hours=1))
+    add_run(store, a, "a@2", "running", NOW, NOW - timedelta(hours=1), attempt=2)
+    add_run(store, b, "b@1", "lost", NOW, NOW - timedelta(days=9))
+    outcomes = {s.name: s.last_outcome for s in admin.list()}
+    assert outcomes == {"a": "running", "b": "lost"}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, select, update
 
 from .models import OPEN_STATES, Routine, RoutineRun
 from .records import RUN_RECORD_FIELDS, RunRecord
@@ -69,17 +69,21 @@ class AdminQueries:
             return [_named(row) for row in conn.execute(query)]
 
     def latest_runs(self) -> dict[int, RunRecord]:
-        """The newest run row of every routine that has one (for "last outcome")."""
-        ranked = select(
-            *RUN_COLUMNS,
-            func.row_number()
-            .over(
-                partition_by=runs.c.routine_id,
-                order_by=(runs.c.created_at.desc(), runs.c.attempt.desc(), runs.c.id.desc()),
-            )
-            .label("rank"),
-        ).subquery()
-        query = select(*[ranked.c[name] for name in RUN_RECORD_FIELDS]).where(ranked.c.rank == 1)
+        """The newest run row of every routine that has one (for "last outcome").
+
+        One correlated lookup per routine, each a backward walk of the
+        ``(routine_id, created_at)`` index: the cost follows the number of
+        routines, not the size of the run history.
+        """
+        newest = (
+            select(runs.c.id)
+            .where(runs.c.routine_id == routines.c.id)
+            .order_by(runs.c.created_at.desc(), runs.c.attempt.desc(), runs.c.id.desc())
+            .limit(1)
+            .correlate(routines)
+            .scalar_subquery()
+        )
+        query = select(*RUN_COLUMNS).select_from(routines.join(runs, runs.c.id == newest))
         with self.engine.connect() as conn:
             return {row.routine_id: _run(row) for row in conn.execute(query)}
 
