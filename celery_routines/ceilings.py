@@ -46,7 +46,7 @@ after a three-day outage spend today from yesterday's budget with nothing to
 suspend. Each run that went out costs 1 ``fires`` from the moment its row is
 written (``pending``, ``sent`` and ``running`` included), plus whatever else
 ``spend()`` recorded when it finished. Skipped rows and rows whose message
-was never published (``failed`` with reason ``send_failed``) cost nothing.
+was never published (reason ``send_failed``) cost nothing.
 
 The overspend bound
 ===================

@@ -15,8 +15,8 @@ Every row that went out costs 1 ``fires`` from the moment it is written:
 ``pending``, ``sent`` and ``running`` rows count, so the before-send check
 sees the runs in flight. A finished run adds what its ``spend`` JSON recorded
 (``{"fires": 1, "eur": 0.12}``, written by the worker at finish). ``skipped``
-rows and rows whose message was never published (``failed`` with reason
-``send_failed``; the worker refuses to start them) cost nothing. A ``spend``
+rows and rows whose message was never published (reason ``send_failed``,
+``retrying`` or ``failed``; the worker refuses to start them) cost nothing. A ``spend``
 value that is not a JSON object of non-negative numbers (a hand-edited row)
 costs 1 fire and is logged, so one bad row cannot stop the beat.
 
@@ -50,15 +50,16 @@ logger = logging.getLogger("celery_routines.ceilings")
 runs = RoutineRun.__table__
 routines = Routine.__table__
 
-# The reason the beat and the admin dispatch record when the broker refused a
-# message (tick.py, dispatch.SEND_FAILED): nothing went out, nothing was spent.
+# The reason recorded when the broker refused a run's message (lifecycle.
+# SEND_FAILED, dispatch.SEND_FAILED), whether the run is then ``retrying`` or
+# ``failed``: nothing went out, and the worker refuses to start such a row
+# even if the message arrived after all, so nothing was spent.
 SEND_FAILED = "send_failed"
 
 COSTS: ColumnElement[bool] = and_(
     runs.c.state != "skipped",
-    # Spelled out rather than NOT (...): a NULL reason must count, and
-    # NOT (state = 'failed' AND reason = 'send_failed') is NULL for it.
-    or_(runs.c.state != "failed", runs.c.reason.is_(None), runs.c.reason != SEND_FAILED),
+    # IS NULL spelled out: reason <> 'send_failed' is NULL, not true, for a NULL reason.
+    or_(runs.c.reason.is_(None), runs.c.reason != SEND_FAILED),
 )
 
 

@@ -88,10 +88,13 @@ def test_skipped_rows_and_unpublished_runs_cost_nothing(store: Store, spend: Spe
     write_run(store, rid, NOON, state="skipped", reason="catch_up_cap", skipped_count=500)
     write_run(store, rid, NOON, state="skipped", reason="ceiling", skipped_count=12)
     write_run(store, rid, NOON, state="failed", reason="send_failed")
+    write_run(store, rid, NOON, state="retrying", reason="send_failed")  # retried later
     assert spend.used(rid, DAY_START, DAY_END) == {"fires": 0.0}
-    # A failure with no reason (the worker's) still went out: it costs.
+    # Runs that went out and failed or were lost still cost.
     write_run(store, rid, NOON, state="failed", spend={"fires": 1})
-    assert spend.used(rid, DAY_START, DAY_END) == {"fires": 1.0}
+    write_run(store, rid, NOON, state="retrying", reason="lost")
+    write_run(store, rid, NOON, state="failed", reason="replaced")
+    assert spend.used(rid, DAY_START, DAY_END) == {"fires": 3.0}
 
 
 def test_a_run_is_charged_to_the_period_of_its_created_at(
