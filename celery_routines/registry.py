@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from celery import Celery
 from celery.schedules import crontab
 
+from . import worker
 from .definition import RoutineDefinition, define
 from .errors import InvalidRoutine
 
@@ -41,6 +42,9 @@ def register(task_or_task_name: Any, schedule: Any, **options: Any) -> RoutineDe
     if previous is not None and previous != definition:
         logger.warning("routine %r declared twice; the later declaration wins", definition.name)
     _declared[definition.name] = definition
+    if not isinstance(task_or_task_name, str):
+        # The worker claims the run before the body; see worker.install.
+        worker.install(task_or_task_name)
     return definition
 
 

@@ -1,13 +1,15 @@
-"""One beat tick: adopt, claim, plan, gate, write, send, advance.
+"""One beat tick: adopt, sweep runs, claim, plan, apply overlap, gate, write,
+send, advance.
 
-The engine decides nothing about schedules itself: the pure planner in
-``schedules.plan`` says which windows go out and which are skipped; the engine
-carries the plan out against the store, the gate and the publisher.
+The engine decides nothing about schedules or run outcomes itself: the pure
+planner in ``schedules.plan`` says which windows go out and which are skipped,
+``lifecycle`` what an open run means for a due window; the engine carries the
+decisions out against the store, the gate and the publisher. Lost runs and
+retries are swept by :mod:`celery_routines.sweeps`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -16,14 +18,18 @@ from datetime import datetime, timedelta
 
 from .clock import Clock
 from .config import Settings
+from .control import CeleryRevoker, NoRevoker, Revoker
+from .delivery import Call, decode_call, publish_run, record_send_failure
 from .errors import ScheduleError
 from .gate import Gate
-from .publish import OutgoingRun, Publisher
+from .lifecycle import OVERLAP, QUEUE_RECHECK, lost_deadline, overlap_action
+from .publish import Publisher
 from .schedules.base import Schedule
 from .schedules.keys import window_key
 from .schedules.parse import schedule_from_columns
 from .schedules.plan import FirePlan, plan_due
 from .store import Advance, NewRun, RoutineRecord, Store
+from .sweeps import Sweeps
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -45,6 +51,13 @@ class TickReport:
     conflicts: int = 0
     # Routines left due because the gate holds a window with no row yet.
     deferred: int = 0
+    # Routines left due because their previous run is still open (overlap="queue").
+    queued: int = 0
+    # Open runs revoked for a newer window (overlap="replace").
+    replaced: int = 0
+    lost: int = 0
+    retries_sent: int = 0
+    retries_cancelled: int = 0
     more_due: bool = False
     duration: float = 0.0
     next_wakeup: datetime | None = None
@@ -57,11 +70,14 @@ class _Prepared:
     record: RoutineRecord
     plan: FirePlan
     timezone: str
-    args: list
-    kwargs: dict
-    options: dict
+    call: Call
     sends: list[NewRun] = field(default_factory=list)
     skips: list[NewRun] = field(default_factory=list)
+    # Where the routine's due time moves; the plan's, unless overlap="queue"
+    # holds back all but the first window.
+    next_run_at: datetime | None = None
+    # Open runs to revoke before sending (overlap="replace").
+    replace: list[str] = field(default_factory=list)
 
 
 class TickEngine:
@@ -73,6 +89,7 @@ class TickEngine:
         settings: Settings,
         holder: str,
         clock: Clock,
+        revoker: Revoker | None = None,
     ) -> None:
         self.store = store
         self.publisher = publisher
@@ -80,17 +97,27 @@ class TickEngine:
         self.settings = settings
         self.holder = holder
         self.clock = clock
+        if revoker is None:
+            app = getattr(publisher, "app", None)
+            revoker = CeleryRevoker(app) if app is not None else NoRevoker()
+        self.revoker = revoker
+        self.sweeps = Sweeps(store, publisher, settings)
 
     def tick(self) -> TickReport:
         started = time.monotonic()
         report = TickReport()
         now = self.clock()
         report.adopted = self._adopt(now)
+        # Lost runs first: a run declared lost now no longer holds back its
+        # routine's due window (overlap) and its retry is scheduled.
+        self.sweeps.sweep_lost(now, report)
+        self.sweeps.send_retries(now, report)
         claimed = self.store.routines.claim_due(
             now, self.holder, self.settings.lock_ttl, self.settings.batch_size
         )
         report.claimed = len(claimed)
-        report.more_due = len(claimed) >= self.settings.batch_size
+        if len(claimed) >= self.settings.batch_size:
+            report.more_due = True
         prepared = []
         for record in claimed:
             item = self._prepare(record, now, report)
@@ -98,9 +125,21 @@ class TickEngine:
                 prepared.append(item)
         if prepared:
             self._carry_out(prepared, now, report)
-        report.next_wakeup = self.store.routines.next_wakeup(self.clock())
+        report.next_wakeup = self._next_wakeup(self.clock())
         report.duration = time.monotonic() - started
         return report
+
+    def _next_wakeup(self, now: datetime) -> datetime | None:
+        """The earliest of: a routine's window or claim expiry, a retry's
+        ``retry_at``, an open run's deadline (not before the lost sweep may
+        run again, so an overdue run never makes the tick spin)."""
+        candidates = [self.store.routines.next_wakeup(now), self.store.runs.next_retry_at()]
+        deadline = self.store.runs.next_deadline()
+        if deadline is not None:
+            next_sweep = self.sweeps.next_lost_sweep()
+            candidates.append(max(deadline, next_sweep) if next_sweep is not None else deadline)
+        present = [instant for instant in candidates if instant is not None]
+        return min(present) if present else None
 
     # -- adoption ------------------------------------------------------------
 
@@ -133,7 +172,7 @@ class TickEngine:
     ) -> _Prepared | None:
         try:
             schedule = self._schedule(record)
-            args, kwargs, options = _decode_call(record)
+            call = decode_call(record)
             if record.last_error is not None:
                 # It was invalid and is valid again: resume from now, do not
                 # treat the retry instant as a missed window.
@@ -156,7 +195,8 @@ class TickEngine:
             report.invalid += 1
             return None
         timezone = record.timezone or self.settings.timezone
-        item = _Prepared(record, plan, timezone, args, kwargs, options)
+        item = _Prepared(record, plan, timezone, call, next_run_at=plan.next_run_at)
+        deadline = lost_deadline(now, self.settings.run_timeout)
         for window in plan.send:
             item.sends.append(
                 NewRun(
@@ -165,6 +205,7 @@ class TickEngine:
                     idempotency_key=window_key(record.name, window, timezone),
                     attempt=1,
                     scheduled_for=window,
+                    deadline_at=deadline,
                 )
             )
         for summary in plan.skipped:
@@ -198,10 +239,108 @@ class TickEngine:
 
     # -- carrying the plan out -----------------------------------------------
 
+    # -- overlap ---------------------------------------------------------------
+
+    def _apply_overlap(
+        self, prepared: list[_Prepared], now: datetime, report: TickReport
+    ) -> list[_Prepared]:
+        """Decide each due window against its routine's open runs: one indexed
+        query for the whole batch. Returns the routines that go ahead; those
+        queued behind an open run stay due, held by this beat for a short
+        recheck delay so the tick does not spin on them."""
+        sending = [item for item in prepared if item.sends]
+        if not sending:
+            return prepared
+        found = self.store.runs.open_runs([item.record.id for item in sending])
+        queued: list[_Prepared] = []
+        for item in sending:
+            # A pending row is ours or an orphan being re-sent, not a run in
+            # progress; a run past its deadline is lost, whether or not the
+            # sweep has said so yet; a run of a window planned again is that
+            # window's own row (a conflict the unique key settles), not overlap.
+            planned = {run.idempotency_key for run in item.sends}
+            open_ids = [
+                run.id
+                for run in found.get(item.record.id, [])
+                if run.state != "pending"
+                and run.idempotency_key not in planned
+                and (run.deadline_at is None or run.deadline_at > now)
+            ]
+            action = overlap_action(item.record.overlap, len(open_ids))
+            name = item.record.name
+            if action == "skip":
+                item.skips.append(self._overlap_skip(item))
+                logger.warning(
+                    "skipped %s: previous run still open (%s)",
+                    ", ".join(run.idempotency_key for run in item.sends),
+                    ", ".join(open_ids),
+                )
+                item.sends = []
+            elif action == "queue":
+                queued.append(item)
+                report.queued += 1
+                logger.info(
+                    "queued %s: previous run %s still open; rechecking every %.0f s",
+                    item.sends[0].idempotency_key,
+                    ", ".join(open_ids),
+                    QUEUE_RECHECK.total_seconds(),
+                )
+            elif action == "replace":
+                item.replace = open_ids
+            if action == "send" and item.record.overlap == "queue" and len(item.sends) > 1:
+                # Queued windows go out one at a time: the next stays due and
+                # waits for this one to finish.
+                item.next_run_at = item.sends[1].scheduled_for
+                item.sends = item.sends[:1]
+                logger.info("%s: sending one queued window; the next waits for it", name)
+        if queued:
+            self.store.routines.defer(
+                [item.record.id for item in queued], self.holder, now + QUEUE_RECHECK
+            )
+        held = {item.record.id for item in queued}
+        return [item for item in prepared if item.record.id not in held]
+
+    def _overlap_skip(self, item: _Prepared) -> NewRun:
+        first, last = item.sends[0], item.sends[-1]
+        key = first.idempotency_key
+        if len(item.sends) > 1:
+            key += ".." + last.idempotency_key.split("@", 1)[1]
+        return NewRun(
+            id=str(uuid.uuid4()),
+            routine_id=item.record.id,
+            idempotency_key=key,
+            attempt=1,
+            scheduled_for=last.scheduled_for,
+            state="skipped",
+            reason=OVERLAP,
+            skipped_count=len(item.sends),
+            skipped_first=first.scheduled_for,
+            skipped_last=last.scheduled_for,
+        )
+
+    def _replace(self, ready: list[_Prepared], now: datetime, report: TickReport) -> None:
+        """Close and revoke the open runs a new window replaces."""
+        for item in ready:
+            if not item.replace or not item.sends:
+                continue
+            by = item.sends[0].idempotency_key
+            replaced = self.store.runs.mark_replaced(item.replace, by, now)
+            if replaced:
+                report.replaced += len(replaced)
+                self.revoker.revoke(replaced)
+                logger.warning(
+                    "replaced run(s) %s of %s: revoked (terminate) for the new window %s",
+                    ", ".join(replaced),
+                    item.record.name,
+                    by,
+                )
+
     def _carry_out(self, prepared: list[_Prepared], now: datetime, report: TickReport) -> None:
+        prepared = self._apply_overlap(prepared, now, report)
         deferred = self._apply_gate(prepared)
         report.deferred = len(deferred)
         ready = [item for item in prepared if item.record.id not in deferred]
+        self._replace(ready, now, report)
 
         new_runs = [run for item in ready for run in (*item.sends, *item.skips)]
         inserted = self.store.runs.insert_new(new_runs, now)
@@ -222,7 +361,7 @@ class TickEngine:
                 if broker_error is not None:
                     # One failed publish already waited out its retries; do not
                     # make every other due window wait too.
-                    self._send_failed(run, run_id, f"not sent: {broker_error}")
+                    self._send_failed(item, run, run_id, f"not sent: {broker_error}")
                     report.send_failures += 1
                     continue
                 broker_error = self._send(item, run, run_id)
@@ -242,9 +381,12 @@ class TickEngine:
                         run.skipped_last,
                         run.reason,
                     )
-        self.store.runs.mark_sent(sent_ids, self.clock())
+        sent_at = self.clock()
+        self.store.runs.mark_sent(
+            sent_ids, sent_at, deadline_at=lost_deadline(sent_at, self.settings.run_timeout)
+        )
         advanced = self.store.routines.advance(
-            [Advance(item.record.id, item.plan.next_run_at) for item in ready],
+            [Advance(item.record.id, item.next_run_at or item.plan.next_run_at) for item in ready],
             self.holder,
             now,
         )
@@ -293,49 +435,25 @@ class TickEngine:
         }
 
     def _send(self, item: _Prepared, run: NewRun, run_id: str) -> str | None:
-        """Publish one run; the error text if it failed."""
-        outgoing = OutgoingRun(
+        """Publish one run; the error text if it failed (recorded, retried)."""
+        error = publish_run(
+            self.publisher,
+            item.record,
+            item.call,
             run_id=run_id,
-            routine_name=item.record.name,
-            task=item.record.task,
-            args=item.args,
-            kwargs=item.kwargs,
-            options=item.options,
             window=run.scheduled_for,
             idempotency_key=run.idempotency_key,
             attempt=run.attempt,
         )
-        try:
-            self.publisher.publish(outgoing)
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            self._send_failed(run, run_id, error)
-            return error
-        logger.info("sent %s as %s (run %s)", run.idempotency_key, item.record.task, run_id)
-        return None
+        if error is not None:
+            self._send_failed(item, run, run_id, error)
+        return error
 
-    def _send_failed(self, run: NewRun, run_id: str, error: str) -> None:
-        logger.error("send failed for %s (run %s): %s", run.idempotency_key, run_id, error)
-        self.store.runs.mark_send_failed(run_id, error, self.clock())
+    def _send_failed(self, item: _Prepared, run: NewRun, run_id: str, error: str) -> None:
+        record_send_failure(
+            self.store, item.record, run_id, run.idempotency_key, run.attempt, error, self.clock()
+        )
 
 
 def _window(run: NewRun) -> tuple[int, str, int]:
     return (run.routine_id, run.idempotency_key, run.attempt)
-
-
-def _decode_call(record: RoutineRecord) -> tuple[list, dict, dict]:
-    """The stored args, kwargs and options; a row with bad JSON is invalid."""
-    decoded = []
-    for label, raw, kind in (
-        ("args", record.args, list),
-        ("kwargs", record.kwargs, dict),
-        ("options", record.options, dict),
-    ):
-        try:
-            value = json.loads(raw) if raw else kind()
-        except ValueError as exc:
-            raise ScheduleError(f"{label} is not valid JSON ({exc}): {raw!r}") from None
-        if not isinstance(value, kind):
-            raise ScheduleError(f"{label} must be a JSON {kind.__name__}, got {raw!r}")
-        decoded.append(value)
-    return decoded[0], decoded[1], decoded[2]

@@ -1,40 +1,80 @@
 """The worker side of a run: claim the row before the body, record the outcome.
 
+Signal handlers cannot stop a task (Celery swallows their exceptions), so the
+claim lives in ``Task.before_start``, which Celery calls right before the body
+and which may raise ``Ignore``. Celery calls ``before_start`` only when the
+task's class overrides it, and builds each task's tracer once (in the pool
+child, before ``worker_process_init``), so :func:`install` puts the hook on the
+task classes in the main process: from ``routine()``/``register()`` for tasks
+declared with them, and from ``worker_init`` for every registered task (tasks
+of ``beat_schedule`` entries and of rows inserted by SQL were never declared).
+
+A refused claim raises ``Ignore``: the body does not run, no result is stored
+and no final event is sent, so the result backend and Flower keep what the
+delivery that did run reported under the same task id (``Reject`` would store
+a FAILURE over it and fire ``task_failure``).
+
 Handlers are thin, connected explicitly by :func:`connect`, act only on
-messages beat marked as routine runs, and never raise into Celery (a database
-hiccup is logged; the task itself still runs and reports to Celery as usual).
+messages beat marked as routine runs, and never raise into Celery.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import Celery, signals
+from celery.app.task import Task
+from celery.exceptions import Ignore, WorkerLostError
 
-from .clock import utc_now
-from .config import settings_from
+from .clock import Clock, utc_now
+from .config import Settings, settings_from
+from .lifecycle import LOST, after_failure, lost_deadline, policy_of
 from .publish import ROUTINE_HEADER
 from .spend import begin_run, end_run
 from .store import Store
 
 logger = logging.getLogger("celery_routines.worker")
 
-_stores: dict[int, Store] = {}
+# The worker's clock seam: tests running an in-thread worker replace it with
+# the injected clock their beat uses.
+clock: Clock = utc_now
+
+HOOK_MARK = "_celery_routines_claim"
+
+_stores: dict[tuple[int, str], Store] = {}
+_settings: dict[int, Settings] = {}
 _stores_lock = threading.Lock()
 _connected = False
+_refused = 0
+_unhooked_warned: set[str] = set()
+
+
+def refused_deliveries() -> int:
+    """Deliveries this process refused to run because their run had already
+    started or finished (each is also counted on the run row's ``duplicates``)."""
+    return _refused
+
+
+def settings_for(app: Celery) -> Settings:
+    settings = _settings.get(id(app))
+    if settings is None:
+        settings = _settings[id(app)] = settings_from(app)
+    return settings
 
 
 def store_for(app: Celery) -> Store:
     """One store per app per process (engines are not shared across a fork)."""
-    key = id(app)
+    key = (id(app), settings_for(app).database_url)
     store = _stores.get(key)
     if store is None:
         with _stores_lock:
             store = _stores.get(key)
             if store is None:
-                store = Store.from_url(settings_from(app).database_url)
+                store = Store.from_url(key[1])
                 _stores[key] = store
     return store
 
@@ -49,54 +89,227 @@ def routine_name_of(task: Any) -> str | None:
     return name or getattr(request, ROUTINE_HEADER, None)
 
 
+# -- the claim hook --------------------------------------------------------------
+
+
+def install(task: Any) -> bool:
+    """Put the run claim in front of ``task``'s body (idempotent).
+
+    Wraps a ``before_start`` the user defined (it runs after a granted claim).
+    Returns True if the hook was installed now.
+    """
+    target = task._get_current_object() if hasattr(task, "_get_current_object") else task
+    if not isinstance(target, Task):
+        return False
+    cls = type(target)
+    if cls is Task:
+        return False  # never patch Celery's base class for every app
+    current = cls.before_start
+    if getattr(current, HOOK_MARK, False):
+        return False  # this class or a base already has it
+    user_hook = None if current is Task.before_start else current
+
+    def before_start(self: Task, task_id: str, args: Any, kwargs: Any) -> None:
+        claim_or_refuse(self, task_id)
+        if user_hook is not None:
+            user_hook(self, task_id, args, kwargs)
+
+    setattr(before_start, HOOK_MARK, True)
+    before_start.__wrapped__ = current  # type: ignore[attr-defined]
+    cls.before_start = before_start  # type: ignore[method-assign]
+    return True
+
+
+def install_all(app: Celery) -> int:
+    """Install the hook on every task registered with ``app``."""
+    return sum(install(task) for task in list(app.tasks.values()))
+
+
+def claim_or_refuse(task: Task, task_id: str) -> None:
+    """Claim the run before the body; raise ``Ignore`` if it is not ours to run."""
+    name = routine_name_of(task)
+    if name is None:
+        return  # called directly, or sent by something other than beat: untouched
+    request = task.request
+    if getattr(request, "_routines_claimed", None) == task_id:
+        return  # a subclass hook calling a base class hook: claimed once already
+    begin_run()
+    store = store_for(task.app)
+    now = clock()
+    retries = int(getattr(request, "retries", 0) or 0)
+    deadline = lost_deadline(now, settings_for(task.app).run_timeout, hard_time_limit(task))
+    hostname = getattr(request, "hostname", None) or socket.gethostname()
+    try:
+        claimed = store.runs.claim_start(
+            task_id, hostname, now, deadline_at=deadline, celery_retries=retries
+        )
+    except Exception:
+        end_run()
+        # Fail closed: without a claim the body could run twice. The row stays
+        # sent; the lost sweep retries it under the routine's policy.
+        logger.exception("could not claim run %s of %s; not running its body", task_id, name)
+        raise
+    if claimed:
+        request._routines_claimed = task_id
+        return
+    end_run()
+    global _refused
+    _refused += 1
+    try:
+        state = store.runs.count_duplicate(task_id)
+    except Exception:
+        state = "unreadable (database error)"
+        logger.exception("could not count the refused delivery of run %s", task_id)
+    logger.warning(
+        "refused a delivery of run %s of routine %s: the run is already %s; its body does not "
+        "run again (duplicate delivery)",
+        task_id,
+        name,
+        state or "unknown (no such run row)",
+    )
+    raise Ignore(f"run {task_id} of {name} is already {state}")
+
+
+def hard_time_limit(task: Task) -> float | None:
+    limits = getattr(task.request, "timelimit", None) or (None, None)
+    hard = limits[0] if isinstance(limits, list | tuple) and limits else None
+    return hard or task.time_limit or task.app.conf.task_time_limit
+
+
+# -- outcomes --------------------------------------------------------------------
+
+
+def record_failure(store: Store, run_id: str, error: str, now: datetime, *, lost: bool) -> None:
+    """``running`` -> ``retrying`` (with ``retry_at``) or ``failed``/``lost``."""
+    ledger = end_run()
+    run = store.runs.get(run_id)
+    if run is None:
+        return
+    routine = store.routines.by_id(run.routine_id)
+    if routine is None:
+        return
+    decision = after_failure(
+        run.attempt,
+        policy_of(routine),
+        now,
+        final_state="lost" if lost else "failed",
+        reason=LOST if lost else None,
+    )
+    moved = store.runs.settle(
+        run_id,
+        from_states=("running",),
+        state=decision.state,
+        now=now,
+        retry_at=decision.retry_at,
+        reason=decision.reason,
+        error=error,
+        spend=ledger,
+    )
+    if moved:
+        logger.info(
+            "run %s of %s (attempt %d) %s: %s; %s",
+            run_id,
+            routine.name,
+            run.attempt,
+            "lost its worker" if lost else "failed",
+            error,
+            decision.why,
+        )
+    else:
+        logger.warning(
+            "outcome of run %s of %s arrived when it was already %s; left as it is",
+            run_id,
+            routine.name,
+            run.state,
+        )
+
+
 def _on_prerun(sender: Any = None, task_id: str | None = None, task: Any = None, **_: Any) -> None:
+    # Only a fallback: a routine task whose class never got the hook (created
+    # after the worker started) still gets its run marked running, although
+    # nothing can stop a duplicate delivery's body here.
     if task is None or task_id is None or routine_name_of(task) is None:
         return
+    if getattr(type(task).before_start, HOOK_MARK, False):
+        return
+    if task.name not in _unhooked_warned:
+        _unhooked_warned.add(task.name)
+        logger.warning(
+            "task %s runs routine runs but has no claim hook (registered after the worker "
+            "started?); duplicate deliveries of it are not refused",
+            task.name,
+        )
     begin_run()
     try:
-        claimed = store_for(task.app).runs.claim_start(task_id, task.request.hostname, utc_now())
+        store_for(task.app).runs.claim_start(task_id, task.request.hostname, clock())
     except Exception:
         logger.exception("could not mark run %s running", task_id)
-        return
-    if not claimed:
-        logger.warning(
-            "run %s of %s was already started, finished or unknown when this delivery began",
-            task_id,
-            routine_name_of(task),
-        )
 
 
 def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
     if sender is None or routine_name_of(sender) is None:
         return
-    _finish(sender, sender.request.id, "succeeded", None)
+    run_id = sender.request.id
+    ledger = end_run()
+    try:
+        done = store_for(sender.app).runs.finish(run_id, "succeeded", clock(), spend=ledger)
+    except Exception:
+        logger.exception("could not record the success of run %s", run_id)
+        return
+    if not done:
+        logger.warning("run %s succeeded after it was declared lost or replaced", run_id)
 
 
 def _on_failure(
     sender: Any = None, task_id: str | None = None, exception: BaseException | None = None, **_: Any
 ) -> None:
-    if sender is None or task_id is None:
+    if sender is None or task_id is None or routine_name_of(sender) is None:
+        # A hard time limit is reported without the request: the run's
+        # deadline (the limit plus a margin) covers it.
         return
-    error = f"{type(exception).__name__}: {exception}" if exception is not None else None
-    _finish(sender, task_id, "failed", error)
+    lost = isinstance(exception, WorkerLostError)
+    error = f"{type(exception).__name__}: {exception}" if exception is not None else "unknown"
+    try:
+        record_failure(store_for(sender.app), task_id, error, clock(), lost=lost)
+    except Exception:
+        logger.exception("could not record the failure of run %s", task_id)
 
 
-def _on_retry(sender: Any = None, request: Any = None, **_: Any) -> None:
+def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: Any) -> None:
+    """Celery's own ``self.retry()``/``autoretry_for``: the same run comes back,
+    so it goes back to ``sent``; it is not one of our retries."""
     if sender is None or request is None or routine_name_of(sender) is None:
         return
     end_run()
+    now = clock()
+    wait = _retry_wait(getattr(reason, "when", None), now)
+    deadline = lost_deadline(now + wait, settings_for(sender.app).run_timeout)
     try:
-        store_for(sender.app).runs.requeue(request.id)
+        store_for(sender.app).runs.requeue(
+            request.id, celery_retries=int(request.retries or 0), deadline_at=deadline
+        )
     except Exception:
         logger.exception("could not put run %s back to sent for Celery's retry", request.id)
 
 
-def _finish(task: Any, run_id: str, state: str, error: str | None) -> None:
-    ledger = end_run()
+def _retry_wait(when: Any, now: datetime) -> timedelta:
+    if isinstance(when, int | float):
+        return timedelta(seconds=max(0.0, float(when)))
+    if isinstance(when, datetime) and when.tzinfo is not None:
+        return max(timedelta(0), when - now)
+    return timedelta(0)
+
+
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    app = getattr(sender, "app", None)
+    if app is None:
+        return
     try:
-        store_for(task.app).runs.finish(run_id, state, utc_now(), error=error, spend=ledger)
+        count = install_all(app)
     except Exception:
-        logger.exception("could not record outcome %s of run %s", state, run_id)
+        logger.exception("could not install the run claim on the worker's tasks")
+        return
+    logger.debug("run claim installed on %d task class(es)", count)
 
 
 def _after_fork(**_: Any) -> None:
@@ -104,6 +317,18 @@ def _after_fork(**_: Any) -> None:
     with _stores_lock:
         for store in _stores.values():
             store.engine.dispose(close=False)
+    # A child started fresh (spawn) re-created its task classes without the
+    # hook after its tracers were built: install and rebuild those.
+    from celery import current_app
+    from celery.app.trace import build_tracer
+
+    try:
+        app = current_app._get_current_object()
+        for name, task in list(app.tasks.items()):
+            if install(task):
+                task.__trace__ = build_tracer(name, task, app.loader, app=app)
+    except Exception:
+        logger.exception("could not install the run claim in this pool process")
 
 
 def connect() -> None:
@@ -111,6 +336,7 @@ def connect() -> None:
     global _connected
     if _connected:
         return
+    signals.worker_init.connect(_on_worker_init, weak=False)
     signals.task_prerun.connect(_on_prerun, weak=False)
     signals.task_success.connect(_on_success, weak=False)
     signals.task_failure.connect(_on_failure, weak=False)

@@ -100,7 +100,8 @@ def test_a_key_whose_run_row_exists_means_another_beat_sent_it(
 def test_an_unreachable_gate_steps_aside_and_says_so_once(
     tmp_path: Path, sqlite_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    register("tasks.poll", timedelta(seconds=10), name="poll")
+    # No worker: overlap="overlap" sends every window although runs stay open.
+    register("tasks.poll", timedelta(seconds=10), name="poll", overlap="overlap")
     app = filesystem_app(
         tmp_path / "broker", sqlite_url, routines_redis_url="redis://127.0.0.1:1/0"
     )

@@ -95,7 +95,8 @@ def test_a_routine_inserted_by_sql_is_adopted_and_fires_without_a_restart(
 def test_an_invalid_sql_row_gets_last_error_is_retried_once_a_minute_and_blocks_nothing(
     database_url: str, broker_folder: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    register("tasks.ok", timedelta(seconds=30), name="healthy")
+    # No worker: overlap="overlap" so every window is sent although runs stay open.
+    register("tasks.ok", timedelta(seconds=30), name="healthy", overlap="overlap")
     scheduler = make_scheduler(broker_folder, database_url, clock)
     try:
         store = scheduler.store
@@ -153,7 +154,9 @@ def test_a_failed_send_is_recorded_and_the_schedule_still_advances(
         record = store.routines.by_name("poll")
         assert record.next_run_at == datetime(2026, 11, 30, 12, 2, tzinfo=UTC)
         [run] = store.runs.for_routine(record.id)
-        assert run.state == "failed" and run.reason == "send_failed" and run.error
+        # Failed with the broker's error, and retried a minute later (issue #3).
+        assert run.state == "retrying" and run.reason == "send_failed" and run.error
+        assert run.retry_at == datetime(2026, 11, 30, 12, 2, tzinfo=UTC)
     finally:
         scheduler.close()
 

@@ -111,6 +111,13 @@ class RoutineRun(Base):
     skipped_count: Mapped[int | None] = mapped_column(Integer)
     skipped_first: Mapped[datetime | None] = mapped_column(UTCDateTime)
     skipped_last: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # An open run not finished by this instant is declared lost (beat's sweep).
+    deadline_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Deliveries refused because the run had already started or finished.
+    duplicates: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    # request.retries of the delivery holding the run: Celery's own
+    # self.retry() redelivers the same run with a higher count.
+    celery_retries: Mapped[int] = mapped_column(Integer, server_default=text("0"))
 
     __table_args__ = (
         UniqueConstraint(
@@ -128,5 +135,12 @@ class RoutineRun(Base):
             "retry_at",
             postgresql_where=text("state = 'retrying'"),
             sqlite_where=text("state = 'retrying'"),
+        ),
+        # The lost sweep: open runs by deadline, a range scan from the oldest.
+        Index(
+            "ix_routine_runs_deadline",
+            "deadline_at",
+            postgresql_where=text("state IN ('pending', 'sent', 'running')"),
+            sqlite_where=text("state IN ('pending', 'sent', 'running')"),
         ),
     )

@@ -51,6 +51,9 @@ class NewRun:
     skipped_count: int | None = None
     skipped_first: datetime | None = None
     skipped_last: datetime | None = None
+    # Open rows get one so a beat that dies between writing and sending
+    # leaves a run the lost sweep finds.
+    deadline_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,29 @@ class RunRecord:
     skipped_count: int | None
     skipped_first: datetime | None
     skipped_last: datetime | None
+    deadline_at: datetime | None = None
+    duplicates: int = 0
+    celery_retries: int = 0
 
 
 RUN_RECORD_FIELDS = tuple(RunRecord.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class DueRetry:
+    """A ``retrying`` attempt whose ``retry_at`` has come, with what beat needs
+    to send the next attempt (the routine's call and its pause state)."""
+
+    run: RunRecord
+    routine: RoutineRecord
+
+
+@dataclass(frozen=True)
+class OpenRun:
+    """A run of a routine that has been sent and has not finished."""
+
+    id: str
+    routine_id: int
+    idempotency_key: str
+    state: str
+    deadline_at: datetime | None

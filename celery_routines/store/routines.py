@@ -39,12 +39,13 @@ def _record(row: Any) -> RoutineRecord:
     return RoutineRecord(**{name: row._mapping[name] for name in ROUTINE_RECORD_FIELDS})
 
 
-def _claimable(now: datetime) -> ColumnElement[bool]:
-    return and_(
-        ACTIVE,
-        c.next_run_at <= now,
-        or_(c.locked_until.is_(None), c.locked_until < now),
-    )
+def _claimable(now: datetime, holder: str | None = None) -> ColumnElement[bool]:
+    free = or_(c.locked_until.is_(None), c.locked_until < now)
+    if holder is not None:
+        # A beat may always take back what it holds itself: a routine it
+        # deferred (overlap="queue") is rechecked on its very next tick.
+        free = or_(free, c.locked_by == holder)
+    return and_(ACTIVE, c.next_run_at <= now, free)
 
 
 @dataclass(frozen=True)
@@ -130,8 +131,8 @@ class RoutineQueries:
         another until its claim expires, and on PostgreSQL concurrent beats
         skip each other's locked rows instead of queueing behind them.
         """
-        claimable = _claimable(now)
-        due = self.due_select(now, limit)
+        claimable = _claimable(now, holder)
+        due = self.due_select(now, limit, holder)
         if self._postgres:
             due = due.with_for_update(skip_locked=True)
         stmt = (
@@ -145,9 +146,9 @@ class RoutineQueries:
         rows.sort(key=lambda r: (r.next_run_at, r.id))
         return rows
 
-    def due_select(self, now: datetime, limit: int) -> Select[Any]:
+    def due_select(self, now: datetime, limit: int, holder: str | None = None) -> Select[Any]:
         """The due-query: a range scan of the due index from the oldest row."""
-        return select(c.id).where(_claimable(now)).order_by(c.next_run_at).limit(limit)
+        return select(c.id).where(_claimable(now, holder)).order_by(c.next_run_at).limit(limit)
 
     def advance(self, advances: Sequence[Advance], holder: str, now: datetime) -> int:
         """Move claimed routines to their next window and release the claims.
@@ -171,6 +172,21 @@ class RoutineQueries:
         params = [{"rid": a.routine_id, "nra": a.next_run_at, "now": now} for a in advances]
         with self.engine.begin() as conn:
             return conn.execute(stmt, params).rowcount
+
+    def defer(self, routine_ids: Sequence[int], holder: str, until: datetime) -> None:
+        """Keep due routines claimed until ``until`` without advancing them
+        (``overlap="queue"``): other beats leave them alone, this beat's sleep
+        ends at ``until`` instead of spinning on a due row, and this beat
+        rechecks them on any earlier tick (see ``_claimable``)."""
+        if not routine_ids:
+            return
+        stmt = (
+            update(table)
+            .where(c.id.in_(list(routine_ids)), c.locked_by == holder)
+            .values(locked_until=until)
+        )
+        with self.engine.begin() as conn:
+            conn.execute(stmt)
 
     def release(self, routine_ids: Sequence[int], holder: str) -> None:
         """Give up claims without advancing: the routines stay due."""

@@ -8,16 +8,29 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, select, tuple_, update
+from sqlalchemy import Engine, func, or_, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from .models import OPEN_STATES, RoutineRun
-from .records import RUN_RECORD_FIELDS, NewRun, RunRecord
+from .models import OPEN_STATES, Routine, RoutineRun
+from .records import (
+    ROUTINE_RECORD_FIELDS,
+    RUN_RECORD_FIELDS,
+    DueRetry,
+    NewRun,
+    OpenRun,
+    RoutineRecord,
+    RunRecord,
+)
 
 table = RoutineRun.__table__
 c = table.c
+routines = Routine.__table__
 RECORD_COLUMNS = [c[name] for name in RUN_RECORD_FIELDS]
 STARTABLE_STATES = ("pending", "sent")
+# Spelled exactly like the partial indexes' predicates: SQLite uses a partial
+# index only for a query whose WHERE contains the same term.
+OPEN = text("routine_runs.state IN ('pending', 'sent', 'running')")
+RETRYING = text("routine_runs.state = 'retrying'")
 
 
 def _record(row: Any) -> RunRecord:
@@ -61,15 +74,19 @@ class RunQueries:
         with self.engine.connect() as conn:
             return [_record(row) for row in conn.execute(query)]
 
-    def mark_sent(self, run_ids: Sequence[str], now: datetime) -> None:
-        """``pending`` -> ``sent``; a run the worker already started is left alone."""
+    def mark_sent(
+        self, run_ids: Sequence[str], now: datetime, *, deadline_at: datetime | None = None
+    ) -> None:
+        """``pending`` -> ``sent``; a run the worker already started is left alone.
+
+        ``deadline_at``: when the run is declared lost if no worker reports back.
+        """
         if not run_ids:
             return
-        stmt = (
-            update(table)
-            .where(c.id.in_(run_ids), c.state == "pending")
-            .values(state="sent", sent_at=now)
-        )
+        values: dict[str, Any] = {"state": "sent", "sent_at": now}
+        if deadline_at is not None:
+            values["deadline_at"] = deadline_at
+        stmt = update(table).where(c.id.in_(run_ids), c.state == "pending").values(**values)
         with self.engine.begin() as conn:
             conn.execute(stmt)
 
@@ -82,17 +99,214 @@ class RunQueries:
         with self.engine.begin() as conn:
             conn.execute(stmt)
 
-    # -- worker --------------------------------------------------------------
+    def settle(
+        self,
+        run_id: str,
+        *,
+        from_states: Sequence[str],
+        state: str,
+        now: datetime,
+        retry_at: datetime | None = None,
+        reason: str | None = None,
+        error: str | None = None,
+        spend: dict[str, float] | None = None,
+        overdue_at: datetime | None = None,
+    ) -> bool:
+        """Give a run its outcome (``failed``/``lost``/``retrying``), conditional
+        on it still being in one of ``from_states`` (and, for the lost sweep,
+        on its deadline having passed at ``overdue_at``): whoever moves it
+        first wins, the others change nothing and are told so."""
+        conditions = [c.id == run_id, c.state.in_(list(from_states))]
+        if overdue_at is not None:
+            conditions.append(c.deadline_at <= overdue_at)
+        values: dict[str, Any] = {
+            "state": state,
+            "finished_at": now,
+            "retry_at": retry_at,
+            "reason": reason,
+            "error": error,
+        }
+        if spend is not None:
+            values["spend"] = json.dumps(spend)
+        with self.engine.begin() as conn:
+            return conn.execute(update(table).where(*conditions).values(**values)).rowcount == 1
 
-    def claim_start(self, run_id: str, worker: str, now: datetime) -> bool:
-        """``pending``/``sent`` -> ``running``; False means someone else has it."""
+    def fail_send(
+        self,
+        run_id: str,
+        error: str,
+        now: datetime,
+        *,
+        state: str,
+        retry_at: datetime | None,
+        reason: str | None,
+    ) -> bool:
+        """A publish that failed: ``pending`` -> ``retrying`` (or ``failed``)."""
+        return self.settle(
+            run_id,
+            from_states=("pending",),
+            state=state,
+            now=now,
+            retry_at=retry_at,
+            reason=reason,
+            error=error,
+        )
+
+    # -- the lost sweep ------------------------------------------------------
+
+    def overdue(self, now: datetime, limit: int) -> list[RunRecord]:
+        """Open runs whose deadline has passed, oldest deadline first: a range
+        scan of ``ix_routine_runs_deadline``."""
+        query = (
+            select(*RECORD_COLUMNS)
+            .where(OPEN, c.deadline_at <= now)
+            .order_by(c.deadline_at)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [_record(row) for row in conn.execute(query)]
+
+    def next_deadline(self) -> datetime | None:
+        with self.engine.connect() as conn:
+            return conn.execute(select(func.min(c.deadline_at)).where(OPEN)).scalar()
+
+    # -- retries ---------------------------------------------------------------
+
+    def retries_due(self, now: datetime, limit: int) -> list[DueRetry]:
+        """``retrying`` attempts whose ``retry_at`` has come, oldest first, with
+        their routine: a range scan of ``ix_routine_runs_retry_due``."""
+        routine_columns = [routines.c[name].label(f"r_{name}") for name in ROUTINE_RECORD_FIELDS]
+        query = (
+            select(*RECORD_COLUMNS, *routine_columns)
+            .join(routines, routines.c.id == c.routine_id)
+            .where(RETRYING, c.retry_at <= now)
+            .order_by(c.retry_at)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [
+            DueRetry(
+                run=_record(row),
+                routine=RoutineRecord(
+                    **{name: row._mapping[f"r_{name}"] for name in ROUTINE_RECORD_FIELDS}
+                ),
+            )
+            for row in rows
+        ]
+
+    def next_retry_at(self) -> datetime | None:
+        with self.engine.connect() as conn:
+            return conn.execute(select(func.min(c.retry_at)).where(RETRYING)).scalar()
+
+    def take_retry(self, run_id: str, settled: str, next_attempt: NewRun, now: datetime) -> bool:
+        """Claim a due retry and write its next attempt, in one transaction.
+
+        The conditional UPDATE ``retrying`` -> ``failed``/``lost`` lets exactly
+        one beat through; the unique ``(routine_id, idempotency_key, attempt)``
+        backs it up. False: another beat took it (or the row changed).
+        """
+        claim = update(table).where(c.id == run_id, c.state == "retrying").values(state=settled)
+        insert = (
+            self._insert(table)
+            .values([{**asdict(next_attempt), "created_at": now}])
+            .on_conflict_do_nothing(index_elements=["routine_id", "idempotency_key", "attempt"])
+            .returning(c.id)
+        )
+        with self.engine.begin() as conn:
+            if conn.execute(claim).rowcount != 1:
+                return False
+            return conn.execute(insert).first() is not None
+
+    def cancel_retry(self, run_id: str, settled: str, reason: str) -> bool:
+        """A due retry of a paused/suspended/disabled routine is dropped, visibly."""
         stmt = (
             update(table)
-            .where(c.id == run_id, c.state.in_(STARTABLE_STATES))
-            .values(state="running", started_at=now, worker=worker)
+            .where(c.id == run_id, c.state == "retrying")
+            .values(state=settled, reason=reason)
         )
         with self.engine.begin() as conn:
             return conn.execute(stmt).rowcount == 1
+
+    # -- overlap ---------------------------------------------------------------
+
+    def open_runs(self, routine_ids: Sequence[int]) -> dict[int, list[OpenRun]]:
+        """The open runs of these routines (``ix_routine_runs_open``)."""
+        if not routine_ids:
+            return {}
+        query = select(c.id, c.routine_id, c.idempotency_key, c.state, c.deadline_at).where(
+            OPEN, c.routine_id.in_(list(routine_ids))
+        )
+        found: dict[int, list[OpenRun]] = {}
+        with self.engine.connect() as conn:
+            for row in conn.execute(query):
+                found.setdefault(row.routine_id, []).append(
+                    OpenRun(row.id, row.routine_id, row.idempotency_key, row.state, row.deadline_at)
+                )
+        return found
+
+    def mark_replaced(self, run_ids: Sequence[str], by: str, now: datetime) -> list[str]:
+        """Open runs superseded by a newer window (``overlap="replace"``) ->
+        ``failed`` with reason ``replaced``; the ids actually moved."""
+        if not run_ids:
+            return []
+        stmt = (
+            update(table)
+            .where(c.id.in_(list(run_ids)), c.state.in_(("sent", "running")))
+            .values(state="failed", reason="replaced", error=f"replaced by {by}", finished_at=now)
+            .returning(c.id)
+        )
+        with self.engine.begin() as conn:
+            return [row.id for row in conn.execute(stmt)]
+
+    # -- worker --------------------------------------------------------------
+
+    def claim_start(
+        self,
+        run_id: str,
+        worker: str,
+        now: datetime,
+        *,
+        deadline_at: datetime | None = None,
+        celery_retries: int = 0,
+    ) -> bool:
+        """``pending``/``sent`` -> ``running``; False means someone else has it.
+
+        A delivery of Celery's own ``self.retry()`` carries a higher
+        ``request.retries`` than the one holding the run, so it may take over
+        a ``running`` row; a duplicate of the same delivery may not.
+        """
+        stmt = (
+            update(table)
+            .where(
+                c.id == run_id,
+                or_(
+                    c.state.in_(STARTABLE_STATES),
+                    (c.state == "running") & (c.celery_retries < celery_retries),
+                ),
+            )
+            .values(
+                state="running",
+                started_at=now,
+                worker=worker,
+                deadline_at=deadline_at,
+                celery_retries=celery_retries,
+            )
+        )
+        with self.engine.begin() as conn:
+            return conn.execute(stmt).rowcount == 1
+
+    def count_duplicate(self, run_id: str) -> str | None:
+        """Count a refused delivery on the run; its state, or None if unknown."""
+        stmt = (
+            update(table)
+            .where(c.id == run_id)
+            .values(duplicates=c.duplicates + 1)
+            .returning(c.state)
+        )
+        with self.engine.begin() as conn:
+            row = conn.execute(stmt).first()
+        return row.state if row is not None else None
 
     def finish(
         self,
@@ -103,24 +317,43 @@ class RunQueries:
         error: str | None = None,
         spend: dict[str, float] | None = None,
     ) -> bool:
-        """``running`` -> ``succeeded``/``failed`` with the outcome."""
-        stmt = (
-            update(table)
-            .where(c.id == run_id, c.state == "running")
-            .values(
-                state=state,
-                finished_at=now,
-                error=error,
-                spend=json.dumps(spend) if spend is not None else None,
-            )
-        )
+        """``running`` -> ``succeeded``/``failed`` with the outcome.
+
+        A success also lands on a run the lost sweep gave up on but whose retry
+        has not gone out yet (``retrying``, reason ``lost``): it did finish, and
+        taking it out of ``retrying`` cancels the retry.
+        """
+        values: dict[str, Any] = {
+            "state": state,
+            "finished_at": now,
+            "error": error,
+            "spend": json.dumps(spend) if spend is not None else None,
+        }
+        startable = c.state == "running"
+        if state == "succeeded":
+            startable = or_(startable, (c.state == "retrying") & (c.reason == "lost"))
+            values.update(retry_at=None, reason=None)
+        stmt = update(table).where(c.id == run_id, startable).values(**values)
         with self.engine.begin() as conn:
             return conn.execute(stmt).rowcount == 1
 
-    def requeue(self, run_id: str) -> None:
+    def requeue(
+        self, run_id: str, *, celery_retries: int = 0, deadline_at: datetime | None = None
+    ) -> None:
         """A task that called Celery's own ``self.retry()`` goes back to ``sent``:
-        the redelivery is the same run, not one of our retries."""
-        stmt = update(table).where(c.id == run_id, c.state == "running").values(state="sent")
+        the redelivery is the same run, not one of our retries.
+
+        Only while the delivery that retried still holds it: if the redelivery
+        already claimed the row, it stays ``running``.
+        """
+        values: dict[str, Any] = {"state": "sent"}
+        if deadline_at is not None:
+            values["deadline_at"] = deadline_at
+        stmt = (
+            update(table)
+            .where(c.id == run_id, c.state == "running", c.celery_retries == celery_retries)
+            .values(**values)
+        )
         with self.engine.begin() as conn:
             conn.execute(stmt)
 

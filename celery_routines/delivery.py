@@ -1,0 +1,104 @@
+"""Sending one run of a routine and recording a failed send; shared by the
+window path (tick.py) and the retry path (sweeps.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .errors import ScheduleError
+from .lifecycle import SEND_FAILED, after_failure, policy_of
+from .publish import OutgoingRun, Publisher
+from .store import RoutineRecord, Store
+
+logger = logging.getLogger("celery_routines.beat")
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a routine's task is called with."""
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: dict[str, Any]
+
+
+def decode_call(record: RoutineRecord) -> Call:
+    """The stored args, kwargs and options; a row with bad JSON is invalid."""
+    decoded = []
+    for label, raw, kind in (
+        ("args", record.args, list),
+        ("kwargs", record.kwargs, dict),
+        ("options", record.options, dict),
+    ):
+        try:
+            value = json.loads(raw) if raw else kind()
+        except ValueError as exc:
+            raise ScheduleError(f"{label} is not valid JSON ({exc}): {raw!r}") from None
+        if not isinstance(value, kind):
+            raise ScheduleError(f"{label} must be a JSON {kind.__name__}, got {raw!r}")
+        decoded.append(value)
+    return Call(decoded[0], decoded[1], decoded[2])
+
+
+def publish_run(
+    publisher: Publisher,
+    record: RoutineRecord,
+    call: Call,
+    *,
+    run_id: str,
+    window: datetime,
+    idempotency_key: str,
+    attempt: int,
+) -> str | None:
+    """Publish one run; the error text if it failed."""
+    outgoing = OutgoingRun(
+        run_id=run_id,
+        routine_name=record.name,
+        task=record.task,
+        args=call.args,
+        kwargs=call.kwargs,
+        options=call.options,
+        window=window,
+        idempotency_key=idempotency_key,
+        attempt=attempt,
+    )
+    try:
+        publisher.publish(outgoing)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    logger.info("sent %s attempt %d as %s (run %s)", idempotency_key, attempt, record.task, run_id)
+    return None
+
+
+def record_send_failure(
+    store: Store,
+    record: RoutineRecord,
+    run_id: str,
+    idempotency_key: str,
+    attempt: int,
+    error: str,
+    now: datetime,
+) -> None:
+    """A publish failed: the run is failed with the broker's error and retried
+    under the routine's policy (``retrying`` with ``retry_at``)."""
+    decision = after_failure(attempt, policy_of(record), now, reason=SEND_FAILED)
+    store.runs.fail_send(
+        run_id,
+        error,
+        now,
+        state=decision.state,
+        retry_at=decision.retry_at,
+        reason=decision.reason,
+    )
+    logger.error(
+        "send failed for %s attempt %d (run %s): %s; %s",
+        idempotency_key,
+        attempt,
+        run_id,
+        error,
+        decision.why,
+    )

@@ -1,0 +1,167 @@
+"""The two run sweeps of a beat tick: lost runs and due retries.
+
+Both are range scans of a partial index (``ix_routine_runs_deadline``,
+``ix_routine_runs_retry_due``) limited to the batch size, so their cost grows
+with what is overdue, not with the history kept. Decisions come from
+:mod:`celery_routines.lifecycle`; the store's conditional UPDATEs make each
+transition happen once however many beats sweep at the same time.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from .config import Settings
+from .delivery import decode_call, publish_run, record_send_failure
+from .errors import ScheduleError
+from .lifecycle import (
+    LOST,
+    after_failure,
+    blocked_reason,
+    lost_deadline,
+    policy_of,
+    settled_state,
+)
+from .publish import Publisher
+from .store import NewRun, Store
+from .store.models import OPEN_STATES
+
+if TYPE_CHECKING:
+    from .tick import TickReport
+
+logger = logging.getLogger("celery_routines.beat")
+
+# The lost sweep runs at most this often (by the injected clock; a clock that
+# steps backwards sweeps at once rather than waiting for the old instant).
+LOST_SWEEP_EVERY = timedelta(seconds=5)
+
+
+class Sweeps:
+    def __init__(self, store: Store, publisher: Publisher, settings: Settings) -> None:
+        self.store = store
+        self.publisher = publisher
+        self.settings = settings
+        self._last_lost_sweep: datetime | None = None
+
+    # -- lost runs -------------------------------------------------------------
+
+    def next_lost_sweep(self) -> datetime | None:
+        if self._last_lost_sweep is None:
+            return None
+        return self._last_lost_sweep + LOST_SWEEP_EVERY
+
+    def _lost_sweep_due(self, now: datetime) -> bool:
+        last = self._last_lost_sweep
+        return last is None or not (last <= now < last + LOST_SWEEP_EVERY)
+
+    def sweep_lost(self, now: datetime, report: TickReport) -> None:
+        """Open runs past their deadline become ``lost``, visibly, and are
+        retried under the routine's policy (``retrying`` with reason lost)."""
+        if not self._lost_sweep_due(now):
+            return
+        self._last_lost_sweep = now
+        overdue = self.store.runs.overdue(now, self.settings.batch_size)
+        if len(overdue) >= self.settings.batch_size:
+            report.more_due = True
+        for run in overdue:
+            routine = self.store.routines.by_id(run.routine_id)
+            if routine is None:
+                continue
+            decision = after_failure(
+                run.attempt, policy_of(routine), now, final_state="lost", reason=LOST
+            )
+            error = (
+                f"no outcome by {run.deadline_at:%Y-%m-%d %H:%M:%S} UTC while {run.state}"
+                + (f" on {run.worker}" if run.worker else "")
+                + "; the worker was probably lost"
+            )
+            if run.state == "pending":
+                error = "never sent: the beat that wrote it stopped before sending it"
+            moved = self.store.runs.settle(
+                run.id,
+                from_states=OPEN_STATES,
+                overdue_at=now,
+                state=decision.state,
+                now=now,
+                retry_at=decision.retry_at,
+                reason=decision.reason,
+                error=error,
+            )
+            if moved:
+                report.lost += 1
+                logger.warning(
+                    "run %s of %s (attempt %d) declared lost: %s; %s",
+                    run.id,
+                    routine.name,
+                    run.attempt,
+                    error,
+                    decision.why,
+                )
+
+    # -- retries ---------------------------------------------------------------
+
+    def send_retries(self, now: datetime, report: TickReport) -> None:
+        """Send attempt N+1 of every ``retrying`` run whose ``retry_at`` has come."""
+        due = self.store.runs.retries_due(now, self.settings.batch_size)
+        if len(due) >= self.settings.batch_size:
+            report.more_due = True
+        for item in due:
+            run, routine = item.run, item.routine
+            settled = settled_state(run.reason)
+            blocked = blocked_reason(policy_of(routine), now)
+            call = None
+            if blocked is None:
+                try:
+                    call = decode_call(routine)
+                except ScheduleError as exc:
+                    blocked = f"invalid ({exc})"
+            if blocked is not None or call is None:
+                # Dropped, not postponed: resuming the routine later must not
+                # replay a backlog of retries in a burst.
+                if self.store.runs.cancel_retry(run.id, settled, f"no_retry:{blocked}"):
+                    report.retries_cancelled += 1
+                    logger.warning(
+                        "retry of %s attempt %d dropped: routine %s is %s",
+                        run.idempotency_key,
+                        run.attempt,
+                        routine.name,
+                        blocked,
+                    )
+                continue
+            attempt = run.attempt + 1
+            next_run = NewRun(
+                id=str(uuid.uuid4()),
+                routine_id=run.routine_id,
+                idempotency_key=run.idempotency_key,
+                attempt=attempt,
+                scheduled_for=run.scheduled_for,
+                deadline_at=lost_deadline(now, self.settings.run_timeout),
+            )
+            if not self.store.runs.take_retry(run.id, settled, next_run, now):
+                report.conflicts += 1
+                logger.info(
+                    "retry of %s attempt %d taken by another beat", run.idempotency_key, attempt
+                )
+                continue
+            error = publish_run(
+                self.publisher,
+                routine,
+                call,
+                run_id=next_run.id,
+                window=run.scheduled_for,
+                idempotency_key=run.idempotency_key,
+                attempt=attempt,
+            )
+            if error is None:
+                report.retries_sent += 1
+                self.store.runs.mark_sent(
+                    [next_run.id], now, deadline_at=lost_deadline(now, self.settings.run_timeout)
+                )
+            else:
+                report.send_failures += 1
+                record_send_failure(
+                    self.store, routine, next_run.id, run.idempotency_key, attempt, error, now
+                )
