@@ -40,20 +40,20 @@ def explain_tick(scheduler: Any) -> dict[str, Any]:
     store = scheduler.store
     statements: list[tuple[str, Any]] = []
 
-    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+    def record(
+        conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+    ) -> None:
         if not many:
             statements.append((statement, parameters))
 
+    # While the hot routines are due, so the plan shows the rows it finds.
+    due = explain_due_select(store, scheduler._clock(), scheduler.settings.batch_size)
     event.listen(store.engine, "before_cursor_execute", record)
     try:
         scheduler.tick()
     finally:
         event.remove(store.engine, "before_cursor_execute", record)
-    now = scheduler._clock()
-    out: dict[str, Any] = {
-        "due_select": explain_due_select(store, now, scheduler.settings.batch_size),
-        "tick_statements": [],
-    }
+    out: dict[str, Any] = {"due_select": due, "tick_statements": []}
     with store.engine.connect() as conn:
         for sql, params in statements:
             head = sql.lstrip().split(None, 1)[0].upper()

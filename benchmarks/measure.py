@@ -134,7 +134,9 @@ def idle_cpu(scheduler: Any, seconds: float) -> float:
     while time.monotonic() - wall0 < seconds:
         interval = scheduler.tick()
         if interval and interval > 0:
-            time.sleep(min(interval, seconds - (time.monotonic() - wall0), 5.0) if seconds > 0 else 0)
+            time.sleep(
+                min(interval, seconds - (time.monotonic() - wall0), 5.0) if seconds > 0 else 0
+            )
     return (cpu_seconds() - cpu0) / (time.monotonic() - wall0)
 
 
@@ -259,10 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.scenario == "load":
         emit({"setup_s": loaded.seconds, "t0": peer.t0.isoformat()})
         return
-    if args.scenario == "steady":
-        result = steady(peer, args)
-    else:
-        result = burst(peer, args)
+    result = steady(peer, args) if args.scenario == "steady" else burst(peer, args)
     result.update(
         setup_s=loaded.seconds,
         rss_start_mb=rss_start,

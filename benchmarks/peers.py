@@ -160,7 +160,13 @@ class RedBeat(Peer):
         for numbers, (definition, meta, score) in groups:
             for i in numbers:
                 key = f"rb:bench-{i}"
-                pipe.hset(key, mapping={"definition": definition.replace("__NAME__", f"bench-{i}"), "meta": meta})
+                pipe.hset(
+                    key,
+                    mapping={
+                        "definition": definition.replace("__NAME__", f"bench-{i}"),
+                        "meta": meta,
+                    },
+                )
                 pipe.zadd(schedule_key, {key: score})
                 pending += 1
                 if pending >= 5000:
@@ -180,7 +186,10 @@ class RedBeat(Peer):
         pipe = client.pipeline(transaction=False)
         for i in range(self._hot):
             key = f"rb:bench-{i}"
-            pipe.hset(key, mapping={"definition": definition.replace("__NAME__", f"bench-{i}"), "meta": meta})
+            pipe.hset(
+                key,
+                mapping={"definition": definition.replace("__NAME__", f"bench-{i}"), "meta": meta},
+            )
             pipe.zadd(self.app.redbeat_conf.schedule_key, {key: score})
         pipe.execute()
 
@@ -229,7 +238,10 @@ class DjangoBeat(Peer):
         folder = tempfile.mkdtemp(prefix="bench-django-")
         Path(folder, "bench_django_settings.py").write_text(
             DJANGO_SETTINGS.format(
-                name=url.database, user=url.username or "postgres", host=url.host, port=str(url.port or 5432)
+                name=url.database,
+                user=url.username or "postgres",
+                host=url.host,
+                port=str(url.port or 5432),
             )
         )
         sys.path.insert(0, folder)
@@ -256,7 +268,9 @@ class DjangoBeat(Peer):
             if i < hot:
                 continue  # written last, just before the scheduler starts
             last = now - timedelta(days=1) if i < due else now
-            batch.append(PeriodicTask(name=f"bench-{i}", task=TASK, interval=daily, last_run_at=last))
+            batch.append(
+                PeriodicTask(name=f"bench-{i}", task=TASK, interval=daily, last_run_at=last)
+            )
             if len(batch) >= 10_000:
                 PeriodicTask.objects.bulk_create(batch)
                 batch = []
@@ -274,7 +288,9 @@ class DjangoBeat(Peer):
         now = datetime.now(UTC)
         PeriodicTask.objects.bulk_create(
             [
-                PeriodicTask(name=f"bench-{i}", task=TASK, interval=self._every_second, last_run_at=now)
+                PeriodicTask(
+                    name=f"bench-{i}", task=TASK, interval=self._every_second, last_run_at=now
+                )
                 for i in range(self._hot)
             ]
         )

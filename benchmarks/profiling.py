@@ -60,12 +60,12 @@ def summarise(profiler: Any, text_path: str, top: int = 25) -> dict[str, Any]:
     totals: dict[str, float] = defaultdict(float)
     if root is not None:
         _walk(root, (), totals)
-    Path(text_path).write_text(
-        profiler.output_text(unicode=False, color=False, show_all=False)
-    )
+    Path(text_path).write_text(profiler.output_text(unicode=False, color=False, show_all=False))
     ranked = sorted(totals.items(), key=lambda kv: kv[1], reverse=True)[:top]
     return {
         "total_s": total,
-        "top": [{"frame": k, "seconds": v, "share": (v / total if total else 0.0)} for k, v in ranked],
+        "top": [
+            {"frame": k, "seconds": v, "share": (v / total if total else 0.0)} for k, v in ranked
+        ],
         "text": text_path,
     }
