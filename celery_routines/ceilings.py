@@ -90,8 +90,10 @@ On exhaustion the routine is suspended until the end of the exhausted
 period, that is the start of the next one (the latest such end when several
 ceilings are exhausted at once, since it may resume only when all have
 reset). The windows inside the suspension are summarised as one ``skipped``
-row with reason ``ceiling`` (:func:`plan_suspended`), and the routine resumes
-by itself at the first window at or after the period turns.
+row with reason ``ceiling`` and the routine's next window becomes the first
+at or after the period turns, so it resumes by itself: :func:`limit_plan`
+when the before-send check suspends, :func:`plan_suspended` when a routine
+suspended by the worker's after-run check falls due.
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ from zoneinfo import ZoneInfo
 
 from .errors import ScheduleError
 from .schedules.base import Schedule
-from .schedules.plan import SkippedWindows, _count, _last
+from .schedules.plan import FirePlan, SkippedWindows, _count, _last
 from .schedules.zones import aware_utc, instants_of_wall_time, load_zone
 
 __all__ = [
@@ -118,6 +120,7 @@ __all__ = [
     "Suspension",
     "decide_after_run",
     "decide_before_send",
+    "limit_plan",
     "parse_ceilings",
     "period_bounds",
     "plan_suspended",
@@ -483,6 +486,11 @@ class SuspendedPlan:
     next_run_at: datetime
     """The first window at or after ``until``: the routine resumes by itself."""
 
+    def as_fire_plan(self) -> FirePlan:
+        """The same answer in the catch-up planner's shape, for the tick."""
+        skipped = (self.skipped,) if self.skipped is not None else ()
+        return FirePlan(send=(), skipped=skipped, next_run_at=self.next_run_at)
+
 
 def plan_suspended(schedule: Schedule, due_window: datetime, until: datetime) -> SuspendedPlan:
     """Skip a suspended routine's windows up to ``until`` (``suspended_until``).
@@ -504,3 +512,35 @@ def plan_suspended(schedule: Schedule, due_window: datetime, until: datetime) ->
     # does: an interval stays on its grid, a cron gives the same instant.
     next_run_at = aware_utc(schedule.next_after(last[-1]), "next_after")
     return SuspendedPlan(skipped=skipped, next_run_at=next_run_at)
+
+
+def limit_plan(plan: FirePlan, decision: CeilingDecision, schedule: Schedule) -> FirePlan:
+    """Cut the catch-up planner's ``plan`` to what the before-send check allows.
+
+    ``decision`` is :func:`decide_before_send` with ``wanted=len(plan.send)``.
+    The oldest ``decision.send`` windows go out, in order, while the budget
+    lasts. When the routine is suspended, the planned windows held back and
+    every later window before the suspension ends become one ``ceiling``
+    summary (contiguous: all come after the last window sent), and the next
+    window is the first at or after the period turns, so the routine resumes
+    by itself and nothing stays due meanwhile.
+    """
+    kept, held = plan.send[: decision.send], plan.send[decision.send :]
+    suspension = decision.suspension
+    if suspension is None:
+        if held:
+            raise ValueError(
+                f"the decision sends {decision.send} of {len(plan.send)} planned windows "
+                "without suspending; decide with wanted=len(plan.send)"
+            )
+        return plan
+    after = plan_suspended(schedule, plan.next_run_at, suspension.until)
+    windows = [*held]
+    count = len(held)
+    if after.skipped is not None:
+        windows += [after.skipped.first, after.skipped.last]
+        count += after.skipped.count
+    skipped = plan.skipped
+    if count:
+        skipped = (*skipped, SkippedWindows(CEILING_REASON, count, windows[0], windows[-1]))
+    return FirePlan(send=kept, skipped=skipped, next_run_at=after.next_run_at)

@@ -16,6 +16,7 @@ from celery_routines.ceilings import (
     Ceiling,
     decide_after_run,
     decide_before_send,
+    limit_plan,
     parse_ceilings,
     period_bounds,
     plan_suspended,
@@ -24,6 +25,7 @@ from celery_routines.ceilings import (
 from celery_routines.errors import ScheduleError
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.interval import IntervalSchedule
+from celery_routines.schedules.plan import FirePlan, SkippedWindows, plan_due
 
 
 def utc(*parts: int) -> datetime:
@@ -525,3 +527,85 @@ def test_a_window_at_or_after_the_end_is_not_skipped() -> None:
     every_five = CronSchedule("*/5 * * * *", ROME)
     plan = plan_suspended(every_five, MIDNIGHT_ROME, MIDNIGHT_ROME)
     assert plan.skipped is None and plan.next_run_at == MIDNIGHT_ROME
+
+
+def test_a_suspended_plan_in_the_planners_shape() -> None:
+    every_five = CronSchedule("*/5 * * * *", ROME)
+    suspended = plan_suspended(every_five, utc(2026, 11, 30, 12, 5), MIDNIGHT_ROME)
+    fire_plan = suspended.as_fire_plan()
+    assert fire_plan.send == ()
+    assert fire_plan.skipped == (suspended.skipped,)
+    assert fire_plan.next_run_at == MIDNIGHT_ROME
+    nothing = plan_suspended(every_five, MIDNIGHT_ROME, MIDNIGHT_ROME).as_fire_plan()
+    assert nothing.skipped == () and nothing.next_run_at == MIDNIGHT_ROME
+
+
+# -- cutting the catch-up plan ---------------------------------------------------
+
+EVERY_FIVE = CronSchedule("*/5 * * * *", ROME)
+
+
+def recovery(cap: int = 25) -> FirePlan:
+    """Down since 11:40: five windows due at noon, the next at 12:05."""
+    return plan_due(EVERY_FIVE, utc(2026, 11, 30, 11, 40), NOW, catch_up_cap=cap)
+
+
+def test_a_plan_under_its_ceiling_is_unchanged() -> None:
+    plan = recovery()
+    decision = decide_before_send([FIRES_PER_DAY], {"fires": 10}, NOW, ROME, wanted=5)
+    assert limit_plan(plan, decision, EVERY_FIVE) is plan
+
+
+def test_the_budget_sends_the_oldest_windows_and_summarises_the_rest_until_midnight() -> None:
+    plan = recovery()
+    assert len(plan.send) == 5
+    decision = decide_before_send([FIRES_PER_DAY], {"fires": 98}, NOW, ROME, wanted=5)
+    limited = limit_plan(plan, decision, EVERY_FIVE)
+    assert limited.send == (utc(2026, 11, 30, 11, 40), utc(2026, 11, 30, 11, 45))
+    # 11:50, 11:55 and 12:00 held back, then 12:05 .. 22:55 inside the suspension.
+    assert limited.skipped == (
+        SkippedWindows("ceiling", 3 + 131, utc(2026, 11, 30, 11, 50), utc(2026, 11, 30, 22, 55)),
+    )
+    assert limited.next_run_at == MIDNIGHT_ROME
+
+
+def test_the_fire_that_spends_the_last_of_the_budget_goes_out_and_the_rest_wait() -> None:
+    plan = plan_due(EVERY_FIVE, NOW, NOW)
+    decision = decide_before_send([FIRES_PER_DAY], {"fires": 99}, NOW, ROME, wanted=1)
+    limited = limit_plan(plan, decision, EVERY_FIVE)
+    assert limited.send == (NOW,)
+    assert limited.skipped == (
+        SkippedWindows("ceiling", 131, utc(2026, 11, 30, 12, 5), utc(2026, 11, 30, 22, 55)),
+    )
+    assert limited.next_run_at == MIDNIGHT_ROME
+
+
+def test_a_spent_ceiling_sends_nothing_and_keeps_the_planners_own_skips_first() -> None:
+    plan = recovery(cap=2)
+    assert [s.reason for s in plan.skipped] == ["catch_up_cap"]
+    decision = decide_before_send([EUR_PER_MONTH], {"eur": 7}, NOW, ROME, wanted=2)
+    limited = limit_plan(plan, decision, EVERY_FIVE)
+    assert limited.send == ()
+    assert [s.reason for s in limited.skipped] == ["catch_up_cap", "ceiling"]
+    assert limited.skipped[1].first == utc(2026, 11, 30, 11, 55)
+    assert limited.skipped[1].count == 2 + 131
+    assert limited.next_run_at == MIDNIGHT_ROME
+
+
+def test_a_suspension_ending_before_the_next_window_skips_only_what_was_held() -> None:
+    daily = CronSchedule("0 9 * * *", ROME)
+    plan = plan_due(daily, utc(2026, 11, 30, 8), NOW)
+    decision = decide_before_send([Ceiling(1, per="hour")], {"fires": 1}, NOW, ROME)
+    limited = limit_plan(plan, decision, daily)
+    assert limited.send == ()
+    assert limited.skipped == (
+        SkippedWindows("ceiling", 1, utc(2026, 11, 30, 8), utc(2026, 11, 30, 8)),
+    )
+    assert limited.next_run_at == plan.next_run_at == utc(2026, 12, 1, 8)
+
+
+def test_a_decision_made_for_fewer_windows_is_refused() -> None:
+    plan = recovery()
+    decision = decide_before_send([FIRES_PER_DAY], {"fires": 0}, NOW, ROME, wanted=1)
+    with pytest.raises(ValueError, match=r"decide with wanted=len\(plan\.send\)"):
+        limit_plan(plan, decision, EVERY_FIVE)
