@@ -85,6 +85,7 @@ def steady(peer: Peer, args: argparse.Namespace) -> dict[str, Any]:
         measured = timed(lambda: one_pass(scheduler))
         last_end = time.perf_counter()
         after = queue_length(client)
+        peer.between_ticks()
         quiet = timed(scheduler.tick)
         if i >= args.warmup:
             ticks.append(measured.seconds)
@@ -103,6 +104,9 @@ def steady(peer: Peer, args: argparse.Namespace) -> dict[str, Any]:
         for _ in range(args.profile_ticks):
             peer.advance(scheduler, 1.0)
             one_pass(scheduler)
+            profiler.stop()  # sessions are combined when it starts again
+            peer.between_ticks()
+            profiler.start()
         profiler.stop()
         profile = summarise(profiler, args.profile)
     result = {

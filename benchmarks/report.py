@@ -319,6 +319,8 @@ METHOD = """
   `INSERT ... SELECT generate_series`; Celery beat a `beat_schedule` dict; RedBeat pipelined
   `HSET`/`ZADD` of RedBeat's own encoding; django-celery-beat `migrate` and `bulk_create`.
   A peer whose set-up takes longer than the budget (180 s by default) is skipped at that size.
-- celery-routines' routines use `overlap="overlap"`: with no worker running, the default
-  `"skip"` would turn every later window of a hot routine into an overlap skip.
+- celery-routines runs with its defaults (`overlap="skip"`, Redis idempotency gate on, batch
+  1,000). Between measured ticks (untimed) a stand-in worker marks every open run `succeeded`,
+  as a real worker would have by then; without it `overlap="skip"` would (rightly) turn each
+  later window of a hot routine into an overlap skip.
 """
