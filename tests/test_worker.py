@@ -1,0 +1,294 @@
+"""The worker side against real databases: the claim before the body, outcomes,
+retries scheduled by failures, Celery's own retries, and tasks left alone.
+
+Tasks run through Celery's real tracer (``Task.apply`` builds the same tracer a
+worker does, calling ``before_start`` and firing the same signals).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from celery import Celery, shared_task
+from celery.exceptions import WorkerLostError
+from sqlalchemy import text
+
+from celery_routines import register, spend, worker
+from celery_routines.store import NewRun, Store
+from tests.conftest import FakeClock
+from tests.harness import insert_routine
+
+WINDOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+calls: list[str] = []
+
+
+@shared_task(name="tests.worker.shared_job")
+def shared_job() -> str:
+    calls.append("shared")
+    return "shared"
+
+
+@pytest.fixture(autouse=True)
+def _reset(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> Iterator[None]:
+    calls.clear()
+    monkeypatch.setattr(worker, "clock", clock)
+    yield
+    for key in list(worker._stores):
+        worker._stores.pop(key).dispose()
+    worker._settings.clear()
+
+
+@pytest.fixture
+def app(database_url: str, store: Store) -> Celery:
+    app = Celery("worker_test", set_as_current=False)
+    app.conf.update(routines_database_url=database_url, broker_url="memory://")
+    return app
+
+
+def make_run(store: Store, routine: str, attempt: int = 1, **columns: Any) -> str:
+    record = store.routines.by_name(routine)
+    if record is None:
+        insert_routine(store, routine, interval_seconds=60, **columns)
+        record = store.routines.by_name(routine)
+    run_id = str(uuid.uuid4())
+    store.runs.insert_new(
+        [
+            NewRun(
+                id=run_id,
+                routine_id=record.id,
+                idempotency_key=f"{routine}@{WINDOW.isoformat()}",
+                attempt=attempt,
+                scheduled_for=WINDOW,
+            )
+        ],
+        WINDOW,
+    )
+    store.runs.mark_sent([run_id], WINDOW)
+    return run_id
+
+
+def deliver(task: Any, run_id: str, routine: str, **options: Any) -> Any:
+    """One delivery of a routine message, through Celery's tracer."""
+    return task.apply(task_id=run_id, headers={"routine": routine}, **options)
+
+
+def test_the_run_is_claimed_before_the_body_and_its_success_recorded_with_spend(
+    app: Celery, store: Store, clock: FakeClock
+) -> None:
+    seen: list[str | None] = []
+
+    @register_task(app, "job")
+    def job() -> str:
+        run = store.runs.get(run_id)
+        seen.append(run.state if run else None)
+        spend(3, "emails")
+        return "done"
+
+    run_id = make_run(store, "job")
+    assert deliver(job, run_id, "job").get() == "done"
+    assert seen == ["running"]  # the claim came first
+    run = store.runs.get(run_id)
+    assert run.state == "succeeded"
+    assert run.started_at == run.finished_at == clock.now
+    assert run.worker
+    assert run.spend == '{"fires": 1, "emails": 3}'
+    assert run.deadline_at == clock.now + timedelta(seconds=3600)
+
+
+def register_task(app: Celery, name: str, **options: Any) -> Any:
+    """``@app.task`` plus ``register()``, as ``@routine`` would do."""
+
+    def decorate(fun: Any) -> Any:
+        # Unique task names: Celery warns about a name reused by another callable.
+        task = app.task(name=f"tests.worker.{name}.{uuid.uuid4().hex[:8]}", **options)(fun)
+        register(task, timedelta(hours=1), name=name)
+        return task
+
+    return decorate
+
+
+@pytest.mark.parametrize("kind", ["app_task", "bound", "shared_task", "worker_init"])
+def test_a_second_delivery_of_the_same_run_does_not_run_the_body(
+    app: Celery, store: Store, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    if kind == "app_task":
+
+        @register_task(app, "job")
+        def job() -> None:
+            calls.append("job")
+
+        task = job
+    elif kind == "bound":
+
+        @register_task(app, "job", bind=True)
+        def bound_job(self: Any) -> None:
+            calls.append(self.request.id)
+
+        task = bound_job
+    elif kind == "shared_task":
+        task = app.tasks["tests.worker.shared_job"]
+        register(task, timedelta(hours=1), name="job")
+    else:
+        # Never declared with routine()/register(): a beat_schedule entry or a
+        # row inserted by SQL. The worker_init signal installs the hook.
+        plain_name = f"tests.worker.plain.{uuid.uuid4().hex[:8]}"
+
+        @app.task(name=plain_name)
+        def plain() -> None:
+            calls.append("plain")
+
+        task = app.tasks[plain_name]
+        worker._on_worker_init(sender=SimpleNamespace(app=app))
+    run_id = make_run(store, "job")
+    refused_before = worker.refused_deliveries()
+    deliver(task, run_id, "job")
+    with caplog.at_level(logging.WARNING, logger="celery_routines.worker"):
+        deliver(task, run_id, "job")
+    assert len(calls) == 1, "the body ran twice"
+    run = store.runs.get(run_id)
+    assert (run.state, run.duplicates) == ("succeeded", 1)
+    assert worker.refused_deliveries() == refused_before + 1
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert run_id in warning.getMessage() and "already succeeded" in warning.getMessage()
+
+
+def test_a_delivery_of_an_unknown_run_does_not_run_the_body(app: Celery, store: Store) -> None:
+    @register_task(app, "job")
+    def job() -> None:
+        calls.append("job")
+
+    make_run(store, "job")  # the routine exists; this run id does not
+    deliver(job, str(uuid.uuid4()), "job")
+    assert calls == []
+
+
+def test_a_task_called_directly_is_untouched(app: Celery, store: Store) -> None:
+    @register_task(app, "job")
+    def job() -> str:
+        calls.append("job")
+        return "direct"
+
+    assert job.apply().get() == "direct"
+    assert job() == "direct"
+    assert calls == ["job", "job"]
+
+
+def test_a_user_defined_before_start_runs_after_a_granted_claim_only(
+    app: Celery, store: Store
+) -> None:
+    from celery import Task
+
+    class Audited(Task):
+        def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
+            calls.append("user before_start")
+
+    @register_task(app, "job", base=Audited)
+    def job() -> None:
+        calls.append("body")
+
+    run_id = make_run(store, "job")
+    deliver(job, run_id, "job")
+    deliver(job, run_id, "job")
+    assert calls == ["user before_start", "body"]
+
+
+def test_a_failure_records_the_error_and_schedules_the_retry(
+    app: Celery, store: Store, clock: FakeClock
+) -> None:
+    @register_task(app, "job")
+    def job() -> None:
+        raise RuntimeError("disk full")
+
+    run_id = make_run(store, "job", retry_base_seconds=60, max_retries=4)
+    deliver(job, run_id, "job")
+    run = store.runs.get(run_id)
+    assert (run.state, run.error) == ("retrying", "RuntimeError: disk full")
+    assert run.finished_at == clock.now
+    assert run.retry_at == clock.now + timedelta(minutes=1)
+
+
+def test_the_last_attempt_fails_for_good(app: Celery, store: Store) -> None:
+    @register_task(app, "job")
+    def job() -> None:
+        raise RuntimeError("still broken")
+
+    run_id = make_run(store, "job", attempt=3, max_retries=2)
+    deliver(job, run_id, "job")
+    run = store.runs.get(run_id)
+    assert (run.state, run.retry_at) == ("failed", None)
+
+
+def test_a_paused_routines_failure_schedules_no_retry(app: Celery, store: Store) -> None:
+    @register_task(app, "job")
+    def job() -> None:
+        with store.engine.begin() as conn:  # paused while it ran
+            conn.execute(text("UPDATE routines SET paused = true WHERE name = 'job'"))
+        raise RuntimeError("boom")
+
+    run_id = make_run(store, "job")
+    deliver(job, run_id, "job")
+    run = store.runs.get(run_id)
+    assert (run.state, run.retry_at, run.reason) == ("failed", None, "no_retry:paused")
+
+
+def test_a_lost_pool_process_makes_the_run_lost_and_retried(
+    app: Celery, store: Store, clock: FakeClock
+) -> None:
+    @register_task(app, "job")
+    def job() -> None:
+        pass
+
+    run_id = make_run(store, "job")
+    assert store.runs.claim_start(run_id, "w1", clock.now)
+    # What the worker's main process reports when the pool child running the
+    # task dies (it pushes the request so handlers see the headers).
+    job.push_request(id=run_id, headers={"routine": "job"})
+    try:
+        worker._on_failure(
+            sender=job, task_id=run_id, exception=WorkerLostError("signal 9 (SIGKILL)")
+        )
+    finally:
+        job.pop_request()
+    run = store.runs.get(run_id)
+    assert (run.state, run.reason) == ("retrying", "lost")
+    assert run.retry_at == clock.now + timedelta(minutes=1)
+    assert "WorkerLostError" in run.error
+
+
+def test_celery_own_retry_redelivers_the_same_run_not_one_of_ours(
+    app: Celery, store: Store
+) -> None:
+    @register_task(app, "job", bind=True, max_retries=3, default_retry_delay=0)
+    def job(self: Any) -> str:
+        calls.append(f"try {self.request.retries}")
+        if self.request.retries < 2:
+            raise self.retry(countdown=0)
+        return "ok"
+
+    run_id = make_run(store, "job")
+    deliver(job, run_id, "job")
+    assert calls == ["try 0", "try 1", "try 2"]
+    run = store.runs.get(run_id)
+    assert (run.state, run.duplicates, run.celery_retries) == ("succeeded", 0, 2)
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM routine_runs")).scalar_one() == 1
+
+
+def test_a_delivery_that_cannot_reach_the_database_does_not_run_the_body(
+    app: Celery, store: Store, sqlite_url: str
+) -> None:
+    @register_task(app, "job")
+    def job() -> None:
+        calls.append("job")
+
+    app.conf.routines_database_url = "postgresql://nobody@127.0.0.1:1/none"
+    worker._settings.clear()
+    result = deliver(job, str(uuid.uuid4()), "job")
+    assert calls == []
+    assert result.failed()
