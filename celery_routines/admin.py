@@ -26,6 +26,7 @@ from .clock import Clock, utc_now
 from .config import Settings, settings_from
 from .dispatch import EXISTS, SEND_FAILED, SENT, Dispatched, dispatch
 from .errors import InvalidRoutine, RoutinesError, ScheduleError, UnknownRoutine
+from .events import RoutineEvents
 from .publish import CeleryPublisher, Publisher
 from .schedules.base import Schedule
 from .schedules.cron import CronSchedule
@@ -37,6 +38,7 @@ from .schedules.zones import load_zone, local_to_utc_first
 from .store import NewRun, RoutineRecord, RunRecord, Store, migrate
 from .store.admin_queries import NamedRun
 from .store.models import RUN_STATES
+from .store.spend_queries import SpendQueries
 
 __all__ = [
     "BackfillResult",
@@ -266,6 +268,7 @@ class Routines:
         clock: Clock = utc_now,
         store: Store | None = None,
         publisher: Publisher | None = None,
+        events: RoutineEvents | None = None,
     ) -> None:
         if isinstance(app_or_settings, Settings):
             self.app: Celery | None = None
@@ -277,13 +280,19 @@ class Routines:
         # Building an engine opens no connection; the first query does.
         self.store = store or Store.from_url(self.settings.database_url)
         self._owns_store = store is None
+        self._spend = SpendQueries(self.store.engine)
         self._publisher = publisher
         self._owns_publisher = publisher is None
+        # Skips an operator causes (a resume) and manual sends go out as
+        # Celery events like beat's own; without an app there is no broker.
+        self.events = events or (RoutineEvents(self.app) if self.app is not None else None)
 
     def close(self) -> None:
         if self._publisher is not None and self._owns_publisher:
             self._publisher.close()
             self._publisher = None
+        if self.events is not None:
+            self.events.close()
         if self._owns_store:
             self.store.dispose()
 
@@ -399,9 +408,17 @@ class Routines:
             record.id, next_run_at, now, keep_next=catch_up or skip is None
         )
         skipped = 0
-        if changed and skip is not None:
-            self.store.runs.insert_new([skip], now)
+        if changed and skip is not None and self.store.runs.insert_new([skip], now):
             skipped = skip.skipped_count or 0
+            if self.events is not None:
+                self.events.skipped(
+                    record.name,
+                    reason="paused",
+                    count=skipped,
+                    first=skip.skipped_first or skip.scheduled_for,
+                    last=skip.scheduled_for,
+                    run_id=skip.id,
+                )
         if not changed:
             next_run_at = record.next_run_at
         return PauseResult(record.name, False, changed, next_run_at, skipped)
@@ -446,7 +463,7 @@ class Routines:
             attempt=1,
             scheduled_for=now,
         )
-        return _send_result(record, self._dispatch(record, [run])[0])
+        return _send_result(record, self._dispatch(record, [run], "trigger")[0])
 
     def replay(self, run_id: str, *, force: bool = False) -> SendResult:
         """Send a failed, skipped or lost window again, as the next attempt of
@@ -487,7 +504,7 @@ class Routines:
             attempt=latest.attempt + 1,
             scheduled_for=run.scheduled_for,
         )
-        return _send_result(record, self._dispatch(record, [new])[0])
+        return _send_result(record, self._dispatch(record, [new], "replay")[0])
 
     def backfill(
         self,
@@ -540,7 +557,7 @@ class Routines:
             new_count = len(runs) - len(stored)
             if new_count:
                 self._check_may_send(record, new_count, now)
-        results = self._dispatch(record, runs) if runs else []
+        results = self._dispatch(record, runs, "backfill") if runs else []
         return BackfillResult(record.name, first, last, [_send_result(record, d) for d in results])
 
     # -- schema ------------------------------------------------------------
@@ -607,15 +624,17 @@ class Routines:
             raise InvalidRoutine(record.name, str(exc)) from None
 
     def _usage(self, record: RoutineRecord, now: datetime) -> list[CeilingUsage]:
+        ceilings = self._ceilings(record)
+        if not ceilings:
+            return []
+        timezone = self._zone_of(record)
+        # Beat's own accounting: a run counts in the period of its created_at;
+        # skips and runs whose message never went out are free.
+        used = self._spend.used_by_ceiling(record.id, ceilings, now, timezone)
         usage = []
-        for ceiling in self._ceilings(record):
-            start, end = period_bounds(now, ceiling.per, self._zone_of(record))
-            # The same charging rule as the beat's ceiling check: a run counts
-            # in the period of its created_at; skips and unsent runs are free.
-            spent = sum(
-                _cost(run, ceiling.unit)
-                for run in self.store.admin.spent_rows(record.id, start, end)
-            )
+        for ceiling in ceilings:
+            start, end = period_bounds(now, ceiling.per, timezone)
+            spent = used.get(ceiling.unit, 0.0)
             usage.append(CeilingUsage(ceiling.unit, ceiling.per, ceiling.limit, spent, start, end))
         return usage
 
@@ -650,8 +669,25 @@ class Routines:
                 f"({spent}); pass --force to send anyway"
             )
 
-    def _dispatch(self, record: RoutineRecord, runs: list[NewRun]) -> list[Dispatched]:
-        return dispatch(self.store, self._get_publisher(), record, runs, self.clock)
+    def _dispatch(self, record: RoutineRecord, runs: list[NewRun], how: str) -> list[Dispatched]:
+        results = dispatch(
+            self.store,
+            self._get_publisher(),
+            record,
+            runs,
+            self.clock,
+            self.settings.run_timeout,
+        )
+        if self.events is not None:
+            for done in results:
+                if done.outcome == SENT:
+                    self.events.triggered(
+                        record.name,
+                        run_id=done.run.id,
+                        idempotency_key=done.run.idempotency_key,
+                        how=how,
+                    )
+        return results
 
     def _get_publisher(self) -> Publisher:
         if self._publisher is None:
@@ -791,21 +827,6 @@ def _definition(record: RoutineRecord) -> dict[str, Any]:
         "retry_base_seconds": record.retry_base_seconds,
         "ceiling": loads(record.ceiling),
     }
-
-
-def _cost(run: RunRecord, unit: str) -> float:
-    """What one run that went out cost in ``unit``; every run is one fire."""
-    if run.reason == "send_failed":
-        return 0.0
-    spend: dict[str, float] = {}
-    if run.spend:
-        try:
-            spend = json.loads(run.spend)
-        except ValueError:
-            spend = {}
-    if unit == "fires":
-        return float(spend.get("fires", 1))
-    return float(spend.get(unit, 0))
 
 
 def _run_view(named: NamedRun) -> RunView:

@@ -153,8 +153,8 @@ def _fail_if_not_sent(results: Sequence[SendResult]) -> None:
     failed = [r for r in results if r.outcome == SEND_FAILED]
     if failed:
         raise click.ClickException(
-            f"{len(failed)} run(s) could not be sent: {failed[0].error}; "
-            "they are recorded as failed and can be replayed"
+            f"{len(failed)} run(s) could not be sent: {failed[0].error}; recorded, and "
+            "retried under the routine's retry policy (see runs --state retrying)"
         )
 
 

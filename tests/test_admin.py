@@ -307,7 +307,7 @@ def test_trigger_with_settings_only_says_it_needs_the_app(
             routines.trigger("report")
 
 
-def test_a_broker_failure_marks_the_run_failed_and_reports_it(
+def test_a_broker_failure_is_recorded_like_beats_own_and_reported(
     store: Store, database_url: str, clock: FakeClock
 ) -> None:
     class Down:
@@ -318,11 +318,17 @@ def test_a_broker_failure_marks_the_run_failed_and_reports_it(
             pass
 
     add_routine(store, "report")
+    add_routine(store, "once", max_retries=0)
     with Routines(Settings(database_url=database_url), clock=clock, publisher=Down()) as r:
         result = r.trigger("report")
+        final = r.trigger("once")
     assert result.outcome == "send_failed" and "broker down" in result.error
+    # Recorded exactly as beat records its own failed sends: retried later
+    # under the routine's retry policy, or failed when it allows no retry.
     run = store.runs.get(result.run_id)
-    assert (run.state, run.reason) == ("failed", "send_failed")
+    assert (run.state, run.reason) == ("retrying", "send_failed")
+    assert run.retry_at == NOW + timedelta(minutes=1)
+    assert store.runs.get(final.run_id).state == "failed"
 
 
 def test_backfill_sends_past_windows_oldest_first_and_a_second_backfill_sends_nothing(

@@ -331,3 +331,19 @@ def test_a_real_celery_subprocess_runs_the_registered_sub_command(
     assert missing.returncode != 0
     assert "Traceback" not in missing.stderr
     assert missing.stderr.strip().splitlines() == ["Error: no routine named 'ghost' is stored"]
+
+
+def test_a_send_the_broker_refuses_exits_1_with_one_line_and_is_recorded(
+    store: Store, database_url: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.harness import redis_app
+
+    add_routine(store, "report")
+    app = redis_app("redis://127.0.0.1:1/0", database_url)
+    monkeypatch.setattr(cli, "CLOCK", clock)
+    result = CliRunner().invoke(
+        routines, ["trigger", "report"], obj=cli_context(app), catch_exceptions=False
+    )
+    fails_with(result, "1 run(s) could not be sent", "retried under the routine's retry policy")
+    [run] = store.admin.runs(states=["retrying"])
+    assert run.run.reason == "send_failed"

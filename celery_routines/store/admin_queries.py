@@ -106,17 +106,6 @@ class AdminQueries:
         with self.engine.connect() as conn:
             return [_run(row) for row in conn.execute(query)]
 
-    def spent_rows(self, routine_id: int, start: datetime, end: datetime) -> list[RunRecord]:
-        """Runs written in ``[start, end)`` that went out (skips cost nothing)."""
-        query = select(*RUN_COLUMNS).where(
-            runs.c.routine_id == routine_id,
-            runs.c.created_at >= start,
-            runs.c.created_at < end,
-            runs.c.state != "skipped",
-        )
-        with self.engine.connect() as conn:
-            return [_run(row) for row in conn.execute(query)]
-
     # -- operator writes -----------------------------------------------------
 
     def pause(self, routine_id: int, now: datetime) -> bool:

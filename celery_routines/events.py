@@ -1,0 +1,109 @@
+"""Celery events of our own type: skips, suspensions and lost runs.
+
+They go out on Celery's event exchange (``celeryev``), so any event consumer
+(``app.events.Receiver``, ``celery events``, Flower's event stream) can
+subscribe to them. Their type is ``routine-<what>``: not ``task-...``, so
+Flower counts them without mistaking them for task states.
+
+Sending an event never raises into the caller: monitoring must not stop a tick
+or an operator command. A failure is logged once until a send works again.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from celery import Celery
+
+logger = logging.getLogger("celery_routines.events")
+
+SKIPPED = "routine-skipped"
+SUSPENDED = "routine-suspended"
+LOST = "routine-lost"
+TRIGGERED = "routine-triggered"
+EVENT_TYPES = (SKIPPED, SUSPENDED, LOST, TRIGGERED)
+
+
+def _field(value: Any) -> Any:
+    # Event bodies are serialised with the app's event serializer (JSON).
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+class RoutineEvents:
+    """Publishes routine events through one lazily opened connection."""
+
+    def __init__(self, app: Celery, hostname: str | None = None) -> None:
+        self.app = app
+        self.hostname = hostname
+        self._connection: Any = None
+        self._dispatcher: Any = None
+        self._failing = False
+
+    def skipped(
+        self,
+        routine: str,
+        *,
+        reason: str,
+        count: int,
+        first: datetime,
+        last: datetime,
+        run_id: str | None = None,
+    ) -> None:
+        self.send(
+            SKIPPED, routine=routine, reason=reason, count=count, first=first, last=last,
+            run_id=run_id,
+        )  # fmt: skip
+
+    def suspended(self, routine: str, *, until: datetime, reason: str) -> None:
+        self.send(SUSPENDED, routine=routine, until=until, reason=reason)
+
+    def lost(self, routine: str, *, run_id: str, idempotency_key: str) -> None:
+        self.send(LOST, routine=routine, run_id=run_id, idempotency_key=idempotency_key)
+
+    def triggered(self, routine: str, *, run_id: str, idempotency_key: str, how: str) -> None:
+        """An operator sent a run by hand (``how``: trigger, replay, backfill)."""
+        self.send(
+            TRIGGERED, routine=routine, run_id=run_id, idempotency_key=idempotency_key, how=how
+        )
+
+    def send(self, event_type: str, **fields: Any) -> None:
+        try:
+            dispatcher = self._get_dispatcher()
+            dispatcher.send(event_type, **{k: _field(v) for k, v in fields.items()})
+        except Exception as exc:
+            if not self._failing:
+                logger.warning(
+                    "could not send the %s event (%s); will keep trying", event_type, exc
+                )
+                self._failing = True
+            self.close()
+            return
+        if self._failing:
+            logger.info("routine events are sent again")
+            self._failing = False
+
+    def _get_dispatcher(self) -> Any:
+        if self._dispatcher is None:
+            self._connection = self.app.connection_for_write()
+            self._dispatcher = self.app.events.Dispatcher(
+                self._connection,
+                hostname=self.hostname,
+                enabled=True,
+                # An event for a monitoring consumer is worth nothing late:
+                # do not queue them in memory while the broker is away.
+                buffer_while_offline=False,
+            )
+        return self._dispatcher
+
+    def close(self) -> None:
+        dispatcher, connection = self._dispatcher, self._connection
+        self._dispatcher = self._connection = None
+        for closing in (dispatcher, connection):
+            if closing is None:
+                continue
+            try:
+                closing.close() if closing is dispatcher else closing.release()
+            except Exception:  # closing a broken connection may raise again
+                logger.debug("error closing the event connection", exc_info=True)
