@@ -28,7 +28,8 @@ class CeleryProcess:
         )
 
     def output(self) -> str:
-        self.handle.flush()
+        if not self.handle.closed:
+            self.handle.flush()
         return self.log.read_text(errors="replace")
 
     def stop(self) -> None:

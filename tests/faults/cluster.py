@@ -1,0 +1,154 @@
+"""Starting, killing and checking real beat processes for the fault tests."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import redis
+from sqlalchemy import text
+
+from celery_routines.store import Store
+from tests.e2e.processes import CeleryProcess, environment
+
+
+@dataclass
+class Cluster:
+    tmp_path: Path
+    database_url: str
+    broker_url: str
+    store: Store
+    processes: list[CeleryProcess] = field(default_factory=list)
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def add_interval_routines(self, count: int, intervals: tuple[float, ...], **columns) -> None:
+        """Routines inserted by plain SQL, as an operator would."""
+        rows = [
+            {
+                "name": f"r{i:04d}",
+                "task": "e2e_app.sql_inserted",
+                "interval_seconds": intervals[i % len(intervals)],
+                "enabled": True,
+                # Fault tests watch beat alone; no worker closes the runs.
+                "overlap": "overlap",
+                **columns,
+            }
+            for i in range(count)
+        ]
+        names = list(rows[0])
+        with self.store.engine.begin() as conn:
+            conn.execute(
+                text(
+                    f"INSERT INTO routines ({', '.join(names)}) "
+                    f"VALUES ({', '.join(':' + n for n in names)})"
+                ),
+                rows,
+            )
+
+    def start_beat(self, label: str, **env: str) -> CeleryProcess:
+        full_env = environment(
+            self.broker_url,
+            self.database_url,
+            ROUTINES_LOCK_TTL="4",
+            **{**self.extra_env, **env},
+        )
+        beat = CeleryProcess(
+            [
+                "beat",
+                "-S",
+                "celery_routines.Scheduler",
+                "--loglevel",
+                "INFO",
+                "--max-interval",
+                "1",
+                "--schedule",
+                str(self.tmp_path / f"{label}-schedule"),
+            ],
+            full_env,
+            self.tmp_path / f"{label}.log",
+        )
+        self.processes.append(beat)
+        return beat
+
+    def kill(self, process: CeleryProcess) -> None:
+        os.killpg(process.process.pid, signal.SIGKILL)
+        process.process.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
+                process.stop()
+
+    def assert_alive(self) -> None:
+        for process in self.processes:
+            if process.process.poll() is None:
+                continue
+            if process.process.returncode in (-signal.SIGKILL, -signal.SIGTERM):
+                continue
+            raise AssertionError(f"{process.log.name} died:\n{process.output()[-4000:]}")
+
+    def run_rows(self) -> list:
+        with self.store.engine.connect() as conn:
+            return conn.execute(
+                text(
+                    "SELECT t.name, t.interval_seconds, r.idempotency_key, r.state, "
+                    "r.scheduled_for, r.skipped_count, r.skipped_first, r.skipped_last, r.id "
+                    "FROM routine_runs r JOIN routines t ON t.id = r.routine_id"
+                )
+            ).all()
+
+    def broker_messages(self) -> int:
+        client = redis.Redis.from_url(self.broker_url)
+        try:
+            return client.llen("celery")
+        finally:
+            client.close()
+
+
+def check_every_window_once(cluster: Cluster, until: datetime) -> dict[str, int]:
+    """Every routine's windows form an unbroken grid from its first window to
+    ``until`` (sent, or covered by a skipped summary), none twice; one broker
+    message per sent run."""
+    by_routine: dict[str, list] = {}
+    for row in cluster.run_rows():
+        by_routine.setdefault(row.name, []).append(row)
+    keys = [(row.name, row.idempotency_key) for rows in by_routine.values() for row in rows]
+    assert len(keys) == len(set(keys)), "a window has two run rows"
+    sent = covered = 0
+    for name, rows in by_routine.items():
+        step = timedelta(seconds=rows[0].interval_seconds)
+        instants: list[datetime] = []
+        for row in rows:
+            if row.state == "skipped":
+                first, last = row.skipped_first, row.skipped_last
+                count = row.skipped_count or 1
+                assert first + (count - 1) * step == last, f"{name}: bad summary {row}"
+                instants += [first + k * step for k in range(count)]
+                covered += count
+            else:
+                instants.append(row.scheduled_for)
+                sent += 1
+        instants.sort()
+        assert len(instants) == len(set(instants)), f"{name}: a window twice: " + "\n".join(
+            str(tuple(row)) for row in sorted(rows, key=lambda r: r.scheduled_for)
+        )
+        for earlier, later in itertools.pairwise(instants):
+            assert later - earlier == step, f"{name}: gap or drift between {earlier} and {later}"
+        assert instants[-1] >= until - 3 * step, f"{name}: fell behind, last {instants[-1]}"
+    assert cluster.broker_messages() == sent, "a run was published twice (or not at all)"
+    return {"routines": len(by_routine), "sent": sent, "skipped": covered}
+
+
+def wait_seconds(cluster: Cluster, seconds: float) -> None:
+    """Let real processes run for a while, failing fast if one dies."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        cluster.assert_alive()
+        time.sleep(0.5)

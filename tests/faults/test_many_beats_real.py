@@ -1,0 +1,166 @@
+"""Issue 5 scenarios 1-4 with real beat processes: many beats, kills, outages."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.faults.cluster import Cluster, check_every_window_once, wait_seconds
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
+
+
+def utc_now_naive() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def test_three_beats_send_every_window_exactly_once(cluster: Cluster) -> None:
+    cluster.add_interval_routines(150, intervals=(1.0, 2.0, 3.0))
+    for label in ("beat-a", "beat-b", "beat-c"):
+        cluster.start_beat(label)
+    wait_seconds(cluster, 25)
+    cluster.stop_all()
+    figures = check_every_window_once(cluster, until=utc_now_naive())
+    # 150 inserted by SQL plus the e2e app's own declared routine.
+    assert figures["routines"] == 151 and figures["sent"] > 150 * 5
+
+
+def test_a_killed_beats_claims_are_taken_over_and_nothing_is_lost_or_doubled(
+    cluster: Cluster,
+) -> None:
+    cluster.add_interval_routines(100, intervals=(1.0, 2.0))
+    victim = cluster.start_beat("victim")
+    cluster.start_beat("survivor")
+    wait_seconds(cluster, 8)
+    cluster.kill(victim)  # SIGKILL: its claims stay in the table until they expire
+    wait_seconds(cluster, 12)  # lock TTL is 4 s
+    cluster.stop_all()
+    check_every_window_once(cluster, until=utc_now_naive())
+
+
+def test_the_only_beat_killed_and_restarted_recovers_by_the_catch_up_policy(
+    cluster: Cluster,
+) -> None:
+    cluster.add_interval_routines(20, intervals=(1.0,))
+    with cluster.store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE routines SET catch_up = 'skip_to_next' WHERE name IN ('r0000', 'r0001')")
+        )
+    first = cluster.start_beat("first")
+    wait_seconds(cluster, 5)
+    cluster.kill(first)
+    wait_seconds(cluster, 6)  # about six missed windows per routine
+    cluster.start_beat("restarted")
+    wait_seconds(cluster, 5)
+    cluster.stop_all()
+    figures = check_every_window_once(cluster, until=utc_now_naive())
+    assert figures["skipped"] > 0
+    rows = cluster.run_rows()
+    skip_rows = [r for r in rows if r.state == "skipped" and r.name.startswith("r")]
+    assert {r.name for r in skip_rows} == {"r0000", "r0001"}
+    assert all(r.skipped_count >= 3 for r in skip_rows)
+
+
+def test_postgres_connections_killed_mid_run_beat_reconnects_and_loses_nothing(
+    cluster: Cluster,
+) -> None:
+    cluster.add_interval_routines(50, intervals=(1.0, 2.0))
+    beats = [cluster.start_beat("beat-a"), cluster.start_beat("beat-b")]
+    wait_seconds(cluster, 6)
+    database = cluster.database_url.rsplit("/", 1)[1]
+    admin = create_engine(
+        cluster.database_url.rsplit("/", 1)[0] + "/postgres", isolation_level="AUTOCOMMIT"
+    )
+    killed = 0
+    for _ in range(3):
+        with admin.connect() as conn:
+            killed += conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = :db AND pid <> pg_backend_pid() "
+                    "AND application_name NOT LIKE 'pytest%'"
+                ),
+                {"db": database},
+            ).scalar_one()
+        wait_seconds(cluster, 2)
+    admin.dispose()
+    wait_seconds(cluster, 6)
+    cluster.store.engine.dispose()  # the test's own pool was cut too
+    cluster.stop_all()
+    assert killed > 0
+    check_every_window_once(cluster, until=utc_now_naive())
+    for beat in beats:
+        assert "Traceback" not in beat.output() or "beat tick failed" in beat.output()
+
+
+@pytest.fixture
+def gate_redis(tmp_path):
+    """A Redis server of the test's own for the gate, so stopping it hurts nobody else."""
+    port = 6391
+    server = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    yield port, server
+    for proc in (server,):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_redis_gate_stopped_and_restarted_beats_keep_firing_and_log_it_once(
+    cluster: Cluster, gate_redis, tmp_path
+) -> None:
+    port, server = gate_redis
+    cluster.extra_env["ROUTINES_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+    cluster.add_interval_routines(60, intervals=(1.0, 2.0))
+    beats = [cluster.start_beat("beat-a"), cluster.start_beat("beat-b")]
+    wait_seconds(cluster, 5)
+    server.kill()
+    server.wait()
+    wait_seconds(cluster, 6)
+    restarted = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_seconds(cluster, 6)
+        cluster.stop_all()
+    finally:
+        restarted.kill()
+        restarted.wait()
+    check_every_window_once(cluster, until=utc_now_naive())
+    for beat in beats:
+        output = beat.output()
+        assert len(re.findall("idempotency gate degraded", output)) == 1, output[-3000:]
+        assert "idempotency gate restored" in output
