@@ -38,6 +38,7 @@ from .schedules.zones import load_zone, local_to_utc_first
 from .store import NewRun, RoutineRecord, RunRecord, Store, migrate
 from .store.admin_queries import NamedRun
 from .store.models import RUN_STATES
+from .store.records import OpenRun
 from .store.spend_queries import SpendQueries
 
 __all__ = [
@@ -343,7 +344,7 @@ class Routines:
             definition=_definition(record),
             next_windows=next_windows,
             ceilings=ceilings,
-            open_runs=len(self.store.admin.open_runs(record.id)),
+            open_runs=len(self._open_runs(record, now)),
             last_error=record.last_error,
             suspended_until=record.suspended_until,
             suspended_reason=record.suspended_reason,
@@ -638,10 +639,20 @@ class Routines:
             usage.append(CeilingUsage(ceiling.unit, ceiling.per, ceiling.limit, spent, start, end))
         return usage
 
+    def _open_runs(self, record: RoutineRecord, now: datetime) -> list[OpenRun]:
+        """Runs in progress, counted as beat counts them for its overlap
+        policy: a pending row is not yet a run, and a run past its deadline is
+        lost whether or not the sweep has said so yet."""
+        return [
+            run
+            for run in self.store.runs.open_runs([record.id]).get(record.id, [])
+            if run.state != "pending" and (run.deadline_at is None or run.deadline_at > now)
+        ]
+
     def _check_may_send(self, record: RoutineRecord, fires: int, now: datetime) -> None:
         """Refuse a manual send that the overlap policy or a ceiling forbids."""
         if record.overlap in EXCLUSIVE_OVERLAP:
-            open_runs = self.store.admin.open_runs(record.id)
+            open_runs = self._open_runs(record, now)
             if open_runs:
                 raise OperationRefused(
                     f"routine {record.name!r} has {len(open_runs)} open run(s) "

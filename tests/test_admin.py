@@ -505,3 +505,13 @@ def test_list_reads_the_newest_run_of_each_routine(admin: Routines, store: Store
     add_run(store, b, "b@1", "lost", NOW, NOW - timedelta(days=9))
     outcomes = {s.name: s.last_outcome for s in admin.list()}
     assert outcomes == {"a": "running", "b": "lost"}
+
+
+def test_a_run_past_its_deadline_or_still_pending_does_not_block_a_trigger(
+    admin: Routines, store: Store, broker_folder: Path
+) -> None:
+    record = add_routine(store, "report")
+    add_run(store, record, "report@a", "sent", NOW, NOW, deadline_at=NOW - timedelta(minutes=1))
+    add_run(store, record, "report@b", "pending", NOW, NOW)
+    assert admin.trigger("report").outcome == "sent"
+    assert admin.show("report").open_runs == 1  # the one just sent

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select, update
 
-from .models import OPEN_STATES, Routine, RoutineRun
+from .models import Routine, RoutineRun
 from .records import RUN_RECORD_FIELDS, RunRecord
 
 routines = Routine.__table__
@@ -93,15 +93,6 @@ class AdminQueries:
             select(*RUN_COLUMNS)
             .where(runs.c.routine_id == routine_id, runs.c.idempotency_key == idempotency_key)
             .order_by(runs.c.attempt)
-        )
-        with self.engine.connect() as conn:
-            return [_run(row) for row in conn.execute(query)]
-
-    def open_runs(self, routine_id: int) -> list[RunRecord]:
-        query = (
-            select(*RUN_COLUMNS)
-            .where(runs.c.routine_id == routine_id, runs.c.state.in_(OPEN_STATES))
-            .order_by(runs.c.created_at)
         )
         with self.engine.connect() as conn:
             return [_run(row) for row in conn.execute(query)]
