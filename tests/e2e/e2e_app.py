@@ -43,3 +43,34 @@ def legacy() -> str:
 @app.task
 def sql_inserted(word: str = "") -> str:
     return word
+
+
+# -- tasks of the run-lifecycle tests (tests/e2e/test_lifecycle.py) ------------
+
+
+@app.task(bind=True)
+def record(self, path: str) -> str:
+    """Appends one line per body run, so a test can count them."""
+    with open(path, "a") as log:
+        log.write(f"ran {self.request.id}\n")
+    return "recorded"
+
+
+@app.task(bind=True)
+def hold(self, path: str, release: str, limit: float = 25.0) -> str:
+    """A slow task: runs until the file ``release`` exists (at most ``limit`` s)."""
+    import time
+
+    with open(path, "a") as log:
+        log.write(f"start {self.request.id} {os.getpid()}\n")
+    deadline = time.monotonic() + limit
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with open(path, "a") as log:
+        log.write(f"end {self.request.id}\n")
+    return "held"
+
+
+@app.task
+def boom() -> None:
+    raise RuntimeError("boom")
