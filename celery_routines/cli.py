@@ -36,6 +36,10 @@ from .store.models import RUN_STATES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# How SQLite and PostgreSQL say a table or column is missing: an unmigrated
+# (or older) schema, which `migrate` fixes.
+SCHEMA_MISSING = ("no such table", "no such column", "does not exist")
+
 # The clock the commands read "now" from; tests replace it (never sleep).
 CLOCK: Clock = utc_now
 
@@ -58,8 +62,10 @@ def _errors(command: F) -> F:
             raise click.ClickException(_one_line(exc)) from None
         except SQLAlchemyError as exc:
             # The driver's message is multi-line; its first line names the cause.
-            cause = getattr(exc, "orig", None) or exc
-            raise click.ClickException(f"database error: {_one_line(cause)}") from None
+            message = f"database error: {_one_line(getattr(exc, 'orig', None) or exc)}"
+            if any(sign in message for sign in SCHEMA_MISSING):
+                message += "; is the schema up to date? run: celery -A <app> routines migrate"
+            raise click.ClickException(message) from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -347,3 +347,9 @@ def test_a_send_the_broker_refuses_exits_1_with_one_line_and_is_recorded(
     fails_with(result, "1 run(s) could not be sent", "retried under the routine's retry policy")
     [run] = store.admin.runs(states=["retrying"])
     assert run.run.reason == "send_failed"
+
+
+def test_an_unmigrated_database_says_to_run_migrate(database_url: str, broker_folder: Path) -> None:
+    app = make_app(broker_folder, database_url)
+    result = CliRunner().invoke(routines, ["list"], obj=cli_context(app), catch_exceptions=False)
+    fails_with(result, "database error", "routines migrate")
