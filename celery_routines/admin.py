@@ -3,40 +3,62 @@
 ``Routines(app)`` reads, pauses, resumes and sends routines; every answer is a
 plain frozen dataclass. Errors are celery-routines exceptions whose message
 names the routine or the bad value (``UnknownRoutine``, ``InvalidRoutine``,
-``ValueError`` subclasses). This module decides; the store holds the SQL and
-:mod:`celery_routines.dispatch` carries out sends in the tick's order.
+``ValueError`` subclasses). This module decides; the store holds the SQL,
+:mod:`celery_routines.dispatch` carries out sends in the tick's order,
+:mod:`celery_routines.admin_views` holds the answers and
+:mod:`celery_routines.admin_windows` the pure time and window helpers.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime
 
 from celery import Celery
 from sqlalchemy.engine import make_url
 
+from .admin_views import (
+    BackfillResult,
+    CeilingUsage,
+    MigrateResult,
+    PauseResult,
+    RoutineDetail,
+    RoutineSummary,
+    RunView,
+    SendResult,
+    WindowView,
+    definition_of,
+    describe_schedule,
+    iso_utc,
+    routine_state,
+    run_view,
+    send_result,
+    window_view,
+)
+from .admin_windows import (
+    MAX_PREVIEW,
+    check_count,
+    count_windows,
+    last_window,
+    parse_instant,
+    preview,
+    range_windows,
+    take_windows,
+    to_instant,
+)
 from .ceilings import Ceiling, decide_before_send, parse_ceilings, period_bounds
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
-from .dispatch import EXISTS, SEND_FAILED, SENT, Dispatched, dispatch
+from .dispatch import SENT, Dispatched, dispatch
 from .errors import InvalidRoutine, RoutinesError, ScheduleError, UnknownRoutine
 from .events import RoutineEvents
 from .publish import CeleryPublisher, Publisher
 from .schedules.base import Schedule
-from .schedules.cron import CronSchedule
-from .schedules.interval import IntervalSchedule
 from .schedules.keys import window_key
-from .schedules.marks import dst_note
 from .schedules.parse import schedule_from_columns
-from .schedules.zones import load_zone, local_to_utc_first
+from .schedules.zones import load_zone
 from .store import NewRun, RoutineRecord, RunRecord, Store, migrate
-from .store.admin_queries import NamedRun
 from .store.models import RUN_STATES
 from .store.records import OpenRun
 from .store.spend_queries import SpendQueries
@@ -62,13 +84,9 @@ __all__ = [
 # can raise it explicitly.
 MAX_BACKFILL = 1000
 MAX_LIMIT = 10_000
-MAX_PREVIEW = 1000
 REPLAYABLE_STATES = ("failed", "skipped", "lost")
 # Overlap policies under which a manual send must not start next to an open run.
 EXCLUSIVE_OVERLAP = ("skip", "queue")
-_ONE_MICROSECOND = timedelta(microseconds=1)
-_AGE = re.compile(r"^(\d+)\s*(s|m|h|d|w)$")
-_AGE_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
 class UnknownRun(RoutinesError, LookupError):
@@ -81,175 +99,6 @@ class UnknownRun(RoutinesError, LookupError):
 
 class OperationRefused(RoutinesError, ValueError):
     """A send would break the routine's overlap policy or ceiling."""
-
-
-# -- answers -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RoutineSummary:
-    name: str
-    task: str
-    schedule: str
-    timezone: str
-    next_run_utc: datetime | None
-    next_run_local: datetime | None
-    state: str
-    """``enabled``, ``paused``, ``suspended``, ``disabled`` or ``invalid``."""
-    last_outcome: str | None
-    """State of the newest run row (with its reason for skips), if any."""
-    last_run_at: datetime | None
-
-
-@dataclass(frozen=True)
-class WindowView:
-    utc: datetime
-    local: datetime
-    note: str | None
-    """A DST note, e.g. ``shifted: 02:30 does not exist``."""
-    idempotency_key: str | None = None
-
-
-@dataclass(frozen=True)
-class CeilingUsage:
-    unit: str
-    per: str
-    limit: float
-    spent: float
-    period_start: datetime
-    period_end: datetime
-
-
-@dataclass(frozen=True)
-class RoutineDetail:
-    summary: RoutineSummary
-    definition: dict[str, Any]
-    next_windows: list[WindowView]
-    ceilings: list[CeilingUsage]
-    open_runs: int
-    last_error: str | None
-    suspended_until: datetime | None
-    suspended_reason: str | None
-    schedule_error: str | None = None
-    ceiling_error: str | None = None
-
-
-@dataclass(frozen=True)
-class RunView:
-    id: str
-    routine: str
-    idempotency_key: str
-    attempt: int
-    state: str
-    reason: str | None
-    error: str | None
-    scheduled_for: datetime
-    created_at: datetime
-    sent_at: datetime | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    worker: str | None
-    spend: dict[str, float] | None
-    skipped_count: int | None
-    skipped_first: datetime | None
-    skipped_last: datetime | None
-
-
-@dataclass(frozen=True)
-class SendResult:
-    routine: str
-    run_id: str
-    idempotency_key: str
-    attempt: int
-    scheduled_for: datetime
-    outcome: str
-    """``sent``, ``exists`` (already stored, not sent again) or ``send_failed``."""
-    existing_state: str | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class BackfillResult:
-    routine: str
-    start: datetime
-    end: datetime
-    windows: list[SendResult] = field(default_factory=list)
-
-    @property
-    def sent(self) -> int:
-        return sum(1 for w in self.windows if w.outcome == SENT)
-
-    @property
-    def existing(self) -> int:
-        return sum(1 for w in self.windows if w.outcome == EXISTS)
-
-    @property
-    def failed(self) -> int:
-        return sum(1 for w in self.windows if w.outcome == SEND_FAILED)
-
-
-@dataclass(frozen=True)
-class PauseResult:
-    routine: str
-    paused: bool
-    changed: bool
-    """False when the routine already was in the asked state."""
-    next_run_at: datetime | None
-    skipped_windows: int = 0
-    """Windows that fell due while paused and were recorded as skipped."""
-
-
-@dataclass(frozen=True)
-class MigrateResult:
-    database: str
-    before: str | None
-    after: str
-
-
-# -- parsing what operators type ------------------------------------------------
-
-
-def parse_instant(text: str, timezone: str, now: datetime, *, label: str = "date") -> datetime:
-    """An instant from what an operator types, as aware UTC.
-
-    ``2026-11-30`` (midnight) and ``2026-11-30T08:00`` are wall times in
-    ``timezone``; an explicit offset (``+01:00``, ``Z``) wins; ``now``; an age
-    such as ``90m``, ``2h``, ``7d`` or ``1w`` means that long before ``now``.
-    """
-    raw = text.strip()
-    if raw.lower() == "now":
-        return now.astimezone(UTC)
-    age = _AGE.match(raw.lower())
-    if age:
-        return now.astimezone(UTC) - timedelta(**{_AGE_UNITS[age.group(2)]: int(age.group(1))})
-    try:
-        parsed = datetime.fromisoformat(raw.replace(" ", "T", 1))
-    except ValueError:
-        raise ValueError(
-            f"{label} {text!r} is not a date: use ISO 8601 such as 2026-11-30, "
-            "2026-11-30T08:00 or 2026-11-30T08:00+01:00, 'now', or an age such as 2h or 7d"
-        ) from None
-    if parsed.tzinfo is None:
-        return local_to_utc_first(parsed, load_zone(timezone))
-    return parsed.astimezone(UTC)
-
-
-def preview(
-    cron: str,
-    timezone: str = "UTC",
-    start: datetime | str | None = None,
-    n: int = 10,
-    *,
-    clock: Clock = utc_now,
-) -> list[WindowView]:
-    """The next ``n`` windows of ``cron`` in ``timezone`` from ``start`` (inclusive).
-
-    Needs no database. A naive or string ``start`` is read in ``timezone``.
-    """
-    _check_count("n", n, MAX_PREVIEW)
-    schedule = CronSchedule(cron, timezone)
-    after = _instant(start, timezone, clock(), "--from") - _ONE_MICROSECOND
-    return [_window_view(schedule, w) for w in _take(schedule, after, n)]
 
 
 # -- the API ---------------------------------------------------------------------
@@ -311,7 +160,7 @@ class Routines:
         return [self._summary(r, latest.get(r.id), now) for r in self.store.routines.all()]
 
     def show(self, name: str, windows: int = 5) -> RoutineDetail:
-        _check_count("windows", windows, MAX_PREVIEW)
+        check_count("windows", windows, MAX_PREVIEW)
         record = self._record(name)
         now = self.clock()
         latest = self.store.admin.latest_runs().get(record.id)
@@ -324,11 +173,11 @@ class Routines:
             # (beat has not adopted it yet) starts from now.
             if record.next_run_at is not None and record.last_error is None:
                 first = [record.next_run_at]
-                rest = _take(schedule, record.next_run_at, windows - 1)
+                rest = take_windows(schedule, record.next_run_at, windows - 1)
             else:
-                first, rest = [], _take(schedule, now, windows)
+                first, rest = [], take_windows(schedule, now, windows)
             next_windows = [
-                _window_view(schedule, w, window_key(record.name, w, timezone))
+                window_view(schedule, w, window_key(record.name, w, timezone))
                 for w in [*first, *rest][:windows]
             ]
         except ScheduleError as exc:
@@ -341,7 +190,7 @@ class Routines:
             ceilings, ceiling_error = [], exc.problem
         return RoutineDetail(
             summary=self._summary(record, latest, now),
-            definition=_definition(record),
+            definition=definition_of(record),
             next_windows=next_windows,
             ceilings=ceilings,
             open_runs=len(self._open_runs(record, now)),
@@ -362,7 +211,7 @@ class Routines:
     ) -> list[RunView]:
         """Run rows, newest first; ``since`` (UTC unless it says otherwise)
         filters on when the row was written."""
-        _check_count("limit", limit, MAX_LIMIT)
+        check_count("limit", limit, MAX_LIMIT)
         states = [state] if isinstance(state, str) else list(state or [])
         for value in states:
             if value not in RUN_STATES:
@@ -374,7 +223,7 @@ class Routines:
             since=self._since(since),
             limit=limit,
         )
-        return [_run_view(row) for row in rows]
+        return [run_view(row) for row in rows]
 
     def skips(self, since: datetime | str | None = None, limit: int = 1000) -> list[RunView]:
         """Every decision not to fire: skipped run rows with reason and count."""
@@ -428,8 +277,8 @@ class Routines:
         assert record.next_run_at is not None
         schedule = self._schedule(record)
         due = record.next_run_at
-        count = 1 + _count(schedule, due, now)
-        last = (_last(schedule, due, now) or [due])[-1]
+        count = 1 + count_windows(schedule, due, now)
+        last = (last_window(schedule, due, now) or [due])[-1]
         timezone = self._zone_of(record)
         key = window_key(record.name, due, timezone)
         if count > 1:
@@ -464,7 +313,7 @@ class Routines:
             attempt=1,
             scheduled_for=now,
         )
-        return _send_result(record, self._dispatch(record, [run], "trigger")[0])
+        return send_result(record, self._dispatch(record, [run], "trigger")[0])
 
     def replay(self, run_id: str, *, force: bool = False) -> SendResult:
         """Send a failed, skipped or lost window again, as the next attempt of
@@ -485,8 +334,8 @@ class Routines:
             raise InvalidRoutine(
                 record.name,
                 f"run {run_id} stands for {run.skipped_count} skipped windows from "
-                f"{_iso(run.skipped_first)} to {_iso(run.skipped_last)}; send them with "
-                f"backfill --from {_iso(run.skipped_first)} --to {_iso(run.skipped_last)}",
+                f"{iso_utc(run.skipped_first)} to {iso_utc(run.skipped_last)}; send them with "
+                f"backfill --from {iso_utc(run.skipped_first)} --to {iso_utc(run.skipped_last)}",
             )
         latest = self.store.admin.attempts(record.id, run.idempotency_key)[-1]
         if latest.state not in REPLAYABLE_STATES:
@@ -505,7 +354,7 @@ class Routines:
             attempt=latest.attempt + 1,
             scheduled_for=run.scheduled_for,
         )
-        return _send_result(record, self._dispatch(record, [new], "replay")[0])
+        return send_result(record, self._dispatch(record, [new], "replay")[0])
 
     def backfill(
         self,
@@ -523,22 +372,22 @@ class Routines:
         Naive and string bounds are read in the routine's zone. ``end`` may
         not be in the future: beat sends those windows.
         """
-        _check_count("max_windows", max_windows, 1_000_000)
+        check_count("max_windows", max_windows, 1_000_000)
         record = self._record(name)
         now = self.clock()
         timezone = self._zone_of(record)
-        first = _instant(start, timezone, now, "--from")
-        last = _instant(end, timezone, now, "--to")
+        first = to_instant(start, timezone, now, "--from")
+        last = to_instant(end, timezone, now, "--to")
         if last < first:
-            raise ValueError(f"--to {_iso(last)} is before --from {_iso(first)}")
+            raise ValueError(f"--to {iso_utc(last)} is before --from {iso_utc(first)}")
         if last > now:
             raise ValueError(
-                f"--to {_iso(last)} is in the future (now is {_iso(now)}); backfill sends "
+                f"--to {iso_utc(last)} is in the future (now is {iso_utc(now)}); backfill sends "
                 "past windows only, beat sends the rest"
             )
         try:
             schedule = self._schedule(record)
-            windows = _range_windows(schedule, record, first, last, max_windows)
+            windows = range_windows(schedule, record, first, last, max_windows)
         except ScheduleError as exc:
             raise InvalidRoutine(record.name, str(exc)) from None
         runs = [
@@ -559,7 +408,7 @@ class Routines:
             if new_count:
                 self._check_may_send(record, new_count, now)
         results = self._dispatch(record, runs, "backfill") if runs else []
-        return BackfillResult(record.name, first, last, [_send_result(record, d) for d in results])
+        return BackfillResult(record.name, first, last, [send_result(record, d) for d in results])
 
     # -- schema ------------------------------------------------------------
 
@@ -589,7 +438,7 @@ class Routines:
     def _since(self, since: datetime | str | None) -> datetime | None:
         if since is None:
             return None
-        return _instant(since, "UTC", self.clock(), "--since")
+        return to_instant(since, "UTC", self.clock(), "--since")
 
     def _summary(
         self, record: RoutineRecord, latest: RunRecord | None, now: datetime
@@ -609,11 +458,11 @@ class Routines:
         return RoutineSummary(
             name=record.name,
             task=record.task,
-            schedule=_describe(record),
+            schedule=describe_schedule(record),
             timezone=timezone,
             next_run_utc=record.next_run_at,
             next_run_local=local,
-            state=_state(record, now),
+            state=routine_state(record, now),
             last_outcome=outcome,
             last_run_at=latest.created_at if latest is not None else None,
         )
@@ -672,7 +521,7 @@ class Routines:
         if decision.send < fires:
             spent = "; ".join(
                 f"{u.spent:g} of {u.limit:g} {u.unit} used this {u.per} "
-                f"(until {_iso(u.period_end)})"
+                f"(until {iso_utc(u.period_end)})"
                 for u in usage
             )
             raise OperationRefused(
@@ -708,182 +557,6 @@ class Routines:
                 )
             self._publisher = CeleryPublisher(self.app)
         return self._publisher
-
-
-# -- helpers ----------------------------------------------------------------------
-
-
-def _check_count(label: str, value: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-        raise ValueError(f"{label} must be a whole number from 1 to {high}, got {value!r}")
-
-
-def _instant(value: datetime | str | None, timezone: str, now: datetime, label: str) -> datetime:
-    if value is None:
-        return now.astimezone(UTC)
-    if isinstance(value, str):
-        return parse_instant(value, timezone, now, label=label)
-    if value.tzinfo is None:
-        return local_to_utc_first(value, load_zone(timezone))
-    return value.astimezone(UTC)
-
-
-def _take(schedule: Schedule, after: datetime, n: int) -> list[datetime]:
-    found: list[datetime] = []
-    current = after
-    while len(found) < n:
-        current = schedule.next_after(current)
-        found.append(current)
-    return found
-
-
-def _count(schedule: Schedule, after: datetime, until: datetime) -> int:
-    count = getattr(schedule, "count_windows", None)
-    if count is not None:
-        return int(count(after, until))
-    return sum(1 for _ in schedule.windows(after, until))
-
-
-def _last(schedule: Schedule, after: datetime, until: datetime) -> list[datetime]:
-    last = getattr(schedule, "last_windows", None)
-    if last is not None:
-        return list(last(after, until, 1))
-    return list(deque(schedule.windows(after, until), maxlen=1))
-
-
-def _range_windows(
-    schedule: Schedule, record: RoutineRecord, first: datetime, last: datetime, cap: int
-) -> list[datetime]:
-    """The windows in ``[first, last]``, refusing more than ``cap``."""
-    if isinstance(schedule, IntervalSchedule):
-        # Interval windows are anchored on the routine's own chain of windows,
-        # so the backfilled keys are the ones beat used (or would have used).
-        anchor = record.next_run_at
-        if anchor is None:
-            raise ScheduleError(
-                "it has no window yet (beat has not adopted it); start beat once, then backfill"
-            )
-        step = schedule.step
-        k_first = -((anchor - first) // step)  # ceil((first - anchor) / step)
-        k_last = (last - anchor) // step
-        count = max(0, k_last - k_first + 1)
-        _check_backfill_size(record.name, count, first, last, cap)
-        return [anchor + k * step for k in range(k_first, k_last + 1)]
-    count = _count(schedule, first - _ONE_MICROSECOND, last)
-    _check_backfill_size(record.name, count, first, last, cap)
-    return list(schedule.windows(first - _ONE_MICROSECOND, last))
-
-
-def _check_backfill_size(name: str, count: int, first: datetime, last: datetime, cap: int) -> None:
-    if count > cap:
-        raise ValueError(
-            f"backfill of {name!r} from {_iso(first)} to {_iso(last)} covers {count} windows; "
-            f"at most {cap} are sent at once: split the range or raise --max"
-        )
-
-
-def _window_view(schedule: Schedule, window: datetime, key: str | None = None) -> WindowView:
-    zone = getattr(schedule, "timezone", "UTC")
-    return WindowView(
-        utc=window,
-        local=window.astimezone(load_zone(zone)),
-        note=dst_note(schedule, window),
-        idempotency_key=key,
-    )
-
-
-def _state(record: RoutineRecord, now: datetime) -> str:
-    if record.last_error is not None:
-        return "invalid"
-    if not record.enabled:
-        return "disabled"
-    if record.paused:
-        return "paused"
-    if record.suspended_until is not None and record.suspended_until > now:
-        return "suspended"
-    return "enabled"
-
-
-def _describe(record: RoutineRecord) -> str:
-    if record.cron is not None:
-        return record.cron
-    if record.interval_seconds is not None:
-        seconds = record.interval_seconds
-        return f"every {int(seconds) if float(seconds).is_integer() else seconds}s"
-    return "(none)"
-
-
-def _definition(record: RoutineRecord) -> dict[str, Any]:
-    def loads(raw: str | None) -> Any:
-        try:
-            return json.loads(raw) if raw else None
-        except ValueError:
-            return raw
-
-    return {
-        "task": record.task,
-        "cron": record.cron,
-        "interval_seconds": record.interval_seconds,
-        "timezone": record.timezone,
-        "enabled": record.enabled,
-        "paused": record.paused,
-        "args": loads(record.args),
-        "kwargs": loads(record.kwargs),
-        "options": loads(record.options),
-        "catch_up": record.catch_up,
-        "catch_up_cap": record.catch_up_cap,
-        "max_lateness": record.max_lateness,
-        "overlap": record.overlap,
-        "max_retries": record.max_retries,
-        "retry_base_seconds": record.retry_base_seconds,
-        "ceiling": loads(record.ceiling),
-    }
-
-
-def _run_view(named: NamedRun) -> RunView:
-    run = named.run
-    spend = None
-    if run.spend:
-        try:
-            spend = json.loads(run.spend)
-        except ValueError:
-            spend = None
-    return RunView(
-        id=run.id,
-        routine=named.routine_name,
-        idempotency_key=run.idempotency_key,
-        attempt=run.attempt,
-        state=run.state,
-        reason=run.reason,
-        error=run.error,
-        scheduled_for=run.scheduled_for,
-        created_at=run.created_at,
-        sent_at=run.sent_at,
-        started_at=run.started_at,
-        finished_at=run.finished_at,
-        worker=run.worker,
-        spend=spend,
-        skipped_count=run.skipped_count,
-        skipped_first=run.skipped_first,
-        skipped_last=run.skipped_last,
-    )
-
-
-def _send_result(record: RoutineRecord, done: Dispatched) -> SendResult:
-    return SendResult(
-        routine=record.name,
-        run_id=done.existing_id or done.run.id,
-        idempotency_key=done.run.idempotency_key,
-        attempt=done.run.attempt,
-        scheduled_for=done.run.scheduled_for,
-        outcome=done.outcome,
-        existing_state=done.existing_state,
-        error=done.error,
-    )
-
-
-def _iso(instant: datetime | None) -> str:
-    return instant.astimezone(UTC).isoformat() if instant is not None else "?"
 
 
 def _safe_url(url: str) -> str:
