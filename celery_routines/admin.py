@@ -27,6 +27,7 @@ from .admin_views import (
     RoutineSummary,
     RunView,
     SendResult,
+    SyncResult,
     WindowView,
     definition_of,
     describe_schedule,
@@ -54,6 +55,7 @@ from .dispatch import SENT, Dispatched, dispatch
 from .errors import InvalidRoutine, RoutinesError, ScheduleError, UnknownRoutine
 from .events import RoutineEvents
 from .publish import CeleryPublisher, Publisher
+from .registry import definitions_for
 from .schedules.base import Schedule
 from .schedules.keys import window_key
 from .schedules.parse import schedule_from_columns
@@ -74,6 +76,7 @@ __all__ = [
     "Routines",
     "RunView",
     "SendResult",
+    "SyncResult",
     "UnknownRun",
     "WindowView",
     "parse_instant",
@@ -420,6 +423,21 @@ class Routines:
             before=before,
             after=migrate.head_revision(),
         )
+
+    def sync(self) -> SyncResult:
+        """Write the routines declared in code (``routine()``, ``register()``,
+        ``beat_schedule``) to the store, exactly as beat does when it starts,
+        so they can be listed and operated before any beat has run."""
+        if self.app is None:
+            raise RoutinesError(
+                "sync needs the Celery app that declares the routines: build Routines(app)"
+            )
+        # Modules listed in `imports`/`include` declare routines when imported.
+        self.app.loader.import_default_modules()
+        definitions = definitions_for(self.app)
+        self.store.migrate()
+        self.store.routines.upsert_definitions([d.columns() for d in definitions], self.clock())
+        return SyncResult(_safe_url(self.settings.database_url), [d.name for d in definitions])
 
     # -- internals ---------------------------------------------------------
 

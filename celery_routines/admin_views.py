@@ -136,6 +136,13 @@ class MigrateResult:
     after: str
 
 
+@dataclass(frozen=True)
+class SyncResult:
+    database: str
+    routines: list[str]
+    """Names of the routines written (declared in code or in beat_schedule)."""
+
+
 def window_view(schedule: Schedule, window: datetime, key: str | None = None) -> WindowView:
     zone = getattr(schedule, "timezone", "UTC")
     return WindowView(

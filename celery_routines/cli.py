@@ -225,7 +225,8 @@ def _print_detail(detail: RoutineDetail) -> None:
         click.echo(
             f"  {key + ':':<20} {json.dumps(value) if not isinstance(value, str) else value}"
         )
-    click.echo(f"  {'last outcome:':<20} {s.last_outcome or '-'} at {_utc(s.last_run_at)}")
+    last = f"{s.last_outcome} at {_utc(s.last_run_at)}" if s.last_outcome else "no runs yet"
+    click.echo(f"  {'last outcome:':<20} {last}")
     click.echo(f"  {'open runs:':<20} {detail.open_runs}")
     if detail.last_error:
         click.echo(f"  {'invalid:':<20} {detail.last_error}")
@@ -447,6 +448,22 @@ def migrate(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"{result.database} is up to date (revision {result.after})")
     else:
         click.echo(f"{result.database} migrated from {result.before or 'empty'} to {result.after}")
+
+
+@routines.command()
+@json_option
+@click.pass_context
+@_errors
+def sync(ctx: click.Context, as_json: bool) -> None:
+    """Write the routines declared in code to the database, as beat does when
+    it starts (and migrate first), so they can be listed before beat runs."""
+    result = _admin(ctx).sync()
+    if as_json:
+        _print_json(result)
+    else:
+        click.echo(f"{len(result.routines)} routine(s) written to {result.database}")
+        for name in result.routines:
+            click.echo(f"  {name}")
 
 
 @routines.command(name="preview")

@@ -353,3 +353,20 @@ def test_an_unmigrated_database_says_to_run_migrate(database_url: str, broker_fo
     app = make_app(broker_folder, database_url)
     result = CliRunner().invoke(routines, ["list"], obj=cli_context(app), catch_exceptions=False)
     fails_with(result, "database error", "routines migrate")
+
+
+def test_sync_writes_the_routines_declared_in_code_so_they_can_be_listed(
+    invoke: Invoke, store: Store
+) -> None:
+    from celery_routines import register
+
+    register("tasks.report", "30 2 * * *", name="declared", timezone="Europe/Rome")
+    # (celery.backend_cleanup too: Celery's own beat installs it for this app)
+    assert "  declared" in ok(invoke("sync")).splitlines()
+    rows = {row["name"]: row for row in json.loads(ok(invoke("list", "--json")))}
+    assert (rows["declared"]["schedule"], rows["declared"]["timezone"]) == (
+        "30 2 * * *",
+        "Europe/Rome",
+    )
+    assert "declared" in json.loads(ok(invoke("sync", "--json")))["routines"]
+    assert "no runs yet" in ok(invoke("show", "declared"))
