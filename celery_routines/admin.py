@@ -253,7 +253,7 @@ class Routines:
         next_run_at = record.next_run_at
         if not catch_up and record.next_run_at is not None and record.next_run_at <= now:
             try:
-                skip, next_run_at = self._paused_windows(record, now)
+                skip, next_run_at = self._paused_windows(record, record.next_run_at, now)
             except ScheduleError:
                 # Invalid schedule: beat's invalid-retry path deals with it.
                 skip, next_run_at = None, record.next_run_at
@@ -276,10 +276,11 @@ class Routines:
             next_run_at = record.next_run_at
         return PauseResult(record.name, False, changed, next_run_at, skipped)
 
-    def _paused_windows(self, record: RoutineRecord, now: datetime) -> tuple[NewRun, datetime]:
-        assert record.next_run_at is not None
+    def _paused_windows(
+        self, record: RoutineRecord, due: datetime, now: datetime
+    ) -> tuple[NewRun, datetime]:
+        """The skip row for the windows in ``[due, now]`` and the next window."""
         schedule = self._schedule(record)
-        due = record.next_run_at
         count = 1 + count_windows(schedule, due, now)
         last = (last_window(schedule, due, now) or [due])[-1]
         timezone = self._zone_of(record)
