@@ -100,7 +100,7 @@ def test_failed_attempts_are_retried_after_1_2_4_minutes_across_a_beat_restart(
 
 
 def test_two_beats_never_both_send_the_same_retry(
-    database_url: str, tmp_path: Path, clock: FakeClock
+    database_url: str, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     register("tasks.flaky", timedelta(hours=1), name="flaky")
     folder = tmp_path / "broker"
@@ -113,9 +113,13 @@ def test_two_beats_never_both_send_the_same_retry(
         [run] = runs(first.store, "flaky")
         fail(first.store, run.id, clock.now)
         clock.advance(minutes=1)
+        # Both beats read the due retry before either takes it.
+        stale = second.store.runs.retries_due(clock.now, 10)
+        monkeypatch.setattr(second.store.runs, "retries_due", lambda now, limit: stale)
         first.tick()
         second.tick()
         assert [m["routine_attempt"] for m in published(folder)] == [1, 2]
+        assert second.last_report.conflicts == 1
     finally:
         first.close()
         second.close()
@@ -278,6 +282,7 @@ def test_overlap_queue_holds_the_window_until_the_open_run_ends_without_spinning
         assert len(published(folder)) == 1
         assert beat.store.routines.by_name("slow").next_run_at == due  # not advanced
         assert min(sleeps) > 0.5, "a queued routine made the tick spin"
+        assert max(sleeps) <= 1.1, "the queued window is not rechecked within a second"
         assert beat.last_report.queued == 1
         beat.store.runs.finish(first.id, "succeeded", clock.now)
         beat.tick()  # the first tick after the run ended, at the same instant

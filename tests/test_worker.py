@@ -292,3 +292,37 @@ def test_a_delivery_that_cannot_reach_the_database_does_not_run_the_body(
     result = deliver(job, str(uuid.uuid4()), "job")
     assert calls == []
     assert result.failed()
+
+
+def test_a_celery_retry_delivery_may_take_over_its_running_run_but_a_duplicate_may_not(
+    store: Store, clock: FakeClock
+) -> None:
+    # Celery's retry message can arrive before the retrying delivery's
+    # task_retry handler put the row back to sent: request.retries tells them apart.
+    run_id = make_run(store, "job")
+    assert store.runs.claim_start(run_id, "w1", clock.now, celery_retries=0)
+    assert not store.runs.claim_start(run_id, "w2", clock.now, celery_retries=0)
+    assert store.runs.claim_start(run_id, "w2", clock.now, celery_retries=1)
+    assert not store.runs.claim_start(run_id, "w3", clock.now, celery_retries=1)
+    # The late task_retry handler of the first delivery changes nothing now.
+    store.runs.requeue(run_id, celery_retries=0)
+    assert store.runs.get(run_id).state == "running"
+
+
+def test_celery_retry_puts_the_run_back_to_sent_for_its_redelivery(
+    app: Celery, store: Store, clock: FakeClock
+) -> None:
+    @register_task(app, "job")
+    def job() -> None:
+        pass
+
+    run_id = make_run(store, "job")
+    assert store.runs.claim_start(run_id, "w1", clock.now)
+    job.push_request(id=run_id, headers={"routine": "job"}, retries=0)
+    try:
+        worker._on_retry(sender=job, request=job.request, reason=SimpleNamespace(when=30))
+    finally:
+        job.pop_request()
+    run = store.runs.get(run_id)
+    assert run.state == "sent"
+    assert run.deadline_at == clock.now + timedelta(seconds=30 + 3600)
