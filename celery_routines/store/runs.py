@@ -8,7 +8,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, or_, select, text, tuple_, update
+from sqlalchemy import Engine, Select, func, or_, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from .models import OPEN_STATES, Routine, RoutineRun
@@ -154,17 +154,19 @@ class RunQueries:
 
     # -- the lost sweep ------------------------------------------------------
 
-    def overdue(self, now: datetime, limit: int) -> list[RunRecord]:
+    def overdue_select(self, now: datetime, limit: int) -> Select[Any]:
         """Open runs whose deadline has passed, oldest deadline first: a range
         scan of ``ix_routine_runs_deadline``."""
-        query = (
+        return (
             select(*RECORD_COLUMNS)
             .where(OPEN, c.deadline_at <= now)
             .order_by(c.deadline_at)
             .limit(limit)
         )
+
+    def overdue(self, now: datetime, limit: int) -> list[RunRecord]:
         with self.engine.connect() as conn:
-            return [_record(row) for row in conn.execute(query)]
+            return [_record(row) for row in conn.execute(self.overdue_select(now, limit))]
 
     def next_deadline(self) -> datetime | None:
         with self.engine.connect() as conn:
@@ -172,19 +174,21 @@ class RunQueries:
 
     # -- retries ---------------------------------------------------------------
 
-    def retries_due(self, now: datetime, limit: int) -> list[DueRetry]:
+    def retries_due_select(self, now: datetime, limit: int) -> Select[Any]:
         """``retrying`` attempts whose ``retry_at`` has come, oldest first, with
         their routine: a range scan of ``ix_routine_runs_retry_due``."""
         routine_columns = [routines.c[name].label(f"r_{name}") for name in ROUTINE_RECORD_FIELDS]
-        query = (
+        return (
             select(*RECORD_COLUMNS, *routine_columns)
             .join(routines, routines.c.id == c.routine_id)
             .where(RETRYING, c.retry_at <= now)
             .order_by(c.retry_at)
             .limit(limit)
         )
+
+    def retries_due(self, now: datetime, limit: int) -> list[DueRetry]:
         with self.engine.connect() as conn:
-            rows = conn.execute(query).all()
+            rows = conn.execute(self.retries_due_select(now, limit)).all()
         return [
             DueRetry(
                 run=_record(row),
@@ -230,16 +234,18 @@ class RunQueries:
 
     # -- overlap ---------------------------------------------------------------
 
-    def open_runs(self, routine_ids: Sequence[int]) -> dict[int, list[OpenRun]]:
+    def open_runs_select(self, routine_ids: Sequence[int]) -> Select[Any]:
         """The open runs of these routines (``ix_routine_runs_open``)."""
-        if not routine_ids:
-            return {}
-        query = select(c.id, c.routine_id, c.idempotency_key, c.state, c.deadline_at).where(
+        return select(c.id, c.routine_id, c.idempotency_key, c.state, c.deadline_at).where(
             OPEN, c.routine_id.in_(list(routine_ids))
         )
+
+    def open_runs(self, routine_ids: Sequence[int]) -> dict[int, list[OpenRun]]:
+        if not routine_ids:
+            return {}
         found: dict[int, list[OpenRun]] = {}
         with self.engine.connect() as conn:
-            for row in conn.execute(query):
+            for row in conn.execute(self.open_runs_select(routine_ids)):
                 found.setdefault(row.routine_id, []).append(
                     OpenRun(row.id, row.routine_id, row.idempotency_key, row.state, row.deadline_at)
                 )
