@@ -22,7 +22,8 @@ from .control import CeleryRevoker, NoRevoker, Revoker
 from .delivery import Call, decode_call, publish_run, record_send_failure
 from .errors import ScheduleError
 from .gate import Gate
-from .lifecycle import OVERLAP, QUEUE_RECHECK, lost_deadline, overlap_action
+from .lifecycle import lost_deadline
+from .overlap import apply_overlap, replace_open_runs
 from .publish import Publisher
 from .schedules.base import Schedule
 from .schedules.keys import window_key
@@ -239,108 +240,12 @@ class TickEngine:
 
     # -- carrying the plan out -----------------------------------------------
 
-    # -- overlap ---------------------------------------------------------------
-
-    def _apply_overlap(
-        self, prepared: list[_Prepared], now: datetime, report: TickReport
-    ) -> list[_Prepared]:
-        """Decide each due window against its routine's open runs: one indexed
-        query for the whole batch. Returns the routines that go ahead; those
-        queued behind an open run stay due, held by this beat for a short
-        recheck delay so the tick does not spin on them."""
-        sending = [item for item in prepared if item.sends]
-        if not sending:
-            return prepared
-        found = self.store.runs.open_runs([item.record.id for item in sending])
-        queued: list[_Prepared] = []
-        for item in sending:
-            # A pending row is ours or an orphan being re-sent, not a run in
-            # progress; a run past its deadline is lost, whether or not the
-            # sweep has said so yet; a run of a window planned again is that
-            # window's own row (a conflict the unique key settles), not overlap.
-            planned = {run.idempotency_key for run in item.sends}
-            open_ids = [
-                run.id
-                for run in found.get(item.record.id, [])
-                if run.state != "pending"
-                and run.idempotency_key not in planned
-                and (run.deadline_at is None or run.deadline_at > now)
-            ]
-            action = overlap_action(item.record.overlap, len(open_ids))
-            name = item.record.name
-            if action == "skip":
-                item.skips.append(self._overlap_skip(item))
-                logger.warning(
-                    "skipped %s: previous run still open (%s)",
-                    ", ".join(run.idempotency_key for run in item.sends),
-                    ", ".join(open_ids),
-                )
-                item.sends = []
-            elif action == "queue":
-                queued.append(item)
-                report.queued += 1
-                logger.info(
-                    "queued %s: previous run %s still open; rechecking every %.0f s",
-                    item.sends[0].idempotency_key,
-                    ", ".join(open_ids),
-                    QUEUE_RECHECK.total_seconds(),
-                )
-            elif action == "replace":
-                item.replace = open_ids
-            if action == "send" and item.record.overlap == "queue" and len(item.sends) > 1:
-                # Queued windows go out one at a time: the next stays due and
-                # waits for this one to finish.
-                item.next_run_at = item.sends[1].scheduled_for
-                item.sends = item.sends[:1]
-                logger.info("%s: sending one queued window; the next waits for it", name)
-        if queued:
-            self.store.routines.defer(
-                [item.record.id for item in queued], self.holder, now + QUEUE_RECHECK
-            )
-        held = {item.record.id for item in queued}
-        return [item for item in prepared if item.record.id not in held]
-
-    def _overlap_skip(self, item: _Prepared) -> NewRun:
-        first, last = item.sends[0], item.sends[-1]
-        key = first.idempotency_key
-        if len(item.sends) > 1:
-            key += ".." + last.idempotency_key.split("@", 1)[1]
-        return NewRun(
-            id=str(uuid.uuid4()),
-            routine_id=item.record.id,
-            idempotency_key=key,
-            attempt=1,
-            scheduled_for=last.scheduled_for,
-            state="skipped",
-            reason=OVERLAP,
-            skipped_count=len(item.sends),
-            skipped_first=first.scheduled_for,
-            skipped_last=last.scheduled_for,
-        )
-
-    def _replace(self, ready: list[_Prepared], now: datetime, report: TickReport) -> None:
-        """Close and revoke the open runs a new window replaces."""
-        for item in ready:
-            if not item.replace or not item.sends:
-                continue
-            by = item.sends[0].idempotency_key
-            replaced = self.store.runs.mark_replaced(item.replace, by, now)
-            if replaced:
-                report.replaced += len(replaced)
-                self.revoker.revoke(replaced)
-                logger.warning(
-                    "replaced run(s) %s of %s: revoked (terminate) for the new window %s",
-                    ", ".join(replaced),
-                    item.record.name,
-                    by,
-                )
-
     def _carry_out(self, prepared: list[_Prepared], now: datetime, report: TickReport) -> None:
-        prepared = self._apply_overlap(prepared, now, report)
+        prepared = apply_overlap(self.store, self.holder, prepared, now, report)
         deferred = self._apply_gate(prepared)
         report.deferred = len(deferred)
         ready = [item for item in prepared if item.record.id not in deferred]
-        self._replace(ready, now, report)
+        replace_open_runs(self.store, self.revoker, ready, now, report)
 
         new_runs = [run for item in ready for run in (*item.sends, *item.skips)]
         inserted = self.store.runs.insert_new(new_runs, now)
