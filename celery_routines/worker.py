@@ -81,7 +81,10 @@ def store_for(app: Celery) -> Store:
 
 def routine_name_of(task: Any) -> str | None:
     """The routine a task message was sent for, or None for ordinary calls."""
-    request = getattr(task, "request", None)
+    return routine_of_request(getattr(task, "request", None))
+
+
+def routine_of_request(request: Any) -> str | None:
     if request is None:
         return None
     headers = getattr(request, "headers", None) or {}
@@ -300,6 +303,36 @@ def _retry_wait(when: Any, now: datetime) -> timedelta:
     return timedelta(0)
 
 
+def _on_revoked(
+    sender: Any = None,
+    request: Any = None,
+    terminated: bool = False,
+    expired: bool = False,
+    **_: Any,
+) -> None:
+    """A run revoked by someone (Flower, ``celery control revoke``) or expired
+    is closed as ``failed``, not left open to be declared lost and retried.
+    A run beat replaced was closed before beat revoked it: left as it is."""
+    if sender is None or request is None or routine_of_request(request) is None:
+        return
+    reason = "expired" if expired else "revoked"
+    error = "revoked and terminated" if terminated else f"{reason} before it ran"
+    try:
+        closed = store_for(sender.app).runs.settle(
+            request.id,
+            from_states=("pending", "sent", "running"),
+            state="failed",
+            now=clock(),
+            reason=reason,
+            error=error,
+        )
+    except Exception:
+        logger.exception("could not record the revocation of run %s", request.id)
+        return
+    if closed:
+        logger.warning("run %s %s: closed as failed, not retried", request.id, error)
+
+
 def _on_worker_init(sender: Any = None, **_: Any) -> None:
     app = getattr(sender, "app", None)
     if app is None:
@@ -341,5 +374,6 @@ def connect() -> None:
     signals.task_success.connect(_on_success, weak=False)
     signals.task_failure.connect(_on_failure, weak=False)
     signals.task_retry.connect(_on_retry, weak=False)
+    signals.task_revoked.connect(_on_revoked, weak=False)
     signals.worker_process_init.connect(_after_fork, weak=False)
     _connected = True

@@ -326,3 +326,40 @@ def test_celery_retry_puts_the_run_back_to_sent_for_its_redelivery(
     run = store.runs.get(run_id)
     assert run.state == "sent"
     assert run.deadline_at == clock.now + timedelta(seconds=30 + 3600)
+
+
+def test_a_revoked_run_is_closed_as_failed_not_left_to_be_lost(
+    app: Celery, store: Store, clock: FakeClock
+) -> None:
+    from celery.app.task import Context
+
+    @register_task(app, "job")
+    def job() -> None:
+        pass
+
+    run_id = make_run(store, "job")
+    # What the worker's main process sends for a revoked message.
+    worker._on_revoked(
+        sender=job, request=Context(id=run_id, routine="job"), terminated=False, expired=False
+    )
+    run = store.runs.get(run_id)
+    assert (run.state, run.reason, run.retry_at) == ("failed", "revoked", None)
+    # A run beat replaced keeps its reason when the kill is reported.
+    replaced_id = make_run(store, "job", attempt=2)
+    store.runs.mark_replaced([replaced_id], "job@next", clock.now)
+    worker._on_revoked(sender=job, request=Context(id=replaced_id, routine="job"), terminated=True)
+    assert store.runs.get(replaced_id).reason == "replaced"
+
+
+def test_a_task_with_a_hard_time_limit_is_lost_after_the_limit_plus_a_margin(
+    app: Celery, store: Store, clock: FakeClock
+) -> None:
+    deadlines = []
+
+    @register_task(app, "job", time_limit=30)
+    def job() -> None:
+        deadlines.append(store.runs.get(run_id).deadline_at)
+
+    run_id = make_run(store, "job")
+    deliver(job, run_id, "job")
+    assert deadlines == [clock.now + timedelta(seconds=30 + 60)]
