@@ -54,6 +54,7 @@ from .config import Settings, settings_from
 from .dispatch import SENT, Dispatched, dispatch
 from .errors import InvalidRoutine, RoutinesError, ScheduleError, UnknownRoutine
 from .events import RoutineEvents
+from .overlap import in_progress
 from .publish import CeleryPublisher, Publisher
 from .registry import definitions_for
 from .schedules.base import Schedule
@@ -508,14 +509,9 @@ class Routines:
         return usage
 
     def _open_runs(self, record: RoutineRecord, now: datetime) -> list[OpenRun]:
-        """Runs in progress, counted as beat counts them for its overlap
-        policy: a pending row is not yet a run, and a run past its deadline is
-        lost whether or not the sweep has said so yet."""
-        return [
-            run
-            for run in self.store.runs.open_runs([record.id]).get(record.id, [])
-            if run.state != "pending" and (run.deadline_at is None or run.deadline_at > now)
-        ]
+        """Runs in progress, by beat's own overlap rule."""
+        found = self.store.runs.open_runs([record.id]).get(record.id, [])
+        return in_progress(found, set(), now)
 
     def _check_may_send(self, record: RoutineRecord, fires: int, now: datetime) -> None:
         """Refuse a manual send that the overlap policy or a ceiling forbids."""
