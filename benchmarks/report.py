@@ -96,7 +96,7 @@ def _metrics(
     row(
         "idle tick (nothing due), median",
         lambda c: c["idle_tick"]["median_ms"],
-        lambda v, c: _fmt_ms(v),
+        lambda v, c: _fmt_ms(v) + (" (not idle: sent)" if any(c.get("idle_tick_sent", [])) else ""),
         _steady,
     )
     row("RSS after warm-up", lambda c: c["rss_mb"], lambda v, c: f"{v:.0f} MB", _steady)
@@ -129,6 +129,12 @@ def render(results: dict[str, Any]) -> str:
         f"({results['cpus']} cores, shared with other work: figures are noisy, the ratios "
         "of one run are what we quote). Reproduce with:\n"
     )
+    for extra in results.get("also", []):
+        sizes_also = ", ".join(f"{s:,}" for s in extra["sizes"])
+        out.append(
+            f"Sizes {sizes_also} measured {extra['date']} at `{extra['commit']}` "
+            "(`--merge`), with the same harness.\n"
+        )
     out.append("```\npython3 -m venv /tmp/benchvenv")
     out.append(
         "/tmp/benchvenv/bin/pip install -e '.[postgres,redis]' -r benchmarks/requirements.txt"
@@ -188,6 +194,7 @@ def render(results: dict[str, Any]) -> str:
             out.append(
                 f"Set-up (loading the routines, not measured as start-up): {', '.join(setups)}."
             )
+    out.append(_lateness(results))
     out.append(_targets(results))
     out.append(_explain(results))
     out.append(_profile(results))
@@ -232,11 +239,74 @@ def _targets(results: dict[str, Any]) -> str:
                 f"- Two beats sooner than one at {int(size):,}: {two['burst_s']:.1f} s vs "
                 f"{cell['burst_s']:.1f} s: **{'met' if ok else 'not met'}**"
             )
-    lines.append(
-        "- Lateness under steady load (p99 publish - window, 10,000 routines a minute, worker "
-        "running): **not measured** by this harness yet."
-    )
-    lines.append("- Idle CPU of a beat with nothing due: **not measured** by this harness yet.")
+    late = results.get("lateness", {}).get("peers", {}).get("routines", {})
+    if late.get("p99_s") is not None:
+        ok = late["p99_s"] < 1 and late["received"] >= late["expected"]
+        lines.append(
+            f"- Lateness under steady load: p99 {late['p99_s']:.2f} s "
+            f"({late['received']:,} of {late['expected']:,} windows arrived): "
+            f"**{'met' if ok else 'not met'}**"
+        )
+    else:
+        lines.append(
+            "- Lateness under steady load (p99 publish - window, 10,000 routines a minute, "
+            "worker running): **not measured** in this run (`--lateness`)."
+        )
+    idle = (late.get("beat") or {}).get("idle_cpu")
+    if idle is not None:
+        lines.append(
+            f"- Idle beat under 1% of a core: {idle * 100:.2f}% over the "
+            f"{late['beat']['idle_seconds']:.0f} s before the first window: "
+            f"**{'met' if idle < 0.01 else 'not met'}** (a short idle stretch; see below)"
+        )
+    else:
+        lines.append("- Idle CPU of a beat with nothing due: **not measured** in this run.")
+    return "\n".join(lines)
+
+
+def _lateness(results: dict[str, Any]) -> str:
+    data = results.get("lateness")
+    if not data:
+        return ""
+    peers = [p for p in results["peers"] if p in data["peers"]]
+    lines = [
+        f"\n## Lateness under steady load ({data['size']:,} routines every minute)\n",
+        f"Measured {data.get('date', '')} at `{data.get('commit', '')}`. Real clock; routine i's "
+        "windows at t0 + (i mod 60) s + k min, about 167 a second; the beat runs Celery's service "
+        f"loop for {data['seconds']:.0f} s; a consumer process pops each message off the Redis "
+        "queue as it lands (for celery-routines it also marks the run `succeeded`, as a worker "
+        "would). Lateness = arrival - window, over the windows up to 5 s before the end. "
+        "CPU is the beat process's share of one core.\n",
+        "| figure | " + " | ".join(SHORT[p] for p in peers) + " |",
+        "|---|" + "---|" * len(peers),
+    ]
+
+    def cell(peer: str, get: Any) -> str:
+        value = data["peers"][peer]
+        missing = _why_missing(value)
+        if missing:
+            return missing
+        try:
+            return get(value)
+        except (KeyError, TypeError):
+            return "—"
+
+    def secs(v: float | None) -> str:
+        return "—" if v is None else f"{v:.2f} s"
+
+    rows = [
+        ("windows arrived / due", lambda v: f"{v['received']:,} / {v['expected']:,}"),
+        ("lateness p50", lambda v: secs(v["p50_s"])),
+        ("lateness p99", lambda v: secs(v["p99_s"])),
+        ("lateness max", lambda v: secs(v["max_s"])),
+        ("beat CPU under this load", lambda v: f"{v['beat']['busy_cpu'] * 100:.0f}%"),
+        (
+            "beat CPU idle (nothing due yet)",
+            lambda v: f"{v['beat']['idle_cpu'] * 100:.2f}% over {v['beat']['idle_seconds']:.0f} s",
+        ),
+    ]
+    for label, get in rows:
+        lines.append("| " + " | ".join([label, *(cell(p, get) for p in peers)]) + " |")
     return "\n".join(lines)
 
 

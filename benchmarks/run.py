@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -42,11 +43,13 @@ class Child:
     """A measuring subprocess whose stderr is relayed and watched for the end
     of its set-up, so a peer whose set-up alone is too slow can be skipped."""
 
-    def __init__(self, argv: list[str], stdin: bool = False) -> None:
+    def __init__(
+        self, argv: list[str], stdin: bool = False, module: str = "benchmarks.measure"
+    ) -> None:
         self.started = time.monotonic()
         self.setup_done: float | None = None
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.measure", *argv],
+            [sys.executable, "-m", module, *argv],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -163,6 +166,46 @@ def burst_many(size: int, beats: int, db: int, args: argparse.Namespace) -> dict
         drop_database(database)
 
 
+def lateness(peer: str, db: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Steady load on the real clock: a beat process and a consumer process."""
+    database = None
+    common = ["--size", str(args.lateness_size), "--redis-db", str(db)]
+    if PEERS[peer].needs_postgres:
+        database, url = create_database(f"{peer}_lateness")
+        common += ["--pg-url", url]
+    clear_redis_db(db)
+    children: list[Child] = []
+    try:
+        beat = Child(
+            ["beat", peer, *common, "--duration", str(args.lateness_seconds)],
+            module="benchmarks.lateness",
+        )
+        children.append(beat)
+        assert beat.proc.stdout is not None
+        line = beat.proc.stdout.readline().split()
+        if not line or line[0] != "READY":
+            beat.kill()
+            return {"error": f"beat did not start: {line} {beat.stderr_tail[-5:]}"}
+        t0 = float(line[1])
+        until = t0 + args.lateness_seconds
+        consumer = Child(
+            ["consume", *common, "--t0", str(t0), "--until", str(until)],
+            module="benchmarks.lateness",
+        )
+        children.append(consumer)
+        budget = args.lateness_seconds + 120
+        beat_result = beat.wait(budget, budget)
+        consumed = consumer.wait(budget, budget)
+        return {**consumed, "beat": beat_result}
+    finally:
+        for child in children:
+            if child.proc.poll() is None:
+                child.kill()
+        clear_redis_db(db)
+        if database:
+            drop_database(database)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -191,12 +234,31 @@ def main(argv: list[str] | None = None) -> None:
         "--run-budget", type=float, default=420.0, help="give up on a measurement after this long"
     )
     parser.add_argument("--no-burst", action="store_true")
+    parser.add_argument(
+        "--merge",
+        metavar="JSON",
+        help="add this run's sizes to the results of an earlier run (its --json) and report both",
+    )
+    parser.add_argument(
+        "--lateness",
+        action="store_true",
+        help="also measure lateness under steady load (real clock, about 2 min per peer)",
+    )
+    parser.add_argument("--lateness-size", type=int, default=10_000)
+    parser.add_argument("--lateness-seconds", type=float, default=90.0)
+    parser.add_argument(
+        "--only-lateness",
+        metavar="JSON",
+        help="measure lateness only and add it to the results of an earlier run (its --json)",
+    )
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument(
         "--profile-size", type=int, help="size to profile at (default: largest up to 100,000)"
     )
     args = parser.parse_args(argv)
 
+    # A stopped run still empties its Redis database and drops its databases.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     sizes = [int(s) for s in args.sizes.split(",") if s]
     peers = [p for p in ORDER if p in args.peers.split(",")]
     started = time.monotonic()
@@ -214,8 +276,12 @@ def main(argv: list[str] | None = None) -> None:
         "burst": {},
         "burst_two_beats": {},
     }
+    if args.only_lateness:
+        results = json.loads(Path(args.only_lateness).read_text())
+        sizes, peers = [], [p for p in peers if p in results["peers"]]
+        args.lateness = True
     try:
-        largest = max(sizes)
+        largest = max(sizes or [0])
         for size in sizes:
             for peer in peers:
                 log(f"== {peer} at {size:,}: steady")
@@ -228,6 +294,11 @@ def main(argv: list[str] | None = None) -> None:
             if args.no_burst or size < BURST:
                 continue
             for peer in peers:
+                steady_cell = results["steady"].get(peer, {}).get(str(size), {})
+                if str(steady_cell.get("skipped", "")).startswith("set-up"):
+                    # Its set-up is the same for the burst: do not wait it out twice.
+                    results["burst"].setdefault(peer, {})[str(size)] = steady_cell
+                    continue
                 log(f"== {peer} at {size:,}: burst of {BURST:,}")
                 extra = ["--burst-cap", str(args.burst_cap)]
                 results["burst"].setdefault(peer, {})[str(size)] = measure(
@@ -236,7 +307,18 @@ def main(argv: list[str] | None = None) -> None:
             if "routines" in peers:
                 log(f"== routines at {size:,}: burst of {BURST:,}, two beats")
                 results["burst_two_beats"][str(size)] = burst_many(size, 2, db, args)
-        if not args.no_profile and "routines" in peers:
+        if args.lateness:
+            results["lateness"] = {
+                "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                "commit": _commit(),
+                "size": args.lateness_size,
+                "seconds": args.lateness_seconds,
+                "peers": {},
+            }
+            for peer in peers:
+                log(f"== {peer}: lateness, {args.lateness_size:,} routines every minute")
+                results["lateness"]["peers"][peer] = lateness(peer, db, args)
+        if not args.no_profile and "routines" in peers and sizes:
             profile_size = args.profile_size or max([s for s in sizes if s <= 100_000] or sizes)
             log(f"== profiling celery-routines at {profile_size:,}")
             results["profile"] = {"size": profile_size}
@@ -257,7 +339,9 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         clear_redis_db(db, keep_owner=False)
         log(f"Redis database {db} emptied and released")
-    results["elapsed_s"] = time.monotonic() - started
+    if args.merge:
+        results = _merge(json.loads(Path(args.merge).read_text()), results)
+    results["elapsed_s"] = results.get("elapsed_s", 0) + time.monotonic() - started
     Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     text = report.render(results)
     print(text)
@@ -265,6 +349,25 @@ def main(argv: list[str] | None = None) -> None:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         log(f"wrote {args.out} and {args.json}")
+
+
+def _merge(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
+    """The earlier run's results with the later run's sizes added (later wins)."""
+    merged = dict(earlier)
+    for key in ("steady", "burst"):
+        for peer, by_size in later[key].items():
+            merged[key].setdefault(peer, {}).update(by_size)
+    merged["burst_two_beats"] = {**earlier["burst_two_beats"], **later["burst_two_beats"]}
+    merged["sizes"] = sorted(set(earlier["sizes"]) | set(later["sizes"]))
+    merged["peers"] = [p for p in ORDER if p in set(earlier["peers"]) | set(later["peers"])]
+    for key in ("lateness", "profile"):
+        if key in later:
+            merged[key] = later[key]
+    merged["also"] = [
+        *earlier.get("also", []),
+        {"date": later["date"], "commit": later["commit"], "sizes": later["sizes"]},
+    ]
+    return merged
 
 
 def _commit() -> str:
