@@ -96,7 +96,15 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+@pytest.mark.parametrize(
+    ("pool", "concurrency", "task"),
+    [("solo", 1, "e2e_app.record"), ("prefork", 2, "e2e_app.hold")],
+    ids=["after-it-finished", "while-it-runs"],
+)
 def test_a_message_delivered_twice_runs_its_body_once(
+    pool: str,
+    concurrency: int,
+    task: str,
     tmp_path: Path,
     postgres_url: str,
     redis_url: str,
@@ -104,10 +112,10 @@ def test_a_message_delivered_twice_runs_its_body_once(
     queue: str,
     processes: list[CeleryProcess],
 ) -> None:
-    body_log = tmp_path / "body.log"
+    body_log, release = tmp_path / "body.log", tmp_path / "release"
     env = environment(redis_url, postgres_url, E2E_QUEUE=queue, E2E_INTERVAL="3600")
-    worker_process = start_worker(tmp_path, env, processes)
-    routine_id = insert_routine(pg_store, "dup", task="e2e_app.record", interval_seconds=3600)
+    worker_process = start_worker(tmp_path, env, processes, pool=pool, concurrency=concurrency)
+    routine_id = insert_routine(pg_store, "dup", task=task, interval_seconds=3600)
     run_id = str(uuid.uuid4())
     now = utc_now()
     pg_store.runs.insert_new(
@@ -115,23 +123,30 @@ def test_a_message_delivered_twice_runs_its_body_once(
     )
     pg_store.runs.mark_sent([run_id], now)
     app = redis_app(redis_url, postgres_url, task_default_queue=queue)
+    kwargs: dict[str, Any] = {"path": str(body_log)}
+    if task == "e2e_app.hold":
+        kwargs["release"] = str(release)  # the body runs until the test releases it
     for _ in range(2):  # the same message, twice: what a redelivery looks like
-        app.send_task(
-            "e2e_app.record",
-            kwargs={"path": str(body_log)},
-            task_id=run_id,
-            headers={"routine": "dup"},
-        )
+        app.send_task(task, kwargs=kwargs, task_id=run_id, headers={"routine": "dup"})
     wait_until(
         lambda: (run := pg_store.runs.get(run_id)) is not None and run.duplicates == 1,
         timeout=25,
         what="the worker to refuse the second delivery",
         logs=[worker_process],
     )
-    assert lines(body_log) == [f"ran {run_id}"]
-    run = pg_store.runs.get(run_id)
-    assert run.state == "succeeded"
+    expected_state = "running" if task == "e2e_app.hold" else "succeeded"
     assert f"refused a delivery of run {run_id}" in worker_process.output()
+    assert f"already {expected_state}" in worker_process.output()
+    release.touch()
+    wait_until(
+        lambda: pg_store.runs.get(run_id).state == "succeeded",
+        timeout=25,
+        what="the run to succeed",
+        logs=[worker_process],
+    )
+    # One body run: "ran <id>" (record) or "start <id> <pid>" (hold), once.
+    body_runs = [line.split()[:2] for line in lines(body_log) if not line.startswith("end")]
+    assert body_runs in ([["ran", run_id]], [["start", run_id]])
 
 
 def test_sigkill_of_a_worker_mid_task_gives_a_lost_run_and_a_retry(
