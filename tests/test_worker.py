@@ -363,3 +363,26 @@ def test_a_task_with_a_hard_time_limit_is_lost_after_the_limit_plus_a_margin(
     run_id = make_run(store, "job")
     deliver(job, run_id, "job")
     assert deadlines == [clock.now + timedelta(seconds=30 + 60)]
+
+
+def test_flower_keeps_the_first_deliverys_outcome_after_a_refused_duplicate() -> None:
+    # Why Ignore: the refused delivery only adds received/started events under
+    # the same task id, which celery.events.state (Flower's model) merges as
+    # happening before SUCCESS; Reject would store and announce a FAILURE.
+    from celery.events.state import State
+
+    state = State()
+    run_id = str(uuid.uuid4())
+    clock_ = iter(range(100))
+    for kind in ("received", "started", "succeeded", "received", "started"):
+        state.event(
+            {
+                "type": f"task-{kind}",
+                "uuid": run_id,
+                "timestamp": float(next(clock_)),
+                "local_received": 0.0,
+                "clock": next(clock_),
+                "hostname": "w1",
+            }
+        )
+    assert state.tasks[run_id].state == "SUCCESS"
