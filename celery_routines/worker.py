@@ -137,12 +137,12 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
     if getattr(request, "_routines_claimed", None) == task_id:
         return  # a subclass hook calling a base class hook: claimed once already
     begin_run()
-    store = store_for(task.app)
-    now = clock()
-    retries = int(getattr(request, "retries", 0) or 0)
-    deadline = lost_deadline(now, settings_for(task.app).run_timeout, hard_time_limit(task))
     hostname = getattr(request, "hostname", None) or socket.gethostname()
+    retries = int(getattr(request, "retries", 0) or 0)
     try:
+        store = store_for(task.app)
+        now = clock()
+        deadline = lost_deadline(now, settings_for(task.app).run_timeout, hard_time_limit(task))
         claimed = store.runs.claim_start(
             task_id, hostname, now, deadline_at=deadline, celery_retries=retries
         )
@@ -157,7 +157,8 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
         return
     end_run()
     global _refused
-    _refused += 1
+    with _stores_lock:
+        _refused += 1
     try:
         state = store.runs.count_duplicate(task_id)
     except Exception:
