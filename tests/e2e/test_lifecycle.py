@@ -169,7 +169,7 @@ def test_sigkill_of_a_worker_mid_task_gives_a_lost_run_and_a_retry(
         kwargs=json.dumps({"path": str(body_log), "release": str(release)}),
         max_retries=2,
         retry_base_seconds=1,
-        next_run_at=utc_now().replace(tzinfo=None),  # due now
+        next_run_at=utc_now().replace(tzinfo=None, microsecond=0),  # due now
     )
     doomed = start_worker(tmp_path, env, processes)
     beat = CeleryProcess(
@@ -209,6 +209,57 @@ def test_sigkill_of_a_worker_mid_task_gives_a_lost_run_and_a_retry(
     lost = pg_store.runs.get(first.id)
     assert "worker was probably lost" in lost.error
     assert "declared lost" in beat.output()
+
+
+def test_sigkill_of_a_pool_process_mid_task_is_reported_lost_at_once_and_retried(
+    tmp_path: Path,
+    postgres_url: str,
+    redis_url: str,
+    pg_store: Store,
+    queue: str,
+    processes: list[CeleryProcess],
+) -> None:
+    # The worker's main process survives and reports WorkerLostError: no need
+    # to wait for the deadline (an hour here).
+    body_log, release = tmp_path / "body.log", tmp_path / "release"
+    env = environment(redis_url, postgres_url, E2E_QUEUE=queue, E2E_INTERVAL="3600")
+    insert_routine(
+        pg_store,
+        "slow",
+        task="e2e_app.hold",
+        interval_seconds=3600,
+        kwargs=json.dumps({"path": str(body_log), "release": str(release)}),
+        retry_base_seconds=1,
+        next_run_at=utc_now().replace(tzinfo=None, microsecond=0),
+    )
+    start_worker(tmp_path, env, processes, pool="prefork", concurrency=1)
+    beat = CeleryProcess(
+        ["beat", "-S", "routines", "--loglevel", "INFO", "-s", str(tmp_path / "beat-schedule")],
+        env,
+        tmp_path / "beat.log",
+    )
+    processes.append(beat)
+    wait_until(
+        lambda: any(line.startswith("start") for line in lines(body_log)),
+        timeout=25,
+        what="the slow task to start",
+        logs=processes,
+    )
+    [first] = runs_of(pg_store, "slow")
+    child_pid = int(next(line for line in lines(body_log) if line.startswith("start")).split()[2])
+    release.touch()  # the retry will not wait
+    os.kill(child_pid, signal.SIGKILL)
+    wait_until(
+        lambda: (
+            [(r.attempt, r.state) for r in runs_of(pg_store, "slow")]
+            == [(1, "lost"), (2, "succeeded")]
+        ),
+        timeout=20,
+        what="the lost attempt to be retried to success",
+        logs=processes,
+    )
+    lost = pg_store.runs.get(first.id)
+    assert (lost.reason, lost.error.split(":")[0]) == ("lost", "WorkerLostError")
 
 
 # -- overlap policies: beat in this process on an injected clock ----------------
