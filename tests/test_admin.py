@@ -515,3 +515,31 @@ def test_a_run_past_its_deadline_or_still_pending_does_not_block_a_trigger(
     add_run(store, record, "report@b", "pending", NOW, NOW)
     assert admin.trigger("report").outcome == "sent"
     assert admin.show("report").open_runs == 1  # the one just sent
+
+
+def test_backfill_keys_each_pass_of_a_repeated_hour_and_the_shifted_spring_window(
+    admin: Routines, store: Store, broker_folder: Path
+) -> None:
+    add_routine(store, "half-hourly", cron="*/30 * * * *", timezone="Europe/Rome")
+    add_routine(store, "nightly", cron="30 2 * * *", timezone="Europe/Rome")
+
+    autumn = admin.backfill("half-hourly", "2026-10-25T02:00+02:00", "2026-10-25T02:30+01:00")
+    spring = admin.backfill("nightly", "2026-03-29", "2026-03-29T23:00")
+
+    # Both passes of 02:00 and 02:30 are distinct windows with distinct keys.
+    assert [w.idempotency_key.split("@")[1] for w in autumn.windows] == [
+        "2026-10-25T02:00:00+02:00",
+        "2026-10-25T02:30:00+02:00",
+        "2026-10-25T02:00:00+01:00",
+        "2026-10-25T02:30:00+01:00",
+    ]
+    # 02:30 does not exist that night: the window fired at 03:30 CEST.
+    assert [w.idempotency_key for w in spring.windows] == ["nightly@2026-03-29T03:30:00+02:00"]
+    assert len(published(broker_folder)) == 5
+
+
+def test_a_lost_run_can_be_replayed(admin: Routines, store: Store, broker_folder: Path) -> None:
+    record = add_routine(store, "report")
+    lost = add_run(store, record, "report@w", "lost", NOW, NOW, reason="lost")
+    assert admin.replay(lost).attempt == 2
+    assert [m["routine_attempt"] for m in published(broker_folder)] == [2]
