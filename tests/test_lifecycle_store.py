@@ -35,3 +35,34 @@ def test_the_overlap_check_uses_the_open_runs_index(store: Store) -> None:
             rows = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}")
             plan = "\n".join(str(row[-1]) for row in rows)
     assert "ix_routine_runs_open" in plan, plan
+
+
+def test_runs_left_open_before_migration_0002_get_a_deadline(database_url: str) -> None:
+    from alembic import command
+
+    from celery_routines.store import migrate
+
+    store = Store.from_url(database_url)
+    try:
+        config = migrate._alembic_config()
+        with store.engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "0001_initial")
+        with store.engine.begin() as conn:
+            conn.execute(
+                text("INSERT INTO routines (name, task, interval_seconds) VALUES ('r', 't', 60)")
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO routine_runs (id, routine_id, idempotency_key, attempt, "
+                    "scheduled_for, state, created_at, sent_at) VALUES ('open', 1, 'r@x', 1, "
+                    "'2026-01-01 00:00:00', 'sent', '2026-01-01 00:00:00', '2026-01-01 00:00:05')"
+                )
+            )
+        store.migrate()
+        assert store.runs.get("open").deadline_at == datetime(2026, 1, 1, 1, 0, 5, tzinfo=UTC)
+        assert [r.id for r in store.runs.overdue(datetime(2026, 1, 1, 2, tzinfo=UTC), 10)] == [
+            "open"
+        ]
+    finally:
+        store.dispose()

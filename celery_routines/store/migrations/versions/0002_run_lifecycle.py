@@ -6,6 +6,8 @@ Revises: 0001_initial
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -17,6 +19,8 @@ branch_labels = None
 depends_on = None
 
 OPEN = sa.text("state IN ('pending', 'sent', 'running')")
+# Runs open before this revision get the default routines_run_timeout.
+DEFAULT_RUN_TIMEOUT = timedelta(seconds=3600)
 
 
 def upgrade() -> None:
@@ -33,6 +37,7 @@ def upgrade() -> None:
         "routine_runs",
         sa.Column("celery_retries", sa.Integer(), nullable=False, server_default=sa.text("0")),
     )
+    _backfill_deadlines()
     op.create_index(
         "ix_routine_runs_deadline",
         "routine_runs",
@@ -40,6 +45,31 @@ def upgrade() -> None:
         postgresql_where=OPEN,
         sqlite_where=OPEN,
     )
+
+
+def _backfill_deadlines() -> None:
+    """Give runs left open by the previous revision a deadline, so the lost
+    sweep can find them (in Python: date arithmetic differs per database)."""
+    runs = sa.table(
+        "routine_runs",
+        sa.column("id", sa.String()),
+        sa.column("state", sa.String()),
+        sa.column("created_at", UTCDateTime()),
+        sa.column("sent_at", UTCDateTime()),
+        sa.column("started_at", UTCDateTime()),
+        sa.column("deadline_at", UTCDateTime()),
+    )
+    bind = op.get_bind()
+    rows = bind.execute(
+        sa.select(runs.c.id, runs.c.created_at, runs.c.sent_at, runs.c.started_at).where(
+            runs.c.state.in_(("pending", "sent", "running"))
+        )
+    ).all()
+    for row in rows:
+        since = row.started_at or row.sent_at or row.created_at
+        bind.execute(
+            runs.update().where(runs.c.id == row.id).values(deadline_at=since + DEFAULT_RUN_TIMEOUT)
+        )
 
 
 def downgrade() -> None:
