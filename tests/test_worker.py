@@ -386,3 +386,19 @@ def test_flower_keeps_the_first_deliverys_outcome_after_a_refused_duplicate() ->
             }
         )
     assert state.tasks[run_id].state == "SUCCESS"
+
+
+def test_a_task_without_the_hook_still_gets_its_run_recorded(
+    app: Celery, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Registered after the worker started, so nothing installed the claim: the
+    # task_prerun fallback still marks the run running, and says what is missing.
+    @app.task(name=f"tests.worker.late.{uuid.uuid4().hex[:8]}")
+    def late() -> None:
+        calls.append("late")
+
+    run_id = make_run(store, "job")
+    with caplog.at_level(logging.WARNING, logger="celery_routines.worker"):
+        deliver(late, run_id, "job")
+    assert store.runs.get(run_id).state == "succeeded"
+    assert any("no claim hook" in r.getMessage() for r in caplog.records)
