@@ -402,3 +402,21 @@ def test_a_task_without_the_hook_still_gets_its_run_recorded(
         deliver(late, run_id, "job")
     assert store.runs.get(run_id).state == "succeeded"
     assert any("no claim hook" in r.getMessage() for r in caplog.records)
+
+
+def test_autoretry_for_keeps_working_and_only_its_final_failure_is_ours_to_retry(
+    app: Celery, store: Store, clock: FakeClock
+) -> None:
+    @register_task(
+        app, "job", bind=True, autoretry_for=(RuntimeError,), max_retries=2, default_retry_delay=0
+    )
+    def job(self: Any) -> None:
+        calls.append(f"try {self.request.retries}")
+        raise RuntimeError("flaky upstream")
+
+    run_id = make_run(store, "job")
+    deliver(job, run_id, "job")
+    assert calls == ["try 0", "try 1", "try 2"]  # Celery's three deliveries of one run
+    run = store.runs.get(run_id)
+    assert (run.state, run.attempt, run.error) == ("retrying", 1, "RuntimeError: flaky upstream")
+    assert run.retry_at == clock.now + timedelta(minutes=1)
