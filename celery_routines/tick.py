@@ -134,8 +134,8 @@ class TickEngine:
         """The earliest of: a routine's window or claim expiry, a retry's
         ``retry_at``, an open run's deadline (not before the lost sweep may
         run again, so an overdue run never makes the tick spin)."""
-        candidates = [self.store.routines.next_wakeup(now), self.store.runs.next_retry_at()]
-        deadline = self.store.runs.next_deadline()
+        retry_at, deadline = self.store.runs.next_instants()
+        candidates = [self.store.routines.next_wakeup(now), retry_at]
         if deadline is not None:
             next_sweep = self.sweeps.next_lost_sweep()
             candidates.append(max(deadline, next_sweep) if next_sweep is not None else deadline)

@@ -21,6 +21,7 @@ from .records import (
     RoutineRecord,
     RunRecord,
 )
+from .types import UTCDateTime
 
 table = RoutineRun.__table__
 c = table.c
@@ -31,6 +32,11 @@ STARTABLE_STATES = ("pending", "sent")
 # index only for a query whose WHERE contains the same term.
 OPEN = text("routine_runs.state IN ('pending', 'sent', 'running')")
 RETRYING = text("routine_runs.state = 'retrying'")
+
+
+def _aware(value: Any) -> datetime | None:
+    """A bare scalar subquery loses the column type: attach UTC as the type would."""
+    return UTCDateTime().process_result_value(value, None)  # type: ignore[arg-type]
 
 
 def _record(row: Any) -> RunRecord:
@@ -171,6 +177,15 @@ class RunQueries:
     def next_deadline(self) -> datetime | None:
         with self.engine.connect() as conn:
             return conn.execute(select(func.min(c.deadline_at)).where(OPEN)).scalar()
+
+    def next_instants(self) -> tuple[datetime | None, datetime | None]:
+        """The earliest ``retry_at`` of a retry and the earliest deadline of an
+        open run, in one round trip (two reads of the first index entry)."""
+        retry = select(func.min(c.retry_at)).where(RETRYING).scalar_subquery()
+        deadline = select(func.min(c.deadline_at)).where(OPEN).scalar_subquery()
+        with self.engine.connect() as conn:
+            row = conn.execute(select(retry.label("retry_at"), deadline.label("deadline"))).one()
+        return _aware(row.retry_at), _aware(row.deadline)
 
     # -- retries ---------------------------------------------------------------
 
