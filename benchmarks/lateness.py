@@ -15,6 +15,7 @@ default ``overlap="skip"`` sees finished runs, as with a real worker.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import math
 import sys
@@ -146,7 +147,10 @@ def _load_redbeat(size: int, db: int, t0: datetime) -> Any:
                 "meta": json.dumps({"last_run_at": entry.last_run_at}, cls=RedBeatJSONEncoder),
             },
         )
-        pipe.zadd(app.redbeat_conf.schedule_key, {entry.key: entry.score})
+        # The true due instant, as RedBeat scores an entry after each send
+        # (its ``score`` of a last run not "just now" is off by that distance).
+        due = (t0 + timedelta(seconds=_offset(i))).timestamp()
+        pipe.zadd(app.redbeat_conf.schedule_key, {entry.key: due})
         if i % 5000 == 4999:
             pipe.execute()
     pipe.execute()
@@ -253,12 +257,10 @@ def consume(args: argparse.Namespace) -> None:
         if popped is None:
             continue
         arrived = time.time()
-        headers = json.loads(popped[1])["headers"]
-        i = int(
-            json.loads(headers["argsrepr"].replace("(", "[").replace(",)", "]").replace(")", "]"))[
-                0
-            ]
-        )
+        envelope = json.loads(popped[1])
+        headers = envelope["headers"]
+        # Protocol 2 body: [args, kwargs, embed]; routine i was given args [i].
+        i = int(json.loads(base64.b64decode(envelope["body"]))[0][0])
         base = args.t0 + _offset(i)
         k = math.floor((arrived - base) / PERIOD)
         window = base + PERIOD * max(k, 0)
