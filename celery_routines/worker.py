@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import weakref
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -45,8 +46,10 @@ clock: Clock = utc_now
 
 HOOK_MARK = "_celery_routines_claim"
 
-_stores: dict[tuple[int, str], Store] = {}
-_settings: dict[int, Settings] = {}
+_stores: dict[str, Store] = {}
+# Weak: an app that goes away (tests build many) must not hand its settings to
+# a new app that happens to get the same id().
+_settings: weakref.WeakKeyDictionary[Celery, Settings] = weakref.WeakKeyDictionary()
 _stores_lock = threading.Lock()
 _connected = False
 _refused = 0
@@ -60,22 +63,22 @@ def refused_deliveries() -> int:
 
 
 def settings_for(app: Celery) -> Settings:
-    settings = _settings.get(id(app))
+    settings = _settings.get(app)
     if settings is None:
-        settings = _settings[id(app)] = settings_from(app)
+        settings = _settings[app] = settings_from(app)
     return settings
 
 
 def store_for(app: Celery) -> Store:
-    """One store per app per process (engines are not shared across a fork)."""
-    key = (id(app), settings_for(app).database_url)
-    store = _stores.get(key)
+    """One store per database per process (engines are not shared across a fork)."""
+    url = settings_for(app).database_url
+    store = _stores.get(url)
     if store is None:
         with _stores_lock:
-            store = _stores.get(key)
+            store = _stores.get(url)
             if store is None:
-                store = Store.from_url(key[1])
-                _stores[key] = store
+                store = Store.from_url(url)
+                _stores[url] = store
     return store
 
 
