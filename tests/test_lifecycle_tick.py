@@ -158,6 +158,34 @@ def test_a_run_past_its_deadline_becomes_lost_visibly_and_is_retried(
         beat.close()
 
 
+def test_two_beats_declare_a_run_lost_once(
+    database_url: str, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register("tasks.slow", timedelta(hours=1), name="slow")
+    folder = tmp_path / "broker"
+    first = make_scheduler(folder, database_url, clock, routines_run_timeout=60)
+    second = make_scheduler(folder, database_url, clock, routines_run_timeout=60)
+    try:
+        first.tick()
+        clock.advance(hours=1)
+        first.tick()
+        [run] = runs(first.store, "slow")
+        assert first.store.runs.claim_start(
+            run.id, "worker-1", clock.now, deadline_at=clock.now + timedelta(seconds=60)
+        )
+        clock.advance(minutes=2)
+        # Both beats read the overdue run before either moves it.
+        stale = second.store.runs.overdue(clock.now, 10)
+        monkeypatch.setattr(second.store.runs, "overdue", lambda now, limit: stale)
+        first.tick()
+        second.tick()
+        assert (first.last_report.lost, second.last_report.lost) == (1, 0)
+        assert first.store.runs.get(run.id).state == "retrying"
+    finally:
+        first.close()
+        second.close()
+
+
 def test_the_tick_wakes_for_a_retry_and_does_not_spin_on_an_overdue_run(
     database_url: str, tmp_path: Path, clock: FakeClock
 ) -> None:
