@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from .budget import suspended_plan, within_budget
 from .clock import Clock
 from .config import Settings
 from .control import CeleryRevoker, NoRevoker, Revoker
@@ -25,12 +26,14 @@ from .gate import Gate
 from .lifecycle import lost_deadline
 from .overlap import apply_overlap, replace_open_runs
 from .publish import Publisher
+from .runrows import skip_row
 from .schedules.base import Schedule
 from .schedules.keys import window_key
 from .schedules.parse import schedule_from_columns
 from .schedules.plan import FirePlan, plan_due
 from .store import Advance, NewRun, RoutineRecord, Store
 from .sweeps import Sweeps
+from .takeover import resume_after_written_due_windows
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -79,6 +82,7 @@ class _Prepared:
     next_run_at: datetime | None = None
     # Open runs to revoke before sending (overlap="replace").
     replace: list[str] = field(default_factory=list)
+    schedule: Schedule | None = None
 
 
 class TickEngine:
@@ -117,6 +121,7 @@ class TickEngine:
             now, self.holder, self.settings.lock_ttl, self.settings.batch_size
         )
         report.claimed = len(claimed)
+        self._lift_ended_suspensions(claimed, now)
         if len(claimed) >= self.settings.batch_size:
             report.more_due = True
         prepared = []
@@ -141,6 +146,14 @@ class TickEngine:
             candidates.append(max(deadline, next_sweep) if next_sweep is not None else deadline)
         present = [instant for instant in candidates if instant is not None]
         return min(present) if present else None
+
+    def _lift_ended_suspensions(self, claimed: list[RoutineRecord], now: datetime) -> None:
+        ended = [
+            r.id for r in claimed if r.suspended_until is not None and r.suspended_until <= now
+        ]
+        for routine_id in self.store.spend.lift_expired(ended, now):
+            name = next(r.name for r in claimed if r.id == routine_id)
+            logger.info("resumed %s: its ceiling period turned", name)
 
     # -- adoption ------------------------------------------------------------
 
@@ -183,20 +196,25 @@ class TickEngine:
                 logger.info("%s is valid again; resuming its schedule", record.name)
                 return None
             assert record.next_run_at is not None  # claim_due only returns scheduled rows
-            plan = plan_due(
-                schedule,
-                record.next_run_at,
-                now,
-                catch_up=record.catch_up,
-                catch_up_cap=record.catch_up_cap,
-                max_lateness=record.max_lateness,
-            )
+            timezone = record.timezone or self.settings.timezone
+            plan = suspended_plan(record, schedule, now)
+            if plan is None:
+                plan = plan_due(
+                    schedule,
+                    record.next_run_at,
+                    now,
+                    catch_up=record.catch_up,
+                    catch_up_cap=record.catch_up_cap,
+                    max_lateness=record.max_lateness,
+                )
+                plan = within_budget(self.store, record, schedule, plan, now, timezone)
         except ScheduleError as exc:
             self._invalid(record, exc, now, holder=self.holder)
             report.invalid += 1
             return None
-        timezone = record.timezone or self.settings.timezone
-        item = _Prepared(record, plan, timezone, call, next_run_at=plan.next_run_at)
+        item = _Prepared(
+            record, plan, timezone, call, next_run_at=plan.next_run_at, schedule=schedule
+        )
         deadline = lost_deadline(now, self.settings.run_timeout)
         for window in plan.send:
             item.sends.append(
@@ -209,25 +227,7 @@ class TickEngine:
                     deadline_at=deadline,
                 )
             )
-        for summary in plan.skipped:
-            first_key = window_key(record.name, summary.first, timezone)
-            key = first_key
-            if summary.count > 1:
-                key += ".." + window_key(record.name, summary.last, timezone).split("@", 1)[1]
-            item.skips.append(
-                NewRun(
-                    id=str(uuid.uuid4()),
-                    routine_id=record.id,
-                    idempotency_key=key,
-                    attempt=1,
-                    scheduled_for=summary.last,
-                    state="skipped",
-                    reason=summary.reason,
-                    skipped_count=summary.count,
-                    skipped_first=summary.first,
-                    skipped_last=summary.last,
-                )
-            )
+        item.skips = [skip_row(record.id, record.name, timezone, s) for s in plan.skipped]
         return item
 
     def _invalid(
@@ -247,6 +247,7 @@ class TickEngine:
         ready = [item for item in prepared if item.record.id not in deferred]
         replace_open_runs(self.store, self.revoker, ready, now, report)
 
+        resume_after_written_due_windows(self.store, ready)
         new_runs = [run for item in ready for run in (*item.sends, *item.skips)]
         inserted = self.store.runs.insert_new(new_runs, now)
         takeovers = self._orphaned_pending(ready, inserted)
@@ -262,6 +263,9 @@ class TickEngine:
                         "not sending %s: its run row already exists (another beat sent it)",
                         run.idempotency_key,
                     )
+                    continue
+                if self._too_late(item, run, run_id):
+                    report.skipped_windows += 1
                     continue
                 if broker_error is not None:
                     # One failed publish already waited out its retries; do not
@@ -338,6 +342,23 @@ class TickEngine:
             for row in self.store.runs.find_windows(conflicted)
             if row.state == "pending"
         }
+
+    def _too_late(self, item: _Prepared, run: NewRun, run_id: str) -> bool:
+        """``max_lateness`` judged now, at the moment of sending, not when the
+        row was read: a long drain behind a backlog cannot send a stale window."""
+        limit = item.record.max_lateness
+        if limit is None:
+            return False
+        lateness = (self.clock() - run.scheduled_for).total_seconds()
+        if lateness <= limit or not self.store.runs.skip_late(run_id, self.clock()):
+            return False
+        logger.warning(
+            "skipped %s: %.1f s late at send time, max_lateness is %s s",
+            run.idempotency_key,
+            lateness,
+            limit,
+        )
+        return True
 
     def _send(self, item: _Prepared, run: NewRun, run_id: str) -> str | None:
         """Publish one run; the error text if it failed (recorded, retried)."""

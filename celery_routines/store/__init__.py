@@ -10,6 +10,7 @@ from .engine import make_engine
 from .records import NewRun, RoutineRecord, RunRecord
 from .routines import Advance, RoutineQueries
 from .runs import RunQueries
+from .spend_queries import SpendQueries
 
 __all__ = ["Advance", "NewRun", "RoutineRecord", "RunRecord", "Store"]
 
@@ -22,6 +23,7 @@ class Store:
         self.routines = RoutineQueries(engine)
         self.runs = RunQueries(engine)
         self.admin = AdminQueries(engine)
+        self.spend = SpendQueries(engine)
 
     @classmethod
     def from_url(cls, url: str) -> Store:

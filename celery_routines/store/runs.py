@@ -96,6 +96,24 @@ class RunQueries:
         with self.engine.begin() as conn:
             conn.execute(stmt)
 
+    def skip_late(self, run_id: str, now: datetime) -> bool:
+        """``pending`` -> ``skipped`` (reason ``late``): judged at the moment of
+        sending, so a long drain cannot send what is already too late."""
+        stmt = (
+            update(table)
+            .where(c.id == run_id, c.state == "pending")
+            .values(
+                state="skipped",
+                reason="late",
+                skipped_count=1,
+                skipped_first=c.scheduled_for,
+                skipped_last=c.scheduled_for,
+                finished_at=now,
+            )
+        )
+        with self.engine.begin() as conn:
+            return conn.execute(stmt).rowcount == 1
+
     def mark_send_failed(self, run_id: str, error: str, now: datetime) -> None:
         stmt = (
             update(table)

@@ -1,0 +1,56 @@
+"""Ceilings in the beat tick: what a routine's budget lets its plan send.
+
+The decisions are the pure functions of :mod:`celery_routines.ceilings`; this
+module reads the usage they need, carries out a suspension, and logs it.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from .ceilings import decide_before_send, limit_plan, parse_ceilings, plan_suspended
+from .schedules.base import Schedule
+from .schedules.plan import FirePlan
+from .store import RoutineRecord, Store
+
+logger = logging.getLogger("celery_routines.beat")
+
+
+def suspended_plan(record: RoutineRecord, schedule: Schedule, now: datetime) -> FirePlan | None:
+    """The plan of a routine suspended at ``now``: its windows up to the end of
+    the suspension become one ``ceiling`` skip and it resumes by itself."""
+    if record.suspended_until is None or record.suspended_until <= now:
+        return None
+    assert record.next_run_at is not None  # only claimed (scheduled) routines get here
+    return plan_suspended(schedule, record.next_run_at, record.suspended_until).as_fire_plan()
+
+
+def within_budget(
+    store: Store,
+    record: RoutineRecord,
+    schedule: Schedule,
+    plan: FirePlan,
+    now: datetime,
+    timezone: str,
+) -> FirePlan:
+    """Cut ``plan`` to what the routine's ceilings allow (the before-send check),
+    suspending it when a ceiling is reached. Raises ScheduleError for a stored
+    ceiling that cannot be read (the routine is then marked invalid)."""
+    ceilings = parse_ceilings(record.ceiling)
+    if not ceilings or not plan.send:
+        return plan
+    used = store.spend.used_by_ceiling(record.id, ceilings, now, timezone)
+    decision = decide_before_send(ceilings, used, now, timezone, wanted=len(plan.send))
+    suspension = decision.suspension
+    if suspension is not None and store.spend.suspend(
+        record.id, suspension.until, suspension.reason, now
+    ):
+        logger.warning(
+            "suspended %s after sending %d of %d window(s): %s",
+            record.name,
+            decision.send,
+            len(plan.send),
+            suspension.reason,
+        )
+    return limit_plan(plan, decision, schedule)
