@@ -48,12 +48,27 @@ def explain_tick(scheduler: Any) -> dict[str, Any]:
 
     # While the hot routines are due, so the plan shows the rows it finds.
     due = explain_due_select(store, scheduler._clock(), scheduler.settings.batch_size)
+    checkouts = [0]
+
+    def checkout(*_: Any) -> None:
+        checkouts[0] += 1
+
     event.listen(store.engine, "before_cursor_execute", record)
+    event.listen(store.engine.pool, "checkout", checkout)
     try:
         scheduler.tick()
     finally:
         event.remove(store.engine, "before_cursor_execute", record)
-    out: dict[str, Any] = {"due_select": due, "tick_statements": []}
+        event.remove(store.engine.pool, "checkout", checkout)
+    out: dict[str, Any] = {
+        "due_select": due,
+        "tick_statements": [],
+        # Each checkout is a pre-ping round trip when pool_pre_ping is on, and
+        # each begin() a BEGIN and a COMMIT.
+        "statement_count": len(statements),
+        "pool_checkouts": checkouts[0],
+        "pre_ping": bool(getattr(store.engine.pool, "_pre_ping", False)),
+    }
     with store.engine.connect() as conn:
         for sql, params in statements:
             head = sql.lstrip().split(None, 1)[0].upper()

@@ -330,6 +330,18 @@ def _explain(results: dict[str, Any]) -> str:
         f"\nEvery statement one tick with {HOT} due sent, with its plan (re-run after the tick, "
         "in a rolled-back transaction, so rows it changed are no longer due):\n",
     ]
+    if "statement_count" in explain:
+        lines.insert(
+            -1,
+            f"\nThat tick sent {explain['statement_count']} statements over "
+            f"{explain['pool_checkouts']} connection checkouts"
+            + (
+                " (each one a pre-ping round trip: `pool_pre_ping` is on)"
+                if explain["pre_ping"]
+                else ""
+            )
+            + ".\n",
+        )
     for number, statement in enumerate(explain["tick_statements"], 1):
         sql = statement["sql"]
         lines.append(f"{number}. `{sql[:300]}{'…' if len(sql) > 300 else ''}`")
