@@ -9,7 +9,13 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from .ceilings import decide_before_send, limit_plan, parse_ceilings, plan_suspended
+from .ceilings import (
+    decide_after_run,
+    decide_before_send,
+    limit_plan,
+    parse_ceilings,
+    plan_suspended,
+)
 from .schedules.base import Schedule
 from .schedules.plan import FirePlan
 from .store import RoutineRecord, Store
@@ -54,3 +60,20 @@ def within_budget(
             suspension.reason,
         )
     return limit_plan(plan, decision, schedule)
+
+
+def check_after_run(store: Store, run_id: str, now: datetime, default_timezone: str) -> None:
+    """The worker's check once a run's spend is recorded: a ceiling the run
+    reached suspends the routine until its period turns."""
+    run = store.runs.get(run_id)
+    record = store.routines.by_id(run.routine_id) if run is not None else None
+    if run is None or record is None or not record.ceiling:
+        return
+    ceilings = parse_ceilings(record.ceiling)
+    timezone = record.timezone or default_timezone
+    used = store.spend.used_by_ceiling(record.id, ceilings, run.created_at, timezone)
+    suspension = decide_after_run(ceilings, used, now, timezone, charged_at=run.created_at)
+    if suspension is not None and store.spend.suspend(
+        record.id, suspension.until, suspension.reason, now
+    ):
+        logger.warning("suspended %s after run %s: %s", record.name, run_id, suspension.reason)

@@ -31,6 +31,7 @@ from celery import Celery, signals
 from celery.app.task import Task
 from celery.exceptions import Ignore, WorkerLostError
 
+from .budget import check_after_run
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
 from .lifecycle import LOST, after_failure, lost_deadline, policy_of
@@ -265,6 +266,16 @@ def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
         return
     if not done:
         logger.warning("run %s succeeded after it was declared lost or replaced", run_id)
+        return
+    _check_ceilings(sender, run_id)
+
+
+def _check_ceilings(task: Any, run_id: str) -> None:
+    app = task.app
+    try:
+        check_after_run(store_for(app), run_id, clock(), settings_for(app).timezone)
+    except Exception:
+        logger.exception("could not check the ceilings after run %s", run_id)
 
 
 def _on_failure(
@@ -280,6 +291,8 @@ def _on_failure(
         record_failure(store_for(sender.app), task_id, error, clock(), lost=lost)
     except Exception:
         logger.exception("could not record the failure of run %s", task_id)
+        return
+    _check_ceilings(sender, task_id)
 
 
 def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: Any) -> None:
