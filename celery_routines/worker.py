@@ -367,8 +367,13 @@ def _after_fork(**_: Any) -> None:
     with _stores_lock:
         for store in _stores.values():
             store.engine.dispose(close=False)
-    # A child started fresh (spawn) re-created its task classes without the
-    # hook after its tracers were built: install and rebuild those.
+    install_in_pool_process()
+
+
+def install_in_pool_process() -> None:
+    """A pool process started fresh (spawn) re-created its task classes without
+    the hook and built their tracers already: install and rebuild those. After
+    a fork the classes are the parent's, hooked, and nothing is rebuilt."""
     from celery import current_app
     from celery.app.trace import build_tracer
 

@@ -420,3 +420,32 @@ def test_autoretry_for_keeps_working_and_only_its_final_failure_is_ours_to_retry
     run = store.runs.get(run_id)
     assert (run.state, run.attempt, run.error) == ("retrying", 1, "RuntimeError: flaky upstream")
     assert run.retry_at == clock.now + timedelta(minutes=1)
+
+
+def test_a_pool_process_started_fresh_installs_the_hook_and_rebuilds_tracers(
+    app: Celery, store: Store
+) -> None:
+    # With the spawn start method a pool process re-creates its task classes
+    # (without the hook) and builds their tracers before worker_process_init.
+    from celery._state import _set_current_app, get_current_app
+
+    name = f"tests.worker.spawned.{uuid.uuid4().hex[:8]}"
+
+    @app.task(name=name)
+    def spawned_body() -> None:
+        calls.append("spawned")
+
+    spawned = app.tasks[name]
+    previous = get_current_app()
+    _set_current_app(app)
+    try:
+        spawned.__trace__ = None
+        worker.install_in_pool_process()
+    finally:
+        _set_current_app(previous)
+    assert getattr(type(spawned).before_start, worker.HOOK_MARK, False)
+    assert spawned.__trace__ is not None
+    run_id = make_run(store, "job")
+    deliver(spawned, run_id, "job")
+    deliver(spawned, run_id, "job")
+    assert calls == ["spawned"]
