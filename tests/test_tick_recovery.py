@@ -180,3 +180,83 @@ def test_the_before_send_check_counts_runs_still_in_flight(
             assert set(states) == {"sent", "skipped"}
     finally:
         scheduler.close()
+
+
+@pytest.mark.parametrize(
+    ("policy", "sent", "skipped"),
+    [("catch_up", 25, 263), ("latest", 1, 287), ("skip_to_next", 0, 288)],
+)
+def test_a_five_minute_routine_down_for_a_day_recovers_by_its_policy(
+    tmp_path: Path, database_url: str, clock: FakeClock, policy: str, sent: int, skipped: int
+) -> None:
+    register("tasks.poll", "*/5 * * * *", name="poll", catch_up=policy)
+    scheduler = make(tmp_path, database_url, clock)
+    try:
+        scheduler.tick()  # first window 12:05
+        clock.advance(hours=24, minutes=4)  # 288 windows due: 12:05 .. 12:00 next day
+        scheduler.tick()
+        windows = sorted(
+            m["routine_window"] for m in published(tmp_path / "broker") if m["routine"] == "poll"
+        )
+        assert len(windows) == sent
+        if sent:
+            assert windows[-1] == "poll@2026-12-01T12:00:00+00:00"  # the newest ones
+        [summary] = [r for r in runs(scheduler, "poll") if r.state == "skipped"]
+        assert summary.skipped_count == skipped
+        assert summary.skipped_first == datetime(2026, 11, 30, 12, 5, tzinfo=UTC)
+        assert scheduler.store.routines.by_name("poll").next_run_at == datetime(
+            2026, 12, 1, 12, 5, tzinfo=UTC
+        )
+    finally:
+        scheduler.close()
+
+
+def test_a_minutely_routine_down_for_a_year_recovers_within_a_second_of_cpu(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    import time
+
+    register("tasks.poll", "* * * * *", name="poll")
+    scheduler = make(tmp_path, database_url, clock)
+    try:
+        scheduler.tick()
+        clock.advance(days=365)
+        started = time.process_time()
+        scheduler.tick()
+        cpu = time.process_time() - started
+        assert len([m for m in published(tmp_path / "broker") if m["routine"] == "poll"]) == 25
+        [summary] = [r for r in runs(scheduler, "poll") if r.state == "skipped"]
+        assert summary.skipped_count == 365 * 24 * 60 - 25
+        assert cpu < 1.0, f"{cpu:.2f} s of CPU"
+    finally:
+        scheduler.close()
+
+
+def test_a_backlog_larger_than_the_batch_drains_oldest_first_over_ticks(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    for i in range(25):
+        register("tasks.poll", "0 * * * *", name=f"hourly-{i:02d}")
+    scheduler = make(tmp_path, database_url, clock, routines_batch_size=10)
+    try:
+        scheduler.tick()
+        with scheduler.store.engine.begin() as conn:  # stagger: hourly-00 is the oldest
+            for i in range(25):
+                conn.execute(
+                    text("UPDATE routines SET next_run_at = :t WHERE name = :n"),
+                    {"t": datetime(2026, 11, 30, 12, 0, i), "n": f"hourly-{i:02d}"},
+                )
+        clock.now = datetime(2026, 11, 30, 12, 1, tzinfo=UTC)
+        sleeps, claimed = [], []
+        for _ in range(3):
+            sleeps.append(scheduler.tick())
+            claimed.append(scheduler.last_report.claimed)
+            routines_sent = {m["routine"] for m in published(tmp_path / "broker")}
+            if len(routines_sent) < 25:
+                oldest_unsent = min(set(f"hourly-{i:02d}" for i in range(25)) - routines_sent)
+                assert all(name < oldest_unsent for name in routines_sent)
+        assert claimed == [10, 10, 5]
+        assert sleeps[:2] == [0.0, 0.0]  # more was due: tick again at once
+        assert len(published(tmp_path / "broker")) == 25
+    finally:
+        scheduler.close()

@@ -134,10 +134,16 @@ class RoutineQueries:
         claimable = _claimable(now, holder)
         due = self.due_select(now, limit, holder)
         if self._postgres:
-            due = due.with_for_update(skip_locked=True)
+            # A materialised CTE runs the locking select exactly once; as a
+            # plain IN subquery PostgreSQL may re-run it per outer row, and a
+            # re-run that skips the rows it just locked claims past the LIMIT.
+            locked = due.with_for_update(skip_locked=True).cte("due").prefix_with("MATERIALIZED")
+            due_ids = select(locked.c.id).scalar_subquery()
+        else:
+            due_ids = due.scalar_subquery()
         stmt = (
             update(table)
-            .where(c.id.in_(due.scalar_subquery()), claimable)
+            .where(c.id.in_(due_ids), claimable)
             .values(locked_by=holder, locked_until=now + timedelta(seconds=ttl_seconds))
             .returning(*RECORD_COLUMNS)
         )
