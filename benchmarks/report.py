@@ -275,7 +275,9 @@ def _lateness(results: dict[str, Any]) -> str:
         "windows at t0 + (i mod 60) s + k min, about 167 a second; the beat runs Celery's service "
         f"loop for {data['seconds']:.0f} s; a consumer process pops each message off the Redis "
         "queue as it lands (for celery-routines it also marks the run `succeeded`, as a worker "
-        "would). Lateness = arrival - window, over the windows up to 5 s before the end. "
+        "would). Lateness = arrival - window, over the windows up to 5 s before the end; the "
+        "window is taken as the latest one before the arrival, so for a peer more than a "
+        "minute behind it is a lower bound (its 'arrived' count tells how far behind). "
         "CPU is the beat process's share of one core.\n",
         "| figure | " + " | ".join(SHORT[p] for p in peers) + " |",
         "|---|" + "---|" * len(peers),
