@@ -77,3 +77,24 @@ def check_after_run(store: Store, run_id: str, now: datetime, default_timezone: 
         record.id, suspension.until, suspension.reason, now
     ):
         logger.warning("suspended %s after run %s: %s", record.name, run_id, suspension.reason)
+
+
+def retry_blocked_by_ceiling(
+    store: Store, record: RoutineRecord, now: datetime, default_timezone: str
+) -> str | None:
+    """The before-send check for one retry: the reason it may not go out
+    (the routine is suspended as the check decides), or None."""
+    ceilings = parse_ceilings(record.ceiling)
+    if not ceilings:
+        return None
+    timezone = record.timezone or default_timezone
+    used = store.spend.used_by_ceiling(record.id, ceilings, now, timezone)
+    decision = decide_before_send(ceilings, used, now, timezone, wanted=1)
+    suspension = decision.suspension
+    if decision.send and suspension is None:
+        return None
+    if suspension is not None and store.spend.suspend(
+        record.id, suspension.until, suspension.reason, now
+    ):
+        logger.warning("suspended %s: %s", record.name, suspension.reason)
+    return None if decision.send else "over its ceiling"

@@ -14,6 +14,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from .budget import retry_blocked_by_ceiling
 from .config import Settings
 from .delivery import decode_call, publish_run, record_send_failure
 from .errors import ScheduleError
@@ -116,6 +117,9 @@ class Sweeps:
             if blocked is None:
                 try:
                     call = decode_call(routine)
+                    blocked = retry_blocked_by_ceiling(
+                        self.store, routine, now, self.settings.timezone
+                    )
                 except ScheduleError as exc:
                     blocked = f"invalid ({exc})"
             if blocked is not None or call is None:

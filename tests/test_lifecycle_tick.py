@@ -376,3 +376,32 @@ def test_a_lost_run_does_not_hold_back_the_next_window(
         )
     finally:
         beat.close()
+
+
+def test_a_retry_is_checked_against_the_ceiling_before_it_is_sent(
+    database_url: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    from celery_routines import Ceiling
+
+    register("tasks.flaky", "0 * * * *", name="flaky", ceiling=Ceiling(2, per="day"))
+    folder = tmp_path / "broker"
+    beat = make_scheduler(folder, database_url, clock)
+    try:
+        beat.tick()
+        clock.now = T0 + timedelta(hours=1)
+        beat.tick()  # window 13:00: fire 1 of 2
+        store = beat.store
+        [first] = runs(store, "flaky")
+        fail(store, first.id, clock.now)
+        clock.advance(minutes=1)
+        beat.tick()  # attempt 2: fire 2 of 2, the ceiling is reached
+        assert store.routines.by_name("flaky").suspended_until is not None
+        second = runs(store, "flaky")[-1]
+        fail(store, second.id, clock.now)
+        clock.advance(minutes=2)
+        beat.tick()  # attempt 3 would be fire 3: not sent
+        clock.now = T0 + timedelta(hours=2)
+        beat.tick()
+        assert [m["routine_attempt"] for m in published(folder)] == [1, 2]
+    finally:
+        beat.close()
