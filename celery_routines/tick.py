@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from .budget import suspended_plan, within_budget
+from .ceilings import parse_ceilings
 from .clock import Clock
 from .config import Settings
 from .control import CeleryRevoker, NoRevoker, Revoker
@@ -30,7 +31,7 @@ from .runrows import skip_row
 from .schedules.base import Schedule
 from .schedules.keys import window_key
 from .schedules.parse import schedule_from_columns
-from .schedules.plan import FirePlan, plan_due
+from .schedules.plan import FirePlan, check_options, plan_due
 from .store import Advance, NewRun, RoutineRecord, Store
 from .sweeps import Sweeps
 from .takeover import resume_after_written_due_windows
@@ -188,6 +189,10 @@ class TickEngine:
             schedule = self._schedule(record)
             call = decode_call(record)
             if record.last_error is not None:
+                # Every stored option must read, not only the schedule, before
+                # the row counts as valid again: else it flips each minute.
+                check_options(record.catch_up, record.catch_up_cap, record.max_lateness)
+                parse_ceilings(record.ceiling)
                 # It was invalid and is valid again: resume from now, do not
                 # treat the retry instant as a missed window.
                 self.store.routines.advance(

@@ -22,7 +22,10 @@ MAX_INTERVAL_SECONDS = 10 * 366 * 24 * 3600
 
 
 def _format_seconds(seconds: float) -> str:
-    return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
+    # 1e300 is named as 1e+300, not as its 301 digits.
+    if float(seconds).is_integer() and abs(seconds) < 1e15:
+        return str(int(seconds))
+    return repr(float(seconds))
 
 
 @dataclass(frozen=True)

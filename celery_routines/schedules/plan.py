@@ -18,7 +18,7 @@ from celery_routines.errors import ScheduleError
 from celery_routines.schedules.base import Schedule
 from celery_routines.schedules.zones import aware_utc
 
-__all__ = ["POLICIES", "FirePlan", "SkippedWindows", "plan_due"]
+__all__ = ["POLICIES", "FirePlan", "SkippedWindows", "check_options", "plan_due"]
 
 POLICIES = ("catch_up", "latest", "skip_to_next")
 """Allowed values of the ``catch_up`` option."""
@@ -68,7 +68,7 @@ def plan_due(
     summarised. A window that would go out more than ``max_lateness`` seconds
     after its time is skipped as ``"late"`` instead of sent.
     """
-    _check_options(catch_up, catch_up_cap, max_lateness)
+    check_options(catch_up, catch_up_cap, max_lateness)
     due_window = aware_utc(due_window, "due_window")
     now = aware_utc(now, "now")
     if due_window > now:
@@ -119,7 +119,8 @@ def plan_due(
     return FirePlan(send=tuple(kept), skipped=tuple(skipped), next_run_at=next_run_at)
 
 
-def _check_options(catch_up: str, catch_up_cap: int, max_lateness: float | None) -> None:
+def check_options(catch_up: str, catch_up_cap: int, max_lateness: float | None) -> None:
+    """Raise ScheduleError naming the first catch-up option that is not allowed."""
     if catch_up not in POLICIES:
         allowed = ", ".join(repr(p) for p in POLICIES)
         raise ScheduleError(f"catch_up must be one of {allowed}, got {catch_up!r}")
