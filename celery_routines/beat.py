@@ -21,7 +21,8 @@ from sqlalchemy.engine import make_url
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
 from .gate import Gate, OpenGate, RedisGate
-from .publish import CeleryPublisher
+from .metrics import MeasuredPublisher, RoutineMetrics, metrics_for
+from .publish import CeleryPublisher, Publisher
 from .registry import definitions_for
 from .store import Store
 from .tick import TickEngine
@@ -50,6 +51,8 @@ class Scheduler(CeleryScheduler):
         self.settings: Settings = settings_from(app)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.last_report = None
+        # Served from setup_schedule, so the banner's lazy instance serves nothing.
+        self.metrics: RoutineMetrics | None = None
         super().__init__(app, *args, **kwargs)
 
     # Celery calls this from __init__ unless lazy=True (the banner's instance),
@@ -65,6 +68,8 @@ class Scheduler(CeleryScheduler):
             _safe_url(self.settings.database_url),
         )
         self._store = store
+        if self.metrics is None:
+            self.metrics = metrics_for(self.app, self._clock)
         self._gate = (
             RedisGate(self.settings.redis_url, self.holder, self.settings.lock_ttl)
             if self.settings.redis_url
@@ -77,9 +82,12 @@ class Scheduler(CeleryScheduler):
             if self._store is None:
                 self.setup_schedule()
             assert self._store is not None and self._gate is not None
+            publisher: Publisher = CeleryPublisher(self.app)
+            if self.metrics is not None:
+                publisher = MeasuredPublisher(publisher, self.metrics, self._clock)
             self._engine = TickEngine(
                 self._store,
-                CeleryPublisher(self.app),
+                publisher,
                 self._gate,
                 self.settings,
                 self.holder,
@@ -96,6 +104,8 @@ class Scheduler(CeleryScheduler):
         try:
             report = self.engine.tick()
         except Exception:
+            if self.metrics is not None:
+                self.metrics.observe_tick_error()
             self._error_backoff = min(
                 max(self._error_backoff * 2, ERROR_BACKOFF_START), ERROR_BACKOFF_CAP
             )
@@ -105,6 +115,8 @@ class Scheduler(CeleryScheduler):
             logger.info("beat tick succeeded again after errors")
             self._error_backoff = 0.0
         self.last_report = report
+        if self.metrics is not None:
+            self.metrics.observe_tick(report, self._store)
         if report.more_due:
             return 0.0
         if report.next_wakeup is None:
@@ -125,6 +137,8 @@ class Scheduler(CeleryScheduler):
         if self._closed:
             return
         self._closed = True
+        if self.metrics is not None:
+            self.metrics.close()
         if self._gate is not None:
             self._gate.close()
         if self._engine is not None:

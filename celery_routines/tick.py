@@ -50,6 +50,8 @@ class TickReport:
     claimed: int = 0
     sent: int = 0
     skipped_windows: int = 0
+    # The same windows by the skip's reason (the run row's), for metrics.
+    skipped_by_reason: dict[str, int] = field(default_factory=dict)
     send_failures: int = 0
     invalid: int = 0
     # Windows whose run row already existed: another beat got there first.
@@ -271,6 +273,7 @@ class TickEngine:
                     continue
                 if self._too_late(item, run, run_id):
                     report.skipped_windows += 1
+                    _count(report.skipped_by_reason, "late", 1)
                     continue
                 if broker_error is not None:
                     # One failed publish already waited out its retries; do not
@@ -286,7 +289,9 @@ class TickEngine:
                     report.send_failures += 1
             for run in item.skips:
                 if run.id in inserted:
-                    report.skipped_windows += run.skipped_count or 1
+                    count = run.skipped_count or 1
+                    report.skipped_windows += count
+                    _count(report.skipped_by_reason, run.reason or "skipped", count)
                     logger.warning(
                         "skipped %d window(s) of %s from %s to %s: %s",
                         run.skipped_count,
@@ -384,6 +389,10 @@ class TickEngine:
         record_send_failure(
             self.store, item.record, run_id, run.idempotency_key, run.attempt, error, self.clock()
         )
+
+
+def _count(counts: dict[str, int], key: str, n: int) -> None:
+    counts[key] = counts.get(key, 0) + n
 
 
 def _window(run: NewRun) -> tuple[int, str, int]:
