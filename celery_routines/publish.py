@@ -1,4 +1,18 @@
-"""Sending a run as a normal Celery task message."""
+"""Sending a run as a normal Celery task message.
+
+What Flower shows of a run: Flower (2.2) shows a task's name, args, kwargs,
+state and worker, never its message headers. A run keeps its real task name
+(no ``shadow``: Flower's name filter and per-task counts keep working) and its
+real arguments; only the *displayed* kwargs (``kwargsrepr``) gain the routine's
+name, window and attempt in front, under the header names::
+
+    {'routine': 'nightly', 'routine_window': 'nightly@2026-11-30T03:00:00+01:00',
+     'routine_attempt': 1, 'day': 'today'}
+
+The task is still called with ``day='today'`` only. The display is a dict
+literal, so Flower's search finds a routine's runs exactly with
+``kwargs:routine=nightly``; the task id is the run id.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +21,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from celery import Celery
+from celery.utils.saferepr import saferepr
 
 # Message headers that mark a task message as a routine run.
 ROUTINE_HEADER = "routine"
@@ -71,6 +86,12 @@ class CeleryPublisher:
             }
         )
         options.setdefault("retry_policy", PUBLISH_RETRY_POLICY)
+        options["kwargsrepr"] = shown_kwargs(
+            run,
+            options.get("kwargsrepr"),
+            self.app.amqp.kwargsrepr_maxsize,
+            self.app.conf.task_repr_maxlevels,
+        )
         self.app.send_task(
             run.task,
             args=run.args,
@@ -86,3 +107,20 @@ class CeleryPublisher:
         if self._connection is not None:
             self._connection.release()
         self._connection = self._producer = None
+
+
+def shown_kwargs(
+    run: OutgoingRun, kwargsrepr: str | None = None, maxsize: int = 1024, maxlevels: int = 3
+) -> str:
+    """The kwargs Flower shows for a run: the routine's fields first (so a
+    long repr truncated by Celery never hides them), then the task's own
+    kwargs, or the ``kwargsrepr`` a routine's options set to hide them."""
+    ours = (
+        f"{ROUTINE_HEADER!r}: {run.routine_name!r}, {WINDOW_HEADER!r}: {run.idempotency_key!r}, "
+        f"{ATTEMPT_HEADER!r}: {run.attempt!r}"
+    )
+    shown = kwargsrepr if kwargsrepr is not None else saferepr(run.kwargs, maxsize, maxlevels)
+    if shown.startswith("{") and shown.endswith("}"):
+        inner = shown[1:-1].strip()
+        return "{" + ours + (", " + inner if inner else "") + "}"
+    return "{" + ours + "} " + shown
