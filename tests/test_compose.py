@@ -1,0 +1,198 @@
+"""docker-compose.yml, checked without Docker: it parses, has the services,
+health checks and start-up order of a production set-up, and every command it
+runs (health checks included) is one the test suite runs too, with the same
+argv (tests/e2e/test_flower.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e import test_flower as e2e
+
+REPO = Path(__file__).resolve().parent.parent
+COMPOSE = REPO / "docker-compose.yml"
+APP = "production"
+CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
+# The keys of the Compose specification this file may use (a typo in a key is
+# silently ignored by some compose versions; here it fails).
+TOP_LEVEL = {"services", "volumes", "networks", "configs", "secrets", "name"}
+SERVICE_KEYS = {
+    "build", "image", "command", "entrypoint", "environment", "env_file", "depends_on",
+    "healthcheck", "ports", "volumes", "restart", "networks", "deploy", "labels",
+}  # fmt: skip
+HEALTHCHECK_KEYS = {"test", "interval", "timeout", "retries", "start_period", "start_interval"}
+DURATION = re.compile(r"^\d+(ms|s|m|h)$")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+def celery_argv(service: dict[str, Any]) -> list[str]:
+    """The argv after ``celery -A production``; fails for any other command."""
+    command = service["command"]
+    assert isinstance(command, list), "use the exec (list) form: no shell in between"
+    assert command[:3] == ["celery", "-A", APP], command
+    return command[3:]
+
+
+def interpolate(value: str) -> str:
+    """Compose's ``${NAME:-default}`` with NAME unset, and ``$$`` -> ``$``."""
+    value = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+    return value.replace("$$", "$")
+
+
+def health_argv(service: dict[str, Any]) -> list[str]:
+    test = service["healthcheck"]["test"]
+    assert isinstance(test, list) and test[0] in ("CMD", "CMD-SHELL"), test
+    if test[0] == "CMD-SHELL":
+        assert len(test) == 2
+        return shlex.split(interpolate(test[1]))
+    return test[1:]
+
+
+def test_the_file_uses_only_compose_keys(compose: dict[str, Any]) -> None:
+    extra = {key for key in compose if not key.startswith("x-")} - TOP_LEVEL
+    assert not extra
+    for name, service in compose["services"].items():
+        assert set(service) <= SERVICE_KEYS, (name, set(service) - SERVICE_KEYS)
+        assert "image" in service or "build" in service, name
+        if "healthcheck" in service:
+            check = service["healthcheck"]
+            assert set(check) <= HEALTHCHECK_KEYS, name
+            for key in ("interval", "timeout", "start_period"):
+                if key in check:
+                    assert DURATION.match(check[key]), (name, key, check[key])
+        for port in service.get("ports", []):
+            assert re.fullmatch(r"\d+:\d+", port), port
+    for volume in compose.get("volumes", {}):
+        assert any(
+            str(v).startswith(f"{volume}:")
+            for service in compose["services"].values()
+            for v in service.get("volumes", [])
+        ), f"volume {volume} is declared but unused"
+
+
+def test_the_services_of_a_production_set_up(services: dict[str, dict[str, Any]]) -> None:
+    assert set(services) == {
+        "postgres", "redis", "migrate", "beat-1", "beat-2", "worker-1", "worker-2", "flower",
+    }  # fmt: skip
+    assert services["postgres"]["image"].startswith("postgres:")
+    assert services["redis"]["image"].startswith("redis:")
+    roles = [celery_argv(s)[0] for s in services.values() if s.get("build")]
+    assert sorted(roles) == ["beat", "beat", "flower", "routines", "worker", "worker"]
+
+
+def test_every_long_running_service_has_a_health_check(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name, service in services.items():
+        if name == "migrate":
+            assert "healthcheck" not in service and service["restart"] == "no"
+            continue
+        assert service["healthcheck"]["test"], name
+        assert service["restart"] == "unless-stopped", name
+
+
+def test_start_up_order_waits_for_healthy_services_and_the_migration(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name, service in services.items():
+        for dependency, spec in service.get("depends_on", {}).items():
+            assert dependency in services, (name, dependency)
+            assert spec["condition"] in CONDITIONS, (name, spec)
+            if dependency in ("postgres", "redis"):
+                assert spec["condition"] == "service_healthy", (name, dependency)
+    for name in ("migrate", "beat-1", "beat-2", "worker-1", "worker-2", "flower"):
+        assert {"postgres", "redis"} <= set(services[name]["depends_on"]), name
+    for name in ("beat-1", "beat-2", "worker-1", "worker-2"):
+        # Two beats must not race each other through the migrations.
+        assert services[name]["depends_on"]["migrate"] == {
+            "condition": "service_completed_successfully"
+        }
+    assert "migrate" not in services["migrate"]["depends_on"]
+
+
+def test_beats_use_the_scheduler_and_serve_metrics(services: dict[str, dict[str, Any]]) -> None:
+    host_ports = set()
+    for name in ("beat-1", "beat-2"):
+        argv = celery_argv(services[name])
+        assert argv[0] == "beat"
+        assert argv[argv.index("-S") + 1] == "celery_routines.Scheduler"
+        port = services[name]["environment"]["ROUTINES_METRICS_PORT"]
+        [mapping] = services[name]["ports"]
+        host, container = mapping.split(":")
+        assert container == port
+        host_ports.add(host)
+    assert len(host_ports) == 2
+
+
+def test_every_command_is_one_the_e2e_test_runs(services: dict[str, dict[str, Any]]) -> None:
+    assert celery_argv(services["migrate"]) == e2e.MIGRATE
+    assert celery_argv(services["beat-1"]) == celery_argv(services["beat-2"]) == e2e.BEAT
+    for name in ("worker-1", "worker-2"):
+        assert celery_argv(services[name]) == e2e.WORKERS[name]
+    assert celery_argv(services["flower"]) == e2e.FLOWER
+
+
+def test_every_health_check_is_one_the_e2e_test_runs(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    assert health_argv(services["beat-1"]) == health_argv(services["beat-2"]) == e2e.BEAT_HEALTH
+    assert health_argv(services["flower"]) == e2e.FLOWER_HEALTH
+    for name in ("worker-1", "worker-2"):
+        argv = health_argv(services[name])
+        assert argv[:3] == ["celery", "-A", APP]
+        assert argv[3:] == [part.format(worker=name) for part in e2e.WORKER_HEALTH]
+
+
+def test_the_environment_names_are_the_ones_the_e2e_test_sets(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name, service in services.items():
+        if not service.get("build"):
+            continue
+        env = service["environment"]
+        assert env["CELERY_BROKER_URL"].startswith("redis://redis:6379/")
+        assert env["ROUTINES_DATABASE_URL"].startswith("postgresql://")
+        assert "@postgres:5432/" in env["ROUTINES_DATABASE_URL"]
+        assert env["ROUTINES_REDIS_URL"].startswith("redis://redis:6379/")
+        # The gate lives in its own Redis database, apart from the broker's keys.
+        assert env["ROUTINES_REDIS_URL"] != env["CELERY_BROKER_URL"], name
+    flower = services["flower"]
+    assert flower["environment"]["FLOWER_PORT"] == flower["ports"][0].split(":")[1]
+    assert ":" in interpolate(flower["environment"]["FLOWER_BASIC_AUTH"])
+
+
+def test_the_app_compose_runs_imports_and_declares_routines() -> None:
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "PYTHONPATH=/app/examples" in dockerfile
+    done = subprocess.run(
+        [
+            sys.executable, "-c",
+            "import production; from celery_routines.registry import declared; "
+            "print(production.app.main, production.app.conf.beat_scheduler, "
+            "len(declared()))",
+        ],
+        cwd=REPO / "examples",
+        env={**os.environ, "PYTHONPATH": str(REPO / "examples")},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    main, scheduler, count = done.stdout.split()
+    assert (main, scheduler) == (APP, "celery_routines.Scheduler") and int(count) >= 1
