@@ -231,9 +231,14 @@ class RoutineMetrics:
     def serve(self, port: int, address: str = DEFAULT_ADDRESS) -> int:
         """Serve ``/metrics`` from a daemon thread; returns the bound port."""
         prom = _prometheus()
-        self._server, self._thread = prom.start_http_server(
-            port, addr=address, registry=self.registry
-        )
+        try:
+            self._server, self._thread = prom.start_http_server(
+                port, addr=address, registry=self.registry
+            )
+        except OSError as exc:
+            raise ConfigurationError(
+                f"{PORT_SETTING}: cannot serve metrics on {address}:{port}: {exc.strerror or exc}"
+            ) from exc
         bound = int(self._server.server_port)
         logger.info("celery-routines metrics on http://%s:%d/metrics", address, bound)
         return bound

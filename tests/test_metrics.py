@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from celery import Celery
-from prometheus_client.parser import text_string_to_metric_families
 
 from celery_routines import Scheduler, register
 from celery_routines.errors import ConfigurationError
@@ -20,6 +19,17 @@ from celery_routines.publish import OutgoingRun
 from celery_routines.tick import TickReport
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app, insert_routine, published
+from tests.services import services_required
+
+try:
+    from prometheus_client.parser import text_string_to_metric_families
+except ImportError:  # CI (ROUTINES_REQUIRE_SERVICES=1) fails instead of skipping
+    if services_required():
+        raise
+    pytest.skip(
+        "prometheus-client is not installed (pip install 'celery-routines[metrics]')",
+        allow_module_level=True,
+    )
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -272,3 +282,21 @@ def test_a_failing_tick_is_counted(
         assert value(samples, "routines_ticks_total") == 0
     finally:
         scheduler.close()
+
+
+def test_a_port_in_use_is_one_clear_error(
+    sqlite_url: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    first = serving_scheduler(tmp_path / "broker", sqlite_url, clock)
+    try:
+        assert first.metrics is not None
+        app = filesystem_app(
+            tmp_path / "broker",
+            sqlite_url,
+            routines_metrics_port=first.metrics.port,
+            routines_metrics_address="127.0.0.1",
+        )
+        with pytest.raises(ConfigurationError, match=r"cannot serve metrics on 127\.0\.0\.1:"):
+            Scheduler(app, clock=clock)
+    finally:
+        first.close()
