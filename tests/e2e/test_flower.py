@@ -140,6 +140,19 @@ def health_command(
     return celery_command(argv, env)
 
 
+def beat_metric(port: int, name: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        body = response.read().decode()
+    return next(
+        sample.value
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+        if sample.name == name
+    )
+
+
 def succeeded_runs(store: Store, name: str) -> set[str]:
     with store.engine.connect() as conn:
         rows = conn.execute(
@@ -208,6 +221,15 @@ def test_flower_lists_the_run_beat_sent_with_its_state_and_routine(
         found = flower_get(flower_port, "/api/tasks", search="kwargs:routine=tick")
         assert run_id in found
         assert flower_get(flower_port, "/api/task/info/" + run_id)["state"] == "SUCCESS"
+
+        # Both beats serve metrics; together they sent at least every run that
+        # succeeded (read before scraping).
+        done = len(succeeded_runs(store, "tick"))
+        sent = sum(
+            beat_metric(int(beat_env["ROUTINES_METRICS_PORT"]), "routines_windows_sent_total")
+            for beat_env in beat_envs
+        )
+        assert sent >= done >= 1
 
         # The compose health checks pass against these processes.
         for name in WORKERS:
