@@ -127,7 +127,7 @@ def render(results: dict[str, Any]) -> str:
     out.append(
         f"Measured {results['date']} at commit `{results['commit']}` on this machine "
         f"({results['cpus']} cores, shared with other work: figures are noisy, the ratios "
-        "of one run are what we quote). Reproduce with:\n"
+        "of one run are what we quote).\n"
     )
     for extra in results.get("also", []):
         sizes_also = ", ".join(f"{s:,}" for s in extra["sizes"])
@@ -135,6 +135,7 @@ def render(results: dict[str, Any]) -> str:
             f"Sizes {sizes_also} measured {extra['date']} at `{extra['commit']}` "
             "(`--merge`), with the same harness.\n"
         )
+    out.append("Reproduce with:\n")
     out.append("```\npython3 -m venv /tmp/benchvenv")
     out.append(
         "/tmp/benchvenv/bin/pip install -e '.[postgres,redis]' -r benchmarks/requirements.txt"
