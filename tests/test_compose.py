@@ -182,6 +182,10 @@ def test_the_environment_names_are_the_ones_the_e2e_test_sets(
 def test_the_app_compose_runs_imports_and_declares_routines() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
     assert "PYTHONPATH=/app/examples" in dockerfile
+    # The image runs Flower; beat's metrics need prometheus-client, which the
+    # metrics extra brings (and Flower 2 depends on it too).
+    install = next(line for line in dockerfile.splitlines() if "pip install" in line)
+    assert "flower" in install
     done = subprocess.run(
         [
             sys.executable, "-c",
