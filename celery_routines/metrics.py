@@ -203,10 +203,11 @@ class RoutineMetrics:
     def refresh(self, store: Store, force: bool = False) -> None:
         """Read the database gauges, at most once per ``refresh_every``."""
         now = self.clock()
+        # A clock stepped backwards refreshes at once rather than going stale.
         if (
             not force
             and self._refreshed_at is not None
-            and now - self._refreshed_at < self.refresh_every
+            and timedelta(0) <= now - self._refreshed_at < self.refresh_every
         ):
             return
         self._refreshed_at = now
