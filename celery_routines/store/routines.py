@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -37,6 +37,13 @@ SCHEDULE_COLUMNS = ("cron", "interval_seconds", "timezone")
 
 def _record(row: Any) -> RoutineRecord:
     return RoutineRecord(**{name: row._mapping[name] for name in ROUTINE_RECORD_FIELDS})
+
+
+def _aware(instant: datetime) -> datetime:
+    """A bare MIN() in a subquery may come back without the column's type."""
+    if isinstance(instant, str):
+        instant = datetime.fromisoformat(instant)
+    return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
 
 
 def _claimable(now: datetime, holder: str | None = None) -> ColumnElement[bool]:
@@ -238,12 +245,13 @@ class RoutineQueries:
         claim_expiry = select(func.min(c.locked_until)).where(
             ACTIVE, c.next_run_at <= now, c.locked_until >= now
         )
+        both = select(
+            earliest_window.scalar_subquery().label("window"),
+            claim_expiry.scalar_subquery().label("expiry"),
+        )
         with self.engine.connect() as conn:
-            candidates = [
-                conn.execute(earliest_window).scalar(),
-                conn.execute(claim_expiry).scalar(),
-            ]
-        present = [instant for instant in candidates if instant is not None]
+            row = conn.execute(both).one()
+        present = [_aware(instant) for instant in row if instant is not None]
         return min(present) if present else None
 
     # -- lookups -------------------------------------------------------------

@@ -61,14 +61,17 @@ class RunQueries:
         """
         if not runs:
             return set()
+        # One cached single-row statement executed with a parameter list:
+        # SQLAlchemy batches it ("insertmanyvalues") and compiles it once,
+        # where a multi-row VALUES would be compiled afresh for every batch.
         stmt = (
             self._insert(table)
-            .values([{**asdict(run), "created_at": now} for run in runs])
             .on_conflict_do_nothing(index_elements=["routine_id", "idempotency_key", "attempt"])
             .returning(c.id)
         )
+        rows = [{**run.__dict__, "created_at": now} for run in runs]
         with self.engine.begin() as conn:
-            return {row.id for row in conn.execute(stmt)}
+            return {row.id for row in conn.execute(stmt, rows)}
 
     def find_windows(self, windows: Sequence[tuple[int, str, int]]) -> list[RunRecord]:
         """The stored runs of ``(routine_id, idempotency_key, attempt)`` triples."""
