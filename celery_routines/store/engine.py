@@ -55,3 +55,11 @@ def _begin_immediate(connection: Any) -> None:
     # Take the write lock at BEGIN: a deferred transaction that reads and then
     # writes can fail with "database is locked" instead of waiting its turn.
     connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def fast_engine(engine: Engine) -> Engine:
+    """``engine`` for single statements: autocommit on PostgreSQL (sharing the
+    pool), unchanged on SQLite, whose writers must take the lock at BEGIN."""
+    if engine.dialect.name == "postgresql":
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+    return engine

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Engine, Select, func, or_, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from .engine import fast_engine
 from .models import OPEN_STATES, Routine, RoutineRun
 from .records import (
     ROUTINE_RECORD_FIELDS,
@@ -46,6 +47,9 @@ def _record(row: Any) -> RunRecord:
 class RunQueries:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        # Single-statement work in the tick runs in autocommit on PostgreSQL:
+        # no BEGIN/COMMIT round trips around one statement that is atomic anyway.
+        self._fast = fast_engine(engine)
         self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
 
     # -- beat ----------------------------------------------------------------
@@ -70,7 +74,7 @@ class RunQueries:
             .returning(c.id)
         )
         rows = [{**run.__dict__, "created_at": now} for run in runs]
-        with self.engine.begin() as conn:
+        with self._fast.begin() as conn:
             return {row.id for row in conn.execute(stmt, rows)}
 
     def find_windows(self, windows: Sequence[tuple[int, str, int]]) -> list[RunRecord]:
@@ -96,7 +100,7 @@ class RunQueries:
         if deadline_at is not None:
             values["deadline_at"] = deadline_at
         stmt = update(table).where(c.id.in_(run_ids), c.state == "pending").values(**values)
-        with self.engine.begin() as conn:
+        with self._fast.begin() as conn:
             conn.execute(stmt)
 
     def skip_late(self, run_id: str, now: datetime) -> bool:
@@ -192,7 +196,7 @@ class RunQueries:
         )
 
     def overdue(self, now: datetime, limit: int) -> list[RunRecord]:
-        with self.engine.connect() as conn:
+        with self._fast.connect() as conn:
             return [_record(row) for row in conn.execute(self.overdue_select(now, limit))]
 
     def next_deadline(self) -> datetime | None:
@@ -204,7 +208,7 @@ class RunQueries:
         open run, in one round trip (two reads of the first index entry)."""
         retry = select(func.min(c.retry_at)).where(RETRYING).scalar_subquery()
         deadline = select(func.min(c.deadline_at)).where(OPEN).scalar_subquery()
-        with self.engine.connect() as conn:
+        with self._fast.connect() as conn:
             row = conn.execute(select(retry.label("retry_at"), deadline.label("deadline"))).one()
         return _aware(row.retry_at), _aware(row.deadline)
 
@@ -223,7 +227,7 @@ class RunQueries:
         )
 
     def retries_due(self, now: datetime, limit: int) -> list[DueRetry]:
-        with self.engine.connect() as conn:
+        with self._fast.connect() as conn:
             rows = conn.execute(self.retries_due_select(now, limit)).all()
         return [
             DueRetry(
@@ -280,7 +284,7 @@ class RunQueries:
         if not routine_ids:
             return {}
         found: dict[int, list[OpenRun]] = {}
-        with self.engine.connect() as conn:
+        with self._fast.connect() as conn:
             for row in conn.execute(self.open_runs_select(routine_ids)):
                 found.setdefault(row.routine_id, []).append(
                     OpenRun(row.id, row.routine_id, row.idempotency_key, row.state, row.deadline_at)
