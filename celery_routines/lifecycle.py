@@ -20,9 +20,12 @@ The states of a run and what moves it (see the README for the table)::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+
+from .errors import ScheduleError
 
 # A task with its own hard time limit is declared lost this long after the
 # limit: the worker kills the task at the limit and reports it in seconds, so
@@ -61,6 +64,34 @@ def policy_of(routine: Any) -> RetryPolicy:
         paused=routine.paused,
         suspended_until=routine.suspended_until,
     )
+
+
+# The bounds the declaration enforces (definition.py); a row typed in by hand
+# is held to the same, so it cannot retry once per tick or forever.
+MAX_RETRIES_LIMIT = 100
+RETRY_BASE_LIMIT = 366 * 86400
+
+
+def check_retry_policy(max_retries: Any, retry_base_seconds: Any) -> None:
+    """Raise ScheduleError naming a stored retry option that is out of bounds."""
+    if (
+        isinstance(max_retries, bool)
+        or not isinstance(max_retries, int)
+        or not 0 <= max_retries <= MAX_RETRIES_LIMIT
+    ):
+        raise ScheduleError(
+            f"max_retries must be a whole number from 0 to {MAX_RETRIES_LIMIT}, got {max_retries!r}"
+        )
+    if (
+        isinstance(retry_base_seconds, bool)
+        or not isinstance(retry_base_seconds, int | float)
+        or not math.isfinite(retry_base_seconds)
+        or not 0 < retry_base_seconds <= RETRY_BASE_LIMIT
+    ):
+        raise ScheduleError(
+            "retry_base_seconds must be a positive number of seconds (at most a year), "
+            f"got {retry_base_seconds!r}"
+        )
 
 
 @dataclass(frozen=True)

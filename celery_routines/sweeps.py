@@ -22,6 +22,7 @@ from .lifecycle import (
     LOST,
     after_failure,
     blocked_reason,
+    check_retry_policy,
     lost_deadline,
     policy_of,
     settled_state,
@@ -117,6 +118,7 @@ class Sweeps:
             if blocked is None:
                 try:
                     call = decode_call(routine)
+                    check_retry_policy(routine.max_retries, routine.retry_base_seconds)
                     blocked = retry_blocked_by_ceiling(
                         self.store, routine, now, self.settings.timezone
                     )

@@ -24,7 +24,7 @@ from .control import CeleryRevoker, NoRevoker, Revoker
 from .delivery import Call, decode_call, publish_run, record_send_failure
 from .errors import ScheduleError
 from .gate import Gate
-from .lifecycle import lost_deadline
+from .lifecycle import check_retry_policy, lost_deadline
 from .overlap import apply_overlap, replace_open_runs
 from .publish import Publisher
 from .runrows import skip_row
@@ -190,6 +190,7 @@ class TickEngine:
         try:
             schedule = self._schedule(record)
             call = decode_call(record)
+            check_retry_policy(record.max_retries, record.retry_base_seconds)
             if record.last_error is not None:
                 # Every stored option must read, not only the schedule, before
                 # the row counts as valid again: else it flips each minute.
