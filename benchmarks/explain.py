@@ -43,8 +43,10 @@ def explain_tick(scheduler: Any) -> dict[str, Any]:
     def record(
         conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
     ) -> None:
-        if not many:
-            statements.append((statement, parameters))
+        # An executemany is explained with its first parameter set.
+        if many:
+            parameters = parameters[0] if parameters else {}
+        statements.append((statement, parameters))
 
     # While the hot routines are due, so the plan shows the rows it finds.
     due = explain_due_select(store, scheduler._clock(), scheduler.settings.batch_size)
