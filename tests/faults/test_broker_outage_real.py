@@ -1,0 +1,172 @@
+"""Issue 5, scenario 5: the broker (Redis) down for a while, with a real beat.
+
+The broker is a ``redis-server`` of the test's own on a free port (never the
+shared one on 6379): killed mid-run and started again on the same port.
+While it is down every send fails: the run is marked with the broker's error
+and retried at ``retry_at``; the schedule keeps advancing. When the broker is
+back the retries go out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from celery_routines.store import Store
+from tests.faults.cluster import Cluster, wait_seconds
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class BrokerServer:
+    """A throwaway redis-server: no persistence, so a restart starts empty."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.port = free_port()
+        self.dir = tmp_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError(f"redis-server did not listen on {self.port}")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerServer]:
+    server = BrokerServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def broker_cluster(tmp_path: Path, postgres_url: str, broker: BrokerServer) -> Iterator[Cluster]:
+    store = Store.from_url(postgres_url)
+    store.migrate()
+    cluster = Cluster(tmp_path, postgres_url, broker.url, store)
+    try:
+        yield cluster
+    finally:
+        cluster.stop_all()
+        store.dispose()
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def test_broker_down_sends_fail_are_retried_and_go_out_when_it_returns(
+    broker_cluster: Cluster, broker: BrokerServer
+) -> None:
+    cluster = broker_cluster
+    cluster.add_interval_routines(20, intervals=(1.0, 2.0), max_retries=10, retry_base_seconds=1.0)
+    beat = cluster.start_beat("beat")
+    wait_seconds(cluster, 5)
+    broker.kill()
+    down_at = utc_now()
+    wait_seconds(cluster, 8)
+    broker.start()
+    up_at = utc_now()
+    wait_seconds(cluster, 12)
+    cluster.stop_all()
+
+    with cluster.store.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT t.name, t.interval_seconds, r.idempotency_key, r.attempt, r.state, "
+                "r.reason, r.error, r.scheduled_for, r.retry_at, r.sent_at, r.id "
+                "FROM routine_runs r JOIN routines t ON t.id = r.routine_id "
+                "WHERE t.name LIKE 'r%' ORDER BY r.scheduled_for, r.attempt"
+            )
+        ).all()
+    output = beat.output()
+
+    # Sends failed while the broker was down, each with the broker's error.
+    failed = [r for r in rows if r.reason == "send_failed"]
+    assert len(failed) >= 20, output[-3000:]
+    assert all(r.error and ("onnect" in r.error or "refused" in r.error) for r in failed), failed[
+        0
+    ].error
+    # The cadence advanced through the outage: attempt 1 of every window, on
+    # an unbroken grid per routine, up to the end.
+    first_attempts: dict[str, list] = defaultdict(list)
+    for r in rows:
+        if r.attempt == 1:
+            first_attempts[r.name].append(r)
+    assert len(first_attempts) == 20
+    for name, runs in first_attempts.items():
+        step = timedelta(seconds=runs[0].interval_seconds)
+        instants = [r.scheduled_for for r in runs]
+        assert all(b - a == step for a, b in itertools.pairwise(instants)), name
+        assert instants[0].replace(tzinfo=UTC) < down_at.replace(tzinfo=UTC)
+        assert instants[-1].replace(tzinfo=UTC) > up_at.replace(tzinfo=UTC) + timedelta(seconds=5)
+    # When the broker came back, the retries went out: every window that
+    # failed to send has a later attempt that was sent (or one still waiting
+    # for a retry_at after the test stopped), and none ran out of retries.
+    by_window: dict[str, list] = defaultdict(list)
+    for r in rows:
+        by_window[r.idempotency_key].append(r)
+    retried = 0
+    for key, attempts in by_window.items():
+        if not any(r.reason == "send_failed" for r in attempts):
+            continue
+        last = max(attempts, key=lambda r: r.attempt)
+        assert last.state in ("sent", "retrying", "pending"), (key, last)
+        if last.state == "sent":
+            assert last.attempt > 1
+            retried += 1
+    assert retried >= 20, output[-3000:]
+    # ... and reached the broker (which restarted empty).
+    published = set(cluster.broker_task_ids())
+    resent = {r.id for r in rows if r.attempt > 1 and r.state == "sent"}
+    assert resent and resent <= published
+    assert "beat tick failed" not in output  # a broker outage is not a tick failure
