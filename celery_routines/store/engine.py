@@ -32,13 +32,10 @@ def make_engine(url: str) -> Engine:
         event.listen(engine, "connect", _configure_sqlite)
         event.listen(engine, "begin", _begin_immediate)
         return engine
-    # No pre-ping: it costs a round trip per checkout, and the tick makes
-    # several. A connection found dead fails one tick (beat logs and backs
-    # off) and SQLAlchemy then invalidates the whole pool, so the next tick
-    # reconnects; recycling keeps idle connections from going stale.
-    return create_engine(
-        parsed, pool_pre_ping=False, pool_recycle=1800, pool_size=5, max_overflow=5
-    )
+    # Pre-ping costs a round trip per checkout, but without it every pooled
+    # connection cut by a database restart fails one tick somewhere in its
+    # middle, each followed by a longer back-off.
+    return create_engine(parsed, pool_pre_ping=True, pool_size=5, max_overflow=5)
 
 
 def _configure_sqlite(dbapi_connection: Any, _record: Any) -> None:

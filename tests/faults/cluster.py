@@ -147,12 +147,33 @@ def check_every_window_once(cluster: Cluster, until: datetime) -> dict[str, int]
         assert instants[-1] >= until - 3 * step, f"{name}: fell behind, last {instants[-1]}"
     sent_ids = {row.id for rows in by_routine.values() for row in rows if row.state != "skipped"}
     published = cluster.broker_task_ids()
-    assert set(published) == sent_ids, "a run was never published, or a message has no run row"
+    unpublished = sent_ids - set(published)
+    states = sorted({r.state for rs in by_routine.values() for r in rs if r.id in unpublished})
+    assert set(published) == sent_ids, (
+        f"{len(unpublished)} run(s) never published (states {states}), "
+        f"{len(set(published) - sent_ids)} message(s) without a run row"
+    )
     # A beat killed between publishing and marking a run sent leaves it
     # pending; the beat that takes over publishes that same run id again, and
     # the worker's claim on the run row runs it once. Nothing else may repeat.
     repeats = len(published) - len(set(published))
     return {"routines": len(by_routine), "sent": sent, "skipped": covered, "repeats": repeats}
+
+
+def wait_until_settled(cluster: Cluster, timeout: float = 30) -> None:
+    """Let the beats finish what a fault interrupted: no run row may stay
+    ``pending`` (written, not yet sent) once they have recovered."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        cluster.assert_alive()
+        with cluster.store.engine.connect() as conn:
+            pending = conn.execute(
+                text("SELECT count(*) FROM routine_runs WHERE state = 'pending'")
+            ).scalar_one()
+        if pending == 0:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{pending} run(s) still pending {timeout} s after the fault")
 
 
 def wait_seconds(cluster: Cluster, seconds: float) -> None:

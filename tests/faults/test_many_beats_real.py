@@ -9,7 +9,12 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.faults.cluster import Cluster, check_every_window_once, wait_seconds
+from tests.faults.cluster import (
+    Cluster,
+    check_every_window_once,
+    wait_seconds,
+    wait_until_settled,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
@@ -90,8 +95,9 @@ def test_postgres_connections_killed_mid_run_beat_reconnects_and_loses_nothing(
             ).scalar_one()
         wait_seconds(cluster, 2)
     admin.dispose()
-    wait_seconds(cluster, 6)
     cluster.store.engine.dispose()  # the test's own pool was cut too
+    wait_seconds(cluster, 6)
+    wait_until_settled(cluster)
     cluster.stop_all()
     assert killed > 0
     check_every_window_once(cluster, until=utc_now_naive())
