@@ -234,3 +234,29 @@ def test_a_beat_whose_clock_is_an_hour_behind_another_doubles_nothing(
     finally:
         on_time.close()
         slow.close()
+
+
+def test_a_beat_whose_clock_is_an_hour_fast_sends_early_but_never_twice(
+    database_url: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    """The hazard named above, pinned: the fast beat treats the hour ahead of
+    it as missed windows (catch-up policy) and then fires each window an hour
+    early; the on-time beat finds nothing due. One run per window."""
+    folder = tmp_path / "broker"
+    register("tasks.every_minute", timedelta(minutes=1), name="minutely", overlap="overlap")
+    on_time = make_scheduler(folder, database_url, clock)
+    fast = make_scheduler(folder, database_url, lambda: clock.now + timedelta(hours=1))
+    try:
+        on_time.tick()  # adopts: first window 12:01
+        for _ in range(30 * 12):  # half an hour of ticks every 5 s
+            clock.advance(seconds=5)
+            on_time.tick()
+            fast.tick()
+        assert_each_once(folder)
+        keys = sent_keys(folder)
+        # 25 of the first hour's windows replayed at once, then one a minute,
+        # an hour early, up to 13:30 by the fast clock.
+        assert keys == minutely_keys("minutely", at(12, 36), at(13, 30))
+    finally:
+        on_time.close()
+        fast.close()
