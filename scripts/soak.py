@@ -177,16 +177,22 @@ class Soak:
                 raise SystemExit(f"{label} exited by itself with {code}:\n{tail}")
 
 
-def insert_routines(store: Store, count: int, ran_log: Path) -> None:
+def insert_routines(store: Store, count: int, ran_log: Path, task_seconds: float) -> None:
     import json
 
+    if task_seconds > 0:
+        # e2e_app.hold runs until a file that never appears, at most task_seconds:
+        # a SIGKILLed worker then really loses runs in the middle of their body.
+        task, args = "e2e_app.hold", [str(ran_log), str(ran_log) + ".never", task_seconds]
+    else:
+        task, args = "e2e_app.record", [str(ran_log)]
     rows = [
         {
             "name": f"soak{i:03d}",
-            "task": "e2e_app.record",
+            "task": task,
             "interval_seconds": float(1 + i % 3),
             "enabled": True,
-            "args": json.dumps([str(ran_log)]),
+            "args": json.dumps(args),
             "overlap": "overlap",
             "max_retries": 20,
             "retry_base_seconds": RETRY_BASE,
@@ -215,8 +221,11 @@ def figures(store: Store, ran_log: Path, cut: datetime) -> dict[str, int]:
             )
         ).all()
     naive_cut = cut.astimezone(UTC).replace(tzinfo=None)
+    # One "ran <id>" (record) or "start <id> <pid>" (hold) line per body run.
     ran = Counter(
-        line.split()[1] for line in ran_log.read_text().splitlines() if line.startswith("ran ")
+        line.split()[1]
+        for line in ran_log.read_text().splitlines()
+        if line.startswith(("ran ", "start "))
     )
     first: dict[str, datetime] = {}
     step: dict[str, timedelta] = {}
@@ -272,6 +281,9 @@ def main() -> int:
     parser.add_argument("--routines", type=int, default=30)
     parser.add_argument("--kill-every", type=float, default=8.0, help="mean seconds between kills")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--task-seconds", type=float, default=0.0, help="how long each task body runs"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the logs' folder")
     options = parser.parse_args()
     rng = random.Random(options.seed)
@@ -285,7 +297,7 @@ def main() -> int:
     ran_log.touch()
     store = Store.from_url(database_url)
     store.migrate()
-    insert_routines(store, options.routines, ran_log)
+    insert_routines(store, options.routines, ran_log, options.task_seconds)
     soak = Soak(
         folder,
         database_url,
@@ -328,7 +340,7 @@ def main() -> int:
         for label in list(down):
             soak.restart(label)
         cut = datetime.now(UTC)
-        drain = RUN_TIMEOUT + 5 + 8 * RETRY_BASE
+        drain = RUN_TIMEOUT + 15 + 8 * RETRY_BASE
         print(f"kills stopped; draining for {drain:.0f} s", flush=True)
         deadline = time.monotonic() + drain
         while time.monotonic() < deadline:
