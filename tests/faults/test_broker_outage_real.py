@@ -10,6 +10,7 @@ back the retries go out.
 from __future__ import annotations
 
 import itertools
+import shutil
 import socket
 import subprocess
 import time
@@ -22,6 +23,7 @@ import pytest
 from sqlalchemy import text
 
 from celery_routines.store import Store
+from tests import services
 from tests.faults.cluster import Cluster, wait_seconds
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
@@ -80,6 +82,8 @@ class BrokerServer:
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerServer]:
+    if shutil.which("redis-server") is None:
+        services.unavailable("redis-server", "no redis-server on PATH to start a broker of our own")
     server = BrokerServer(tmp_path)
     server.start()
     try:
