@@ -142,8 +142,8 @@ class TickEngine:
         """The earliest of: a routine's window or claim expiry, a retry's
         ``retry_at``, an open run's deadline (not before the lost sweep may
         run again, so an overdue run never makes the tick spin)."""
-        retry_at, deadline = self.store.runs.next_instants()
-        candidates = [self.store.routines.next_wakeup(now), retry_at]
+        routine, retry_at, deadline = self.store.wakeup_instants(now)
+        candidates = [routine, retry_at]
         if deadline is not None:
             next_sweep = self.sweeps.next_lost_sweep()
             candidates.append(max(deadline, next_sweep) if next_sweep is not None else deadline)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Engine
+from datetime import datetime
+
+from sqlalchemy import Engine, select
 
 from . import migrate
 from .admin_queries import AdminQueries
-from .engine import make_engine
+from .engine import fast_engine, make_engine
 from .records import NewRun, RoutineRecord, RunRecord
-from .routines import Advance, RoutineQueries
+from .routines import Advance, RoutineQueries, _aware
 from .runs import RunQueries
 from .spend_queries import SpendQueries
 
@@ -31,6 +33,21 @@ class Store:
 
     def migrate(self) -> None:
         migrate.upgrade(self.engine)
+
+    def wakeup_instants(
+        self, now: datetime
+    ) -> tuple[datetime | None, datetime | None, datetime | None]:
+        """For the tick's sleep, in one round trip: the next routine instant
+        (window or claim expiry), the next ``retry_at``, the next run deadline."""
+        columns = [*self.routines.wakeup_columns(now), *self.runs.instant_columns()]
+        with fast_engine(self.engine).connect() as conn:
+            row = conn.execute(select(*columns)).one()
+        routine = [_aware(instant) for instant in (row.window, row.expiry) if instant is not None]
+        return (
+            min(routine) if routine else None,
+            _aware(row.retry_at) if row.retry_at is not None else None,
+            _aware(row.deadline) if row.deadline is not None else None,
+        )
 
     def dispose(self) -> None:
         self.engine.dispose()

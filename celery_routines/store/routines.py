@@ -239,22 +239,27 @@ class RoutineQueries:
         with self.engine.begin() as conn:
             conn.execute(stmt)
 
-    def next_wakeup(self, now: datetime) -> datetime | None:
-        """The earliest instant at which this beat may have something to do:
-        the oldest window of a routine nobody holds (in the past if one fell
-        due while this tick ran), or the expiry of another beat's claim on a
-        due routine (so a survivor takes over within the lock TTL)."""
+    def wakeup_columns(self, now: datetime) -> list[Any]:
+        """The instants at which this beat may have something to do with a
+        routine, as scalar subqueries (the tick reads them in one round trip
+        with the runs' own): the oldest window of a routine nobody holds (in
+        the past if one fell due while the tick ran), and the expiry of another
+        beat's claim on a due routine (so a survivor takes over within the
+        lock TTL)."""
         unheld = or_(c.locked_until.is_(None), c.locked_until < now)
         earliest_window = select(func.min(c.next_run_at)).where(ACTIVE, unheld)
         claim_expiry = select(func.min(c.locked_until)).where(
             ACTIVE, c.next_run_at <= now, c.locked_until >= now
         )
-        both = select(
+        return [
             earliest_window.scalar_subquery().label("window"),
             claim_expiry.scalar_subquery().label("expiry"),
-        )
+        ]
+
+    def next_wakeup(self, now: datetime) -> datetime | None:
+        """The earlier of :meth:`wakeup_columns`."""
         with self._fast.connect() as conn:
-            row = conn.execute(both).one()
+            row = conn.execute(select(*self.wakeup_columns(now))).one()
         present = [_aware(instant) for instant in row if instant is not None]
         return min(present) if present else None
 

@@ -206,11 +206,15 @@ class RunQueries:
     def next_instants(self) -> tuple[datetime | None, datetime | None]:
         """The earliest ``retry_at`` of a retry and the earliest deadline of an
         open run, in one round trip (two reads of the first index entry)."""
+        with self._fast.connect() as conn:
+            row = conn.execute(select(*self.instant_columns())).one()
+        return _aware(row.retry_at), _aware(row.deadline)
+
+    def instant_columns(self) -> list[Any]:
+        """:meth:`next_instants` as scalar subqueries, to combine with others."""
         retry = select(func.min(c.retry_at)).where(RETRYING).scalar_subquery()
         deadline = select(func.min(c.deadline_at)).where(OPEN).scalar_subquery()
-        with self._fast.connect() as conn:
-            row = conn.execute(select(retry.label("retry_at"), deadline.label("deadline"))).one()
-        return _aware(row.retry_at), _aware(row.deadline)
+        return [retry.label("retry_at"), deadline.label("deadline")]
 
     # -- retries ---------------------------------------------------------------
 
