@@ -245,6 +245,17 @@ def beat(peer: Peer, args: argparse.Namespace) -> dict[str, Any]:
     return {"end": end, "sent": sent, "claimed": claimed, "ticks": ticks}
 
 
+def _head() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except Exception:
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("peer", choices=sorted(PEERS))
@@ -283,6 +294,8 @@ def main(argv: list[str] | None = None) -> None:
         rss_growth_mb=result["rss_mb"] - rss_start,
         hot=HOT,
         at=datetime.now().isoformat(timespec="seconds"),
+        # Others commit to the same tree while a run goes on: say which code ran.
+        commit=_head(),
     )
     emit(result)
 

@@ -179,6 +179,16 @@ def render(results: dict[str, Any]) -> str:
                 )
             else:
                 out.append(f"\nTwo celery-routines beats together: {_why_missing(two) or two}")
+        stamps = []
+        for label, cell in (
+            ("steady", _steady(results, "routines", size)),
+            ("burst", _burst(results, "routines", size)),
+        ):
+            if cell.get("at"):
+                stamp = f"{label} {cell['at'][11:16]}"
+                stamps.append(stamp + (f" at `{cell['commit']}`" if cell.get("commit") else ""))
+        if stamps:
+            out.append(f"\ncelery-routines measured (UTC): {', '.join(stamps)}.")
         passes = []
         for peer in peers:
             cell = _steady(results, peer, size)
