@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Engine, event
 
 EXPLAIN = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "
 
@@ -55,14 +55,18 @@ def explain_tick(scheduler: Any) -> dict[str, Any]:
     def checkout(*_: Any) -> None:
         checkouts[0] += 1
 
-    event.listen(store.engine, "before_cursor_execute", record)
+    # On the Engine class: the store also runs statements through option
+    # engines (autocommit) derived from its engine.
+    event.listen(Engine, "before_cursor_execute", record)
     event.listen(store.engine.pool, "checkout", checkout)
     try:
         scheduler.tick()
     finally:
-        event.remove(store.engine, "before_cursor_execute", record)
+        event.remove(Engine, "before_cursor_execute", record)
         event.remove(store.engine.pool, "checkout", checkout)
+    report = getattr(scheduler, "last_report", None)
     out: dict[str, Any] = {
+        "report": repr(report),
         "due_select": due,
         "tick_statements": [],
         # Each checkout is a pre-ping round trip when pool_pre_ping is on, and
