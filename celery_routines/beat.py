@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
+from .events import RoutineEvents
 from .gate import Gate, OpenGate, RedisGate
 from .metrics import MeasuredPublisher, RoutineMetrics, metrics_for
 from .publish import CeleryPublisher, Publisher
@@ -92,6 +93,7 @@ class Scheduler(CeleryScheduler):
                 self.settings,
                 self.holder,
                 self._clock,
+                events=RoutineEvents(self.app, hostname=self.holder),
             )
         return self._engine
 
@@ -143,6 +145,7 @@ class Scheduler(CeleryScheduler):
             self._gate.close()
         if self._engine is not None:
             self._engine.publisher.close()
+            self._engine.events.close()
         if self._store is not None:
             self._store.dispose()
         super().close()

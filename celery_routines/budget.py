@@ -16,6 +16,7 @@ from .ceilings import (
     parse_ceilings,
     plan_suspended,
 )
+from .events import Events
 from .schedules.base import Schedule
 from .schedules.plan import FirePlan
 from .store import RoutineRecord, Store
@@ -39,6 +40,7 @@ def within_budget(
     plan: FirePlan,
     now: datetime,
     timezone: str,
+    events: Events | None = None,
 ) -> FirePlan:
     """Cut ``plan`` to what the routine's ceilings allow (the before-send check),
     suspending it when a ceiling is reached. Raises ScheduleError for a stored
@@ -52,6 +54,8 @@ def within_budget(
     if suspension is not None and store.spend.suspend(
         record.id, suspension.until, suspension.reason, now
     ):
+        if events is not None:
+            events.suspended(record.name, until=suspension.until, reason=suspension.reason)
         logger.warning(
             "suspended %s after sending %d of %d window(s): %s",
             record.name,

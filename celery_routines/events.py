@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from celery import Celery
 
@@ -29,6 +29,43 @@ EVENT_TYPES = (SKIPPED, SUSPENDED, LOST, TRIGGERED)
 def _field(value: Any) -> Any:
     # Event bodies are serialised with the app's event serializer (JSON).
     return value.isoformat() if isinstance(value, datetime) else value
+
+
+class Events(Protocol):
+    """What the tick reports as events (``RoutineEvents``, or ``NoEvents``)."""
+
+    def skipped(
+        self,
+        routine: str,
+        *,
+        reason: str,
+        count: int,
+        first: datetime,
+        last: datetime,
+        run_id: str | None = None,
+    ) -> None: ...
+
+    def suspended(self, routine: str, *, until: datetime, reason: str) -> None: ...
+
+    def lost(self, routine: str, *, run_id: str, idempotency_key: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NoEvents:
+    """Events switched off (tests and embedders that pass no app)."""
+
+    def skipped(self, routine: str, **fields: Any) -> None:
+        pass
+
+    def suspended(self, routine: str, **fields: Any) -> None:
+        pass
+
+    def lost(self, routine: str, **fields: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class RoutineEvents:

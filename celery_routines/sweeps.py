@@ -18,6 +18,7 @@ from .budget import retry_blocked_by_ceiling
 from .config import Settings
 from .delivery import decode_call, publish_run, record_send_failure
 from .errors import ScheduleError
+from .events import Events, NoEvents
 from .lifecycle import (
     LOST,
     after_failure,
@@ -42,7 +43,10 @@ LOST_SWEEP_EVERY = timedelta(seconds=5)
 
 
 class Sweeps:
-    def __init__(self, store: Store, publisher: Publisher, settings: Settings) -> None:
+    def __init__(
+        self, store: Store, publisher: Publisher, settings: Settings, events: Events | None = None
+    ) -> None:
+        self.events: Events = events or NoEvents()
         self.store = store
         self.publisher = publisher
         self.settings = settings
@@ -94,6 +98,7 @@ class Sweeps:
             )
             if moved:
                 report.lost += 1
+                self.events.lost(routine.name, run_id=run.id, idempotency_key=run.idempotency_key)
                 logger.warning(
                     "run %s of %s (attempt %d) declared lost: %s; %s",
                     run.id,

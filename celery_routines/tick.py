@@ -23,6 +23,7 @@ from .config import Settings
 from .control import CeleryRevoker, NoRevoker, Revoker
 from .delivery import Call, decode_call, publish_run, record_send_failure
 from .errors import ScheduleError
+from .events import Events, NoEvents
 from .gate import Gate
 from .lifecycle import check_retry_policy, lost_deadline
 from .overlap import apply_overlap, replace_open_runs
@@ -98,6 +99,7 @@ class TickEngine:
         holder: str,
         clock: Clock,
         revoker: Revoker | None = None,
+        events: Events | None = None,
     ) -> None:
         self.store = store
         self.publisher = publisher
@@ -109,7 +111,9 @@ class TickEngine:
             app = getattr(publisher, "app", None)
             revoker = CeleryRevoker(app) if app is not None else NoRevoker()
         self.revoker = revoker
-        self.sweeps = Sweeps(store, publisher, settings)
+        # Skips, suspensions and lost runs also go out as `routine-*` events.
+        self.events: Events = events or NoEvents()
+        self.sweeps = Sweeps(store, publisher, settings, self.events)
 
     def tick(self) -> TickReport:
         started = time.monotonic()
@@ -215,7 +219,7 @@ class TickEngine:
                     catch_up_cap=record.catch_up_cap,
                     max_lateness=record.max_lateness,
                 )
-                plan = within_budget(self.store, record, schedule, plan, now, timezone)
+                plan = within_budget(self.store, record, schedule, plan, now, timezone, self.events)
         except ScheduleError as exc:
             self._invalid(record, exc, now, holder=self.holder)
             report.invalid += 1
@@ -293,6 +297,7 @@ class TickEngine:
                     count = run.skipped_count or 1
                     report.skipped_windows += count
                     _count(report.skipped_by_reason, run.reason or "skipped", count)
+                    self._skip_event(item.record.name, run)
                     logger.warning(
                         "skipped %d window(s) of %s from %s to %s: %s",
                         run.skipped_count,
@@ -363,6 +368,14 @@ class TickEngine:
         lateness = (self.clock() - run.scheduled_for).total_seconds()
         if lateness <= limit or not self.store.runs.skip_late(run_id, self.clock()):
             return False
+        self.events.skipped(
+            item.record.name,
+            reason="late",
+            count=1,
+            first=run.scheduled_for,
+            last=run.scheduled_for,
+            run_id=run_id,
+        )
         logger.warning(
             "skipped %s: %.1f s late at send time, max_lateness is %s s",
             run.idempotency_key,
@@ -370,6 +383,17 @@ class TickEngine:
             limit,
         )
         return True
+
+    def _skip_event(self, routine: str, run: NewRun) -> None:
+        assert run.skipped_first is not None and run.skipped_last is not None
+        self.events.skipped(
+            routine,
+            reason=run.reason or "",
+            count=run.skipped_count or 1,
+            first=run.skipped_first,
+            last=run.skipped_last,
+            run_id=run.id,
+        )
 
     def _send(self, item: _Prepared, run: NewRun, run_id: str) -> str | None:
         """Publish one run; the error text if it failed (recorded, retried)."""
