@@ -10,6 +10,7 @@ from typing import Any
 
 from .ceilings import Ceiling
 from .errors import InvalidRoutine, ScheduleError
+from .lifecycle import check_overlap
 from .schedules.cron import CronSchedule
 from .schedules.interval import IntervalSchedule
 from .schedules.parse import parse_schedule
@@ -17,7 +18,6 @@ from .schedules.plan import POLICIES as CATCH_UP_POLICIES
 from .schedules.zones import load_zone
 from .store.models import NAME_MAX_LENGTH
 
-OVERLAP_POLICIES = ("skip", "queue", "overlap", "replace")
 MAX_RETRIES_LIMIT = 100
 OPTION_NAMES = frozenset(
     {
@@ -131,10 +131,7 @@ def _define(name: str, task_name: str, schedule: Any, options: dict[str, Any]) -
             f"catch_up {catch_up!r} is unknown; use one of {', '.join(CATCH_UP_POLICIES)}"
         )
     overlap = options.get("overlap", "skip")
-    if overlap not in OVERLAP_POLICIES:
-        raise ScheduleError(
-            f"overlap {overlap!r} is unknown; use one of {', '.join(OVERLAP_POLICIES)}"
-        )
+    check_overlap(overlap)
     ceiling = options.get("ceiling")
     ceilings = _ceilings(ceiling)
     args = options.get("args", ())

@@ -176,6 +176,17 @@ def lost_deadline(
     return started_at + timedelta(seconds=run_timeout)
 
 
+OVERLAP_POLICIES = ("skip", "queue", "overlap", "replace")
+
+
+def check_overlap(policy: Any) -> None:
+    """Raise ScheduleError for a stored overlap value that is not a policy."""
+    if policy not in OVERLAP_POLICIES:
+        raise ScheduleError(
+            f"overlap {policy!r} is unknown; use one of {', '.join(OVERLAP_POLICIES)}"
+        )
+
+
 def overlap_action(policy: str, open_runs: int) -> str:
     """What a due window does when the routine may still be running.
 

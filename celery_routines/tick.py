@@ -25,7 +25,7 @@ from .delivery import Call, decode_call, publish_run, record_send_failure
 from .errors import ScheduleError
 from .events import Events, NoEvents
 from .gate import Gate
-from .lifecycle import check_retry_policy, lost_deadline
+from .lifecycle import check_overlap, check_retry_policy, lost_deadline
 from .overlap import apply_overlap, replace_open_runs
 from .publish import Publisher
 from .runrows import skip_row
@@ -195,6 +195,7 @@ class TickEngine:
             schedule = self._schedule(record)
             call = decode_call(record)
             check_retry_policy(record.max_retries, record.retry_base_seconds)
+            check_overlap(record.overlap)
             if record.last_error is not None:
                 # Every stored option must read, not only the schedule, before
                 # the row counts as valid again: else it flips each minute.

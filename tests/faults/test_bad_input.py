@@ -95,6 +95,7 @@ BAD_ROWS: list[tuple[str, dict[str, Any], str]] = [
     ("options-not-json", {"cron": "* * * * *", "options": "{"}, "options"),
     ("bad-catch-up", {"cron": "* * * * *", "catch_up": "sometimes"}, "sometimes"),
     ("negative-cap", {"cron": "* * * * *", "catch_up_cap": -1}, "-1"),
+    ("unknown-overlap", {"cron": "* * * * *", "overlap": "maybe"}, "maybe"),
     ("negative-lateness", {"cron": "* * * * *", "max_lateness": -5.0}, "-5"),
     ("bad-ceiling", {"cron": "* * * * *", "ceiling": "ten a day"}, "ten a day"),
 ]
