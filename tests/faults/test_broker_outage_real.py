@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import itertools
 import shutil
-import socket
-import subprocess
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -24,60 +21,9 @@ from sqlalchemy import text
 
 from celery_routines.store import Store
 from tests import services
-from tests.faults.cluster import Cluster, wait_seconds
+from tests.faults.cluster import BrokerServer, Cluster, wait_seconds
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class BrokerServer:
-    """A throwaway redis-server: no persistence, so a restart starts empty."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.port = free_port()
-        self.dir = tmp_path
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.dir),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError(f"redis-server did not listen on {self.port}")
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=10)
 
 
 @pytest.fixture

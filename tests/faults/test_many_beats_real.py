@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import create_engine, text
 
 from tests.faults.cluster import (
+    BrokerServer,
     Cluster,
     check_every_window_once,
     wait_seconds,
@@ -108,65 +108,24 @@ def test_postgres_connections_killed_mid_run_beat_reconnects_and_loses_nothing(
 @pytest.fixture
 def gate_redis(tmp_path):
     """A Redis server of the test's own for the gate, so stopping it hurts nobody else."""
-    port = 6391
-    server = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    yield port, server
-    for proc in (server,):
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    server = BrokerServer(tmp_path)
+    server.start()
+    yield server
+    server.kill()
 
 
 def test_redis_gate_stopped_and_restarted_beats_keep_firing_and_log_it_once(
-    cluster: Cluster, gate_redis, tmp_path
+    cluster: Cluster, gate_redis: BrokerServer
 ) -> None:
-    port, server = gate_redis
-    cluster.extra_env["ROUTINES_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+    cluster.extra_env["ROUTINES_REDIS_URL"] = gate_redis.url
     cluster.add_interval_routines(60, intervals=(1.0, 2.0))
     beats = [cluster.start_beat("beat-a"), cluster.start_beat("beat-b")]
     wait_seconds(cluster, 5)
-    server.kill()
-    server.wait()
+    gate_redis.kill()
     wait_seconds(cluster, 6)
-    restarted = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_seconds(cluster, 6)
-        cluster.stop_all()
-    finally:
-        restarted.kill()
-        restarted.wait()
+    gate_redis.start()
+    wait_seconds(cluster, 6)
+    cluster.stop_all()
     check_every_window_once(cluster, until=utc_now_naive())
     for beat in beats:
         output = beat.output()
