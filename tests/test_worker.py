@@ -7,6 +7,7 @@ worker does, calling ``before_start`` and firing the same signals).
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Iterator
@@ -449,3 +450,29 @@ def test_a_pool_process_started_fresh_installs_the_hook_and_rebuilds_tracers(
     deliver(spawned, run_id, "job")
     deliver(spawned, run_id, "job")
     assert calls == ["spawned"]
+
+
+def test_the_after_run_check_suspends_when_the_period_is_spent(
+    app: Celery, store: Store, clock: FakeClock
+) -> None:
+    @register_task(app, "spender")
+    def spender() -> None:
+        spend(60, "eur")
+
+    ceiling = json.dumps([{"limit": 100, "per": "day", "unit": "eur"}])
+    run_id = make_run(store, "spender", timezone="Europe/Rome", ceiling=ceiling)
+    deliver(spender, run_id, "spender").get()
+    assert store.routines.by_name("spender").suspended_until is None
+    # A second run of another window in the same day: 120 eur of 100.
+    with store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE routine_runs SET idempotency_key = 'spender@earlier' WHERE id = :id"),
+            {"id": run_id},
+        )
+    second = make_run(store, "spender")
+    deliver(spender, second, "spender").get()
+    record = store.routines.by_name("spender")
+    assert record.suspended_until == datetime(2026, 11, 30, 23, 0, tzinfo=UTC)
+    assert record.suspended_reason == (
+        "ceiling 100 eur/day reached (120 used); resumes 2026-12-01 00:00 CET (Europe/Rome)"
+    )
