@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, Select, select, update
 
 from .models import Routine, RoutineRun
 from .records import RUN_RECORD_FIELDS, RunRecord
@@ -44,6 +44,36 @@ class AdminQueries:
 
     # -- run listings --------------------------------------------------------
 
+    def runs_select(
+        self,
+        *,
+        routine_id: int | None = None,
+        states: Sequence[str] | None = None,
+        since: datetime | None = None,
+        limit: int = 50,
+    ) -> Select[Any]:
+        """The listing query. Across routines it is a backward range scan of
+        ``ix_routine_runs_created``, or for skips alone of the partial
+        ``ix_routine_runs_skipped_created``; for one routine, of
+        ``ix_routine_runs_routine_created``."""
+        query = select(routines.c.name.label("routine_name"), *RUN_COLUMNS).join(
+            routines, routines.c.id == runs.c.routine_id
+        )
+        if routine_id is not None:
+            query = query.where(runs.c.routine_id == routine_id)
+        wanted = list(states or ())
+        if len(wanted) == 1:
+            # Spelled "=", not "IN (...)": SQLite matches a partial index's
+            # predicate (state = 'skipped') only against an equality.
+            query = query.where(runs.c.state == wanted[0])
+        elif wanted:
+            query = query.where(runs.c.state.in_(wanted))
+        if since is not None:
+            query = query.where(runs.c.created_at >= since)
+        return query.order_by(
+            runs.c.created_at.desc(), runs.c.scheduled_for.desc(), runs.c.attempt.desc()
+        ).limit(limit)
+
     def runs(
         self,
         *,
@@ -53,18 +83,7 @@ class AdminQueries:
         limit: int = 50,
     ) -> list[NamedRun]:
         """Newest first; ``since`` filters on when the row was written."""
-        query = select(routines.c.name.label("routine_name"), *RUN_COLUMNS).join(
-            routines, routines.c.id == runs.c.routine_id
-        )
-        if routine_id is not None:
-            query = query.where(runs.c.routine_id == routine_id)
-        if states:
-            query = query.where(runs.c.state.in_(list(states)))
-        if since is not None:
-            query = query.where(runs.c.created_at >= since)
-        query = query.order_by(
-            runs.c.created_at.desc(), runs.c.scheduled_for.desc(), runs.c.attempt.desc()
-        ).limit(limit)
+        query = self.runs_select(routine_id=routine_id, states=states, since=since, limit=limit)
         with self.engine.connect() as conn:
             return [_named(row) for row in conn.execute(query)]
 

@@ -143,4 +143,15 @@ class RoutineRun(Base):
             postgresql_where=text("state IN ('pending', 'sent', 'running')"),
             sqlite_where=text("state IN ('pending', 'sent', 'running')"),
         ),
+        # The run listings across routines (admin runs/skips), newest first:
+        # a backward range scan in the listing's exact order, stopping at its limit.
+        Index("ix_routine_runs_created", "created_at", "scheduled_for", "attempt"),
+        Index(
+            "ix_routine_runs_skipped_created",
+            "created_at",
+            "scheduled_for",
+            "attempt",
+            postgresql_where=text("state = 'skipped'"),
+            sqlite_where=text("state = 'skipped'"),
+        ),
     )

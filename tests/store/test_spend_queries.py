@@ -156,9 +156,9 @@ def test_used_by_ceiling_reads_each_ceiling_in_its_own_period(
 
 
 def test_the_usage_query_is_a_range_scan_of_the_routine_created_index(
-    store: Store, spend: SpendQueries
+    run_history: Store, spend: SpendQueries
 ) -> None:
-    plan = explain(store, spend.used_select(1, DAY_START, DAY_END))
+    plan = explain(run_history, spend.used_select(1, DAY_START, DAY_END))
     assert "ix_routine_runs_routine_created" in plan, plan
     assert "SCAN routine_runs\n" not in plan + "\n", plan
 
