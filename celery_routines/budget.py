@@ -68,19 +68,19 @@ def within_budget(
 
 def check_after_run(store: Store, run_id: str, now: datetime, default_timezone: str) -> None:
     """The worker's check once a run's spend is recorded: a ceiling the run
-    reached suspends the routine until its period turns."""
-    run = store.runs.get(run_id)
-    record = store.routines.by_id(run.routine_id) if run is not None else None
-    if run is None or record is None or not record.ceiling:
+    reached suspends the routine until its period turns. A routine without
+    a ceiling costs one read."""
+    run = store.spend.run_ceiling(run_id)
+    if run is None or not run.ceiling:
         return
-    ceilings = parse_ceilings(record.ceiling)
-    timezone = record.timezone or default_timezone
-    used = store.spend.used_by_ceiling(record.id, ceilings, run.created_at, timezone)
+    ceilings = parse_ceilings(run.ceiling)
+    timezone = run.timezone or default_timezone
+    used = store.spend.used_by_ceiling(run.routine_id, ceilings, run.created_at, timezone)
     suspension = decide_after_run(ceilings, used, now, timezone, charged_at=run.created_at)
     if suspension is not None and store.spend.suspend(
-        record.id, suspension.until, suspension.reason, now
+        run.routine_id, suspension.until, suspension.reason, now
     ):
-        logger.warning("suspended %s after run %s: %s", record.name, run_id, suspension.reason)
+        logger.warning("suspended %s after run %s: %s", run.routine_name, run_id, suspension.reason)
 
 
 def retry_blocked_by_ceiling(

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from celery import Celery, shared_task
 from celery.exceptions import WorkerLostError
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from celery_routines import register, spend, worker
+from celery_routines.budget import check_after_run
 from celery_routines.store import NewRun, Store
 from tests.conftest import FakeClock
 from tests.harness import insert_routine
@@ -476,3 +477,24 @@ def test_the_after_run_check_suspends_when_the_period_is_spent(
     assert record.suspended_reason == (
         "ceiling 100 eur/day reached (120 used); resumes 2026-12-01 00:00 CET (Europe/Rome)"
     )
+
+
+def test_the_after_run_check_of_a_routine_without_a_ceiling_is_one_read(
+    store: Store, clock: FakeClock
+) -> None:
+    run_id = make_run(store, "plain")
+    statements: list[str] = []
+
+    def record(*args: Any) -> None:
+        statements.append(args[2])  # (conn, cursor, statement, parameters, ...)
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        check_after_run(store, run_id, clock(), "UTC")
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    # Transaction control aside (the SQLite engine issues its own BEGIN IMMEDIATE).
+    queries = [s for s in statements if not s.startswith(("BEGIN", "COMMIT", "ROLLBACK"))]
+    assert len(queries) == 1, statements
+    assert queries[0].startswith("SELECT"), queries
+    assert store.routines.by_name("plain").suspended_until is None

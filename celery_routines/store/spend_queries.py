@@ -36,6 +36,7 @@ import json
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -63,9 +64,43 @@ COSTS: ColumnElement[bool] = and_(
 )
 
 
+@dataclass(frozen=True)
+class RunCeiling:
+    """What the after-run check needs of a run and its routine."""
+
+    routine_id: int
+    routine_name: str
+    # The instant the run is charged at (see the module docstring).
+    created_at: datetime
+    # The routine's JSON ceilings (NULL: none) and timezone (NULL: the default).
+    ceiling: str | None
+    timezone: str | None
+
+
 class SpendQueries:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+
+    # -- the run being checked -----------------------------------------------
+
+    def run_ceiling(self, run_id: str) -> RunCeiling | None:
+        """The run's routine and charge instant with the routine's ceiling, in
+        one primary-key read: the worker makes it after every finished run,
+        whether or not the routine has a ceiling. None for an unknown run."""
+        query = (
+            select(
+                runs.c.routine_id,
+                routines.c.name.label("routine_name"),
+                runs.c.created_at,
+                routines.c.ceiling,
+                routines.c.timezone,
+            )
+            .join(routines, routines.c.id == runs.c.routine_id)
+            .where(runs.c.id == run_id)
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        return RunCeiling(**row._mapping) if row is not None else None
 
     # -- usage ---------------------------------------------------------------
 

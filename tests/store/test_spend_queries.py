@@ -12,7 +12,7 @@ from sqlalchemy import text, update
 from celery_routines.ceilings import Ceiling, decide_after_run, decide_before_send
 from celery_routines.store import NewRun, Store
 from celery_routines.store.models import RoutineRun
-from celery_routines.store.spend_queries import SpendQueries
+from celery_routines.store.spend_queries import RunCeiling, SpendQueries
 from tests.store.test_due_query_plan import explain
 from tests.store.test_store import add_routine
 
@@ -227,6 +227,24 @@ def test_a_ceiling_hit_on_the_25_hour_day_suspends_until_local_midnight(
     assert spend.lift_expired([rid], DAY_END) == {rid}
     used = spend.used_by_ceiling(rid, ceilings, DAY_END, ROME)
     assert decide_before_send(ceilings, used, DAY_END, ROME).send == 1
+
+
+def test_the_after_run_read_gives_the_run_and_its_routines_ceiling(
+    store: Store, spend: SpendQueries
+) -> None:
+    ceiling = json.dumps([{"limit": 1, "per": "month", "unit": "eur"}])
+    rid = add_routine(store, "poll", timezone=ROME, ceiling=ceiling)
+    run_id = write_run(store, rid, NOON, state="succeeded")
+    found = spend.run_ceiling(run_id)
+    assert found == RunCeiling(
+        routine_id=rid, routine_name="poll", created_at=NOON, ceiling=ceiling, timezone=ROME
+    )
+    assert found.created_at.tzinfo is UTC
+    plain = add_routine(store, "plain")
+    assert spend.run_ceiling(write_run(store, plain, NOON)) == RunCeiling(
+        routine_id=plain, routine_name="plain", created_at=NOON, ceiling=None, timezone=None
+    )
+    assert spend.run_ceiling("no-such-run") is None
 
 
 def test_the_after_run_check_sees_the_spend_the_run_recorded(
