@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from .errors import ScheduleError
 from .lifecycle import SEND_FAILED, after_failure, policy_of
-from .publish import OutgoingRun, Publisher
+from .publish import NotSent, OutgoingRun, Publisher
 from .store import RoutineRecord, Store
 
 logger = logging.getLogger("celery_routines.beat")
@@ -44,6 +45,50 @@ def decode_call(record: RoutineRecord) -> Call:
     return Call(decoded[0], decoded[1], decoded[2])
 
 
+def outgoing_run(
+    record: RoutineRecord,
+    call: Call,
+    *,
+    run_id: str,
+    window: datetime,
+    idempotency_key: str,
+    attempt: int,
+) -> OutgoingRun:
+    return OutgoingRun(
+        run_id=run_id,
+        routine_name=record.name,
+        task=record.task,
+        args=call.args,
+        kwargs=call.kwargs,
+        options=call.options,
+        window=window,
+        idempotency_key=idempotency_key,
+        attempt=attempt,
+    )
+
+
+def publish_runs(publisher: Publisher, runs: Sequence[OutgoingRun]) -> list[str | None]:
+    """Publish runs, batched where the broker allows; for each, None or the
+    error text of a failed send."""
+    errors = publisher.publish_many(runs)
+    texts: list[str | None] = []
+    for run, error in zip(runs, errors, strict=True):
+        if error is None:
+            logger.info(
+                "sent %s attempt %d as %s (run %s)",
+                run.idempotency_key,
+                run.attempt,
+                run.task,
+                run.run_id,
+            )
+            texts.append(None)
+        elif isinstance(error, NotSent):
+            texts.append(str(error))
+        else:
+            texts.append(f"{type(error).__name__}: {error}")
+    return texts
+
+
 def publish_run(
     publisher: Publisher,
     record: RoutineRecord,
@@ -55,16 +100,8 @@ def publish_run(
     attempt: int,
 ) -> str | None:
     """Publish one run; the error text if it failed."""
-    outgoing = OutgoingRun(
-        run_id=run_id,
-        routine_name=record.name,
-        task=record.task,
-        args=call.args,
-        kwargs=call.kwargs,
-        options=call.options,
-        window=window,
-        idempotency_key=idempotency_key,
-        attempt=attempt,
+    outgoing = outgoing_run(
+        record, call, run_id=run_id, window=window, idempotency_key=idempotency_key, attempt=attempt
     )
     try:
         publisher.publish(outgoing)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -272,6 +273,14 @@ class MeasuredPublisher:
     def publish(self, run: OutgoingRun) -> None:
         self.inner.publish(run)
         self.metrics.observe_sent(run, self.clock())
+
+    def publish_many(self, runs: Sequence[OutgoingRun]) -> list[Exception | None]:
+        errors = self.inner.publish_many(runs)
+        sent_at = self.clock()
+        for run, error in zip(runs, errors, strict=True):
+            if error is None:
+                self.metrics.observe_sent(run, sent_at)
+        return errors
 
     def close(self) -> None:
         self.inner.close()

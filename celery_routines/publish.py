@@ -16,12 +16,15 @@ literal, so Flower's search finds a routine's runs exactly with
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from celery import Celery
 from celery.utils.saferepr import saferepr
+from kombu.exceptions import EncodeError
 
 # Message headers that mark a task message as a routine run.
 ROUTINE_HEADER = "routine"
@@ -30,6 +33,12 @@ ATTEMPT_HEADER = "routine_attempt"
 
 # Bounded: a broker outage must not stall the tick for long per message.
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5}
+# Messages per broker round trip when the transport can batch (Redis): one
+# pipeline each. Large enough that a burst pays a few round trips, small
+# enough that a pipeline stays a few hundred kilobytes.
+MESSAGES_PER_BATCH = 500
+
+logger = logging.getLogger("celery_routines.beat")
 
 
 @dataclass(frozen=True)
@@ -45,9 +54,30 @@ class OutgoingRun:
     attempt: int
 
 
+class NotSent(Exception):
+    """A run not attempted: an earlier send of the same batch failed after
+    its retries, so the broker is taken to be down."""
+
+
+def _message_local(error: Exception) -> bool:
+    """An error of one message (found before any retry), not of the broker."""
+    return isinstance(error, (EncodeError, TypeError, ValueError))
+
+
+def _not_sent(errors: Sequence[Exception | None]) -> NotSent:
+    first = next(e for e in errors if e is not None and not _message_local(e))
+    if isinstance(first, NotSent):
+        return first
+    return NotSent(f"not sent: {type(first).__name__}: {first}")
+
+
 class Publisher(Protocol):
     def publish(self, run: OutgoingRun) -> None:
         """Send one run; raise on failure."""
+        ...
+
+    def publish_many(self, runs: Sequence[OutgoingRun]) -> list[Exception | None]:
+        """Send runs in order; for each, None or the error that stopped it."""
         ...
 
     def close(self) -> None: ...
@@ -59,6 +89,11 @@ class CeleryPublisher:
     The connection is opened lazily by the first publish, so a broker that is
     down when beat starts fails sends (which are recorded and retried) instead
     of stopping beat from ticking.
+
+    ``publish_many`` goes through kombu's publish batches where the transport
+    has them (Redis: one pipeline per ``MESSAGES_PER_BATCH`` messages instead
+    of a round trip each); every message is still built by ``send_task``, so
+    routing, signals and message format are Celery's own.
     """
 
     def __init__(self, app: Celery) -> None:
@@ -74,6 +109,80 @@ class CeleryPublisher:
         return self._producer
 
     def publish(self, run: OutgoingRun) -> None:
+        self._send(run)
+
+    def publish_many(self, runs: Sequence[OutgoingRun]) -> list[Exception | None]:
+        if len(runs) < 2 or not self._can_batch():
+            return self._one_by_one(runs)
+        errors: list[Exception | None] = []
+        for start in range(0, len(runs), MESSAGES_PER_BATCH):
+            chunk = runs[start : start + MESSAGES_PER_BATCH]
+            if any(error is not None and not _message_local(error) for error in errors):
+                errors.extend(_not_sent(errors) for _ in chunk)
+            else:
+                errors.extend(self._publish_batch(chunk))
+        return errors
+
+    def _can_batch(self) -> bool:
+        try:
+            return bool(getattr(self.producer, "supports_batch_publish", False))
+        except Exception:
+            return False  # the broker is unreachable: the one-by-one path says so per run
+
+    def _publish_batch(self, runs: Sequence[OutgoingRun]) -> list[Exception | None]:
+        errors: list[Exception | None] = []
+        try:
+            # max_size counts Redis commands; room for all so it flushes once, at the end.
+            with self.producer.batch(max_size=4 * len(runs) + 16):
+                for run in runs:
+                    try:
+                        self._send(run, batched=True)
+                    except Exception as exc:
+                        if not _message_local(exc):
+                            raise
+                        errors.append(exc)  # this message only (say, an unserialisable kwarg)
+                    else:
+                        errors.append(None)
+        except Exception as exc:
+            # The batch was discarded, or its pipeline failed part way so
+            # nobody knows which messages Redis took: send each on its own,
+            # with the retry policy. A message that arrives twice is refused
+            # by the worker's claim on its run row.
+            logger.warning(
+                "batched publish of %d run(s) failed (%s: %s); sending them one by one",
+                len(runs),
+                type(exc).__name__,
+                exc,
+            )
+            # A failed batch can leave the producer without a channel; start
+            # the one-by-one sends on a fresh connection.
+            self.close()
+            return self._one_by_one(runs, known=errors)
+        return errors
+
+    def _one_by_one(
+        self, runs: Sequence[OutgoingRun], known: Sequence[Exception | None] = ()
+    ) -> list[Exception | None]:
+        errors: list[Exception | None] = []
+        for i, run in enumerate(runs):
+            if i < len(known) and known[i] is not None:
+                errors.append(known[i])
+            elif any(error is not None and not _message_local(error) for error in errors):
+                # One send already waited out its retries; do not make every
+                # other run wait too.
+                errors.append(_not_sent(errors))
+            else:
+                errors.append(self._attempt(run))
+        return errors
+
+    def _attempt(self, run: OutgoingRun) -> Exception | None:
+        try:
+            self._send(run)
+        except Exception as exc:
+            return exc
+        return None
+
+    def _send(self, run: OutgoingRun, batched: bool = False) -> None:
         options = dict(run.options)
         headers = dict(options.pop("headers", None) or {})
         headers.update(
@@ -86,6 +195,10 @@ class CeleryPublisher:
             }
         )
         options.setdefault("retry_policy", PUBLISH_RETRY_POLICY)
+        if batched:
+            # Nothing goes over the wire until the batch flushes; a failed
+            # flush falls back to sending one by one with the retry policy.
+            options["retry"] = False
         options["kwargsrepr"] = shown_kwargs(
             run,
             options.get("kwargsrepr"),

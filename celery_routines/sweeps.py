@@ -31,6 +31,7 @@ from .lifecycle import (
 from .publish import Publisher
 from .store import NewRun, Store
 from .store.models import OPEN_STATES
+from .store.records import DueRetry
 
 if TYPE_CHECKING:
     from .tick import TickReport
@@ -110,11 +111,16 @@ class Sweeps:
 
     # -- retries ---------------------------------------------------------------
 
-    def send_retries(self, now: datetime, report: TickReport) -> None:
-        """Send attempt N+1 of every ``retrying`` run whose ``retry_at`` has come."""
+    def retries_due(self, now: datetime, report: TickReport) -> list[DueRetry]:
+        """The ``retrying`` runs whose ``retry_at`` has come (read inside the
+        tick's first transaction; sent by :meth:`send_retries` after it)."""
         due = self.store.runs.retries_due(now, self.settings.batch_size)
         if len(due) >= self.settings.batch_size:
             report.more_due = True
+        return due
+
+    def send_retries(self, due: list[DueRetry], now: datetime, report: TickReport) -> None:
+        """Send attempt N+1 of each due retry; each is taken by one beat only."""
         for item in due:
             run, routine = item.run, item.routine
             settled = settled_state(run.reason)

@@ -21,7 +21,7 @@ from .ceilings import parse_ceilings
 from .clock import Clock
 from .config import Settings
 from .control import CeleryRevoker, NoRevoker, Revoker
-from .delivery import Call, decode_call, publish_run, record_send_failure
+from .delivery import Call, decode_call, outgoing_run, publish_runs, record_send_failure
 from .errors import ScheduleError
 from .events import Events, NoEvents
 from .gate import Gate
@@ -89,6 +89,16 @@ class _Prepared:
     schedule: Schedule | None = None
 
 
+@dataclass
+class _Outgoing:
+    """What a tick wrote: the routines it moves on, the runs to send."""
+
+    ready: list[_Prepared]
+    sends: list[tuple[_Prepared, NewRun, str]] = field(default_factory=list)
+    sent_ids: list[str] = field(default_factory=list)
+    sent_at: datetime | None = None
+
+
 class TickEngine:
     def __init__(
         self,
@@ -116,29 +126,40 @@ class TickEngine:
         self.sweeps = Sweeps(store, publisher, settings, self.events)
 
     def tick(self) -> TickReport:
+        """One tick on one database connection: everything up to writing the
+        run rows is one transaction (claims and rows commit together, before
+        any message goes out), then the messages, then marking them sent,
+        advancing the routines and reading the next wake-up in a second."""
         started = time.monotonic()
         report = TickReport()
         now = self.clock()
-        report.adopted = self._adopt(now)
-        # Lost runs first: a run declared lost now no longer holds back its
-        # routine's due window (overlap) and its retry is scheduled.
-        self.sweeps.sweep_lost(now, report)
-        self.sweeps.send_retries(now, report)
-        claimed = self.store.routines.claim_due(
-            now, self.holder, self.settings.lock_ttl, self.settings.batch_size
-        )
-        report.claimed = len(claimed)
-        self._lift_ended_suspensions(claimed, now)
-        if len(claimed) >= self.settings.batch_size:
-            report.more_due = True
-        prepared = []
-        for record in claimed:
-            item = self._prepare(record, now, report)
-            if item is not None:
-                prepared.append(item)
-        if prepared:
-            self._carry_out(prepared, now, report)
-        report.next_wakeup = self._next_wakeup(self.clock())
+        with self.store.session():
+            with self.store.transaction():
+                report.adopted = self._adopt(now)
+                # Lost runs first: a run declared lost now no longer holds back
+                # its routine's due window (overlap) and its retry is scheduled.
+                self.sweeps.sweep_lost(now, report)
+                retries = self.sweeps.retries_due(now, report)
+                claimed = self.store.routines.claim_due(
+                    now, self.holder, self.settings.lock_ttl, self.settings.batch_size
+                )
+                report.claimed = len(claimed)
+                self._lift_ended_suspensions(claimed, now)
+                if len(claimed) >= self.settings.batch_size:
+                    report.more_due = True
+                prepared = []
+                for record in claimed:
+                    item = self._prepare(record, now, report)
+                    if item is not None:
+                        prepared.append(item)
+                outgoing = self._write(prepared, now, report) if prepared else None
+            self.sweeps.send_retries(retries, now, report)
+            if outgoing is not None:
+                self._send(outgoing, report)
+            with self.store.transaction():
+                if outgoing is not None:
+                    self._finish(outgoing, now, report)
+                report.next_wakeup = self._next_wakeup(self.clock())
         report.duration = time.monotonic() - started
         return report
 
@@ -253,7 +274,8 @@ class TickEngine:
 
     # -- carrying the plan out -----------------------------------------------
 
-    def _carry_out(self, prepared: list[_Prepared], now: datetime, report: TickReport) -> None:
+    def _write(self, prepared: list[_Prepared], now: datetime, report: TickReport) -> _Outgoing:
+        """Apply overlap and the gate, write the run rows; what to send."""
         prepared = apply_overlap(self.store, self.holder, prepared, now, report)
         deferred = self._apply_gate(prepared)
         report.deferred = len(deferred)
@@ -265,8 +287,7 @@ class TickEngine:
         inserted = self.store.runs.insert_new(new_runs, now)
         takeovers = self._orphaned_pending(ready, inserted)
 
-        sent_ids: list[str] = []
-        broker_error: str | None = None
+        outgoing = _Outgoing(ready)
         for item in ready:
             for run in item.sends:
                 run_id = run.id if run.id in inserted else takeovers.get(_window(run))
@@ -277,22 +298,7 @@ class TickEngine:
                         run.idempotency_key,
                     )
                     continue
-                if self._too_late(item, run, run_id):
-                    report.skipped_windows += 1
-                    _count(report.skipped_by_reason, "late", 1)
-                    continue
-                if broker_error is not None:
-                    # One failed publish already waited out its retries; do not
-                    # make every other due window wait too.
-                    self._send_failed(item, run, run_id, f"not sent: {broker_error}")
-                    report.send_failures += 1
-                    continue
-                broker_error = self._send(item, run, run_id)
-                if broker_error is None:
-                    sent_ids.append(run_id)
-                    report.sent += 1
-                else:
-                    report.send_failures += 1
+                outgoing.sends.append((item, run, run_id))
             for run in item.skips:
                 if run.id in inserted:
                     count = run.skipped_count or 1
@@ -307,10 +313,55 @@ class TickEngine:
                         run.skipped_last,
                         run.reason,
                     )
-        sent_at = self.clock()
+        return outgoing
+
+    def _send(self, outgoing: _Outgoing, report: TickReport) -> None:
+        """Publish the written runs, after their rows are committed (a worker
+        claims a run only from its row), in as few broker round trips as the
+        transport allows."""
+        sending = [
+            (item, run, run_id)
+            for item, run, run_id in outgoing.sends
+            if not self._too_late(item, run, run_id, report)
+        ]
+        messages = [
+            outgoing_run(
+                item.record,
+                item.call,
+                run_id=run_id,
+                window=run.scheduled_for,
+                idempotency_key=run.idempotency_key,
+                attempt=run.attempt,
+            )
+            for item, run, run_id in sending
+        ]
+        errors = publish_runs(self.publisher, messages)
+        for (item, run, run_id), error in zip(sending, errors, strict=True):
+            if error is None:
+                outgoing.sent_ids.append(run_id)
+                report.sent += 1
+            else:
+                report.send_failures += 1
+                record_send_failure(
+                    self.store,
+                    item.record,
+                    run_id,
+                    run.idempotency_key,
+                    run.attempt,
+                    error,
+                    self.clock(),
+                )
+        outgoing.sent_at = self.clock()
+
+    def _finish(self, outgoing: _Outgoing, now: datetime, report: TickReport) -> None:
+        """Mark what went out as sent and move every claimed routine on."""
+        sent_at = outgoing.sent_at or self.clock()
         self.store.runs.mark_sent(
-            sent_ids, sent_at, deadline_at=lost_deadline(sent_at, self.settings.run_timeout)
+            outgoing.sent_ids,
+            sent_at,
+            deadline_at=lost_deadline(sent_at, self.settings.run_timeout),
         )
+        ready = outgoing.ready
         advanced = self.store.routines.advance(
             [Advance(item.record.id, item.next_run_at or item.plan.next_run_at) for item in ready],
             self.holder,
@@ -360,7 +411,7 @@ class TickEngine:
             if row.state == "pending"
         }
 
-    def _too_late(self, item: _Prepared, run: NewRun, run_id: str) -> bool:
+    def _too_late(self, item: _Prepared, run: NewRun, run_id: str, report: TickReport) -> bool:
         """``max_lateness`` judged now, at the moment of sending, not when the
         row was read: a long drain behind a backlog cannot send a stale window."""
         limit = item.record.max_lateness
@@ -369,6 +420,8 @@ class TickEngine:
         lateness = (self.clock() - run.scheduled_for).total_seconds()
         if lateness <= limit or not self.store.runs.skip_late(run_id, self.clock()):
             return False
+        report.skipped_windows += 1
+        _count(report.skipped_by_reason, "late", 1)
         self.events.skipped(
             item.record.name,
             reason="late",
@@ -394,26 +447,6 @@ class TickEngine:
             first=run.skipped_first,
             last=run.skipped_last,
             run_id=run.id,
-        )
-
-    def _send(self, item: _Prepared, run: NewRun, run_id: str) -> str | None:
-        """Publish one run; the error text if it failed (recorded, retried)."""
-        error = publish_run(
-            self.publisher,
-            item.record,
-            item.call,
-            run_id=run_id,
-            window=run.scheduled_for,
-            idempotency_key=run.idempotency_key,
-            attempt=run.attempt,
-        )
-        if error is not None:
-            self._send_failed(item, run, run_id, error)
-        return error
-
-    def _send_failed(self, item: _Prepared, run: NewRun, run_id: str, error: str) -> None:
-        record_send_failure(
-            self.store, item.record, run_id, run.idempotency_key, run.attempt, error, self.clock()
         )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Engine, Select, select, update
 
+from .connections import connections_for
 from .models import Routine, RoutineRun
 from .records import RUN_RECORD_FIELDS, RunRecord
 
@@ -41,6 +42,7 @@ def _named(row: Any) -> NamedRun:
 class AdminQueries:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.db = connections_for(engine)
 
     # -- run listings --------------------------------------------------------
 
@@ -84,7 +86,7 @@ class AdminQueries:
     ) -> list[NamedRun]:
         """Newest first; ``since`` filters on when the row was written."""
         query = self.runs_select(routine_id=routine_id, states=states, since=since, limit=limit)
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             return [_named(row) for row in conn.execute(query)]
 
     def latest_runs(self) -> dict[int, RunRecord]:
@@ -103,7 +105,7 @@ class AdminQueries:
             .scalar_subquery()
         )
         query = select(*RUN_COLUMNS).select_from(routines.join(runs, runs.c.id == newest))
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             return {row.routine_id: _run(row) for row in conn.execute(query)}
 
     def attempts(self, routine_id: int, idempotency_key: str) -> list[RunRecord]:
@@ -113,7 +115,7 @@ class AdminQueries:
             .where(runs.c.routine_id == routine_id, runs.c.idempotency_key == idempotency_key)
             .order_by(runs.c.attempt)
         )
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             return [_run(row) for row in conn.execute(query)]
 
     # -- operator writes -----------------------------------------------------
@@ -125,7 +127,7 @@ class AdminQueries:
             .where(routines.c.id == routine_id, routines.c.paused.is_(False))
             .values(paused=True, updated_at=now)
         )
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1
 
     def resume(
@@ -144,5 +146,5 @@ class AdminQueries:
             .where(routines.c.id == routine_id, routines.c.paused.is_(True))
             .values(**values)
         )
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1

@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from .engine import fast_engine
+from .connections import connections_for
 from .models import Routine
 from .records import ROUTINE_RECORD_FIELDS, RoutineRecord
 
@@ -65,9 +65,7 @@ class Advance:
 class RoutineQueries:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        # Single-statement work in the tick runs in autocommit on PostgreSQL:
-        # no BEGIN/COMMIT round trips around one statement that is atomic anyway.
-        self._fast = fast_engine(engine)
+        self.db = connections_for(engine)
         self._postgres = engine.dialect.name == "postgresql"
 
     # -- definitions ---------------------------------------------------------
@@ -85,7 +83,7 @@ class RoutineQueries:
 
     def _upsert(self, definitions: Sequence[dict[str, Any]], now: datetime) -> None:
         names = [d["name"] for d in definitions]
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             stored = {
                 row.name: row
                 for row in conn.execute(
@@ -116,7 +114,7 @@ class RoutineQueries:
             .order_by(c.id)
             .limit(limit)
         )
-        with self._fast.connect() as conn:
+        with self.db.fast_read() as conn:
             return [_record(row) for row in conn.execute(query)]
 
     def adopt(self, first_windows: Iterable[Advance], now: datetime) -> int:
@@ -130,7 +128,7 @@ class RoutineQueries:
             .where(c.id == bindparam("rid"), c.next_run_at.is_(None))
             .values(next_run_at=bindparam("nra"), last_error=None, updated_at=bindparam("now"))
         )
-        with self._fast.begin() as conn:
+        with self.db.fast_write() as conn:
             return conn.execute(stmt, params).rowcount
 
     def claim_due(
@@ -158,7 +156,7 @@ class RoutineQueries:
             .values(locked_by=holder, locked_until=now + timedelta(seconds=ttl_seconds))
             .returning(*RECORD_COLUMNS)
         )
-        with self._fast.begin() as conn:
+        with self.db.fast_write() as conn:
             rows = [_record(row) for row in conn.execute(stmt)]
         rows.sort(key=lambda r: (r.next_run_at, r.id))
         return rows
@@ -187,7 +185,7 @@ class RoutineQueries:
             )
         )
         params = [{"rid": a.routine_id, "nra": a.next_run_at, "now": now} for a in advances]
-        with self._fast.begin() as conn:
+        with self.db.fast_write() as conn:
             return conn.execute(stmt, params).rowcount
 
     def defer(self, routine_ids: Sequence[int], holder: str, until: datetime) -> None:
@@ -202,7 +200,7 @@ class RoutineQueries:
             .where(c.id.in_(list(routine_ids)), c.locked_by == holder)
             .values(locked_until=until)
         )
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             conn.execute(stmt)
 
     def release(self, routine_ids: Sequence[int], holder: str) -> None:
@@ -214,7 +212,7 @@ class RoutineQueries:
             .where(c.id.in_(routine_ids), c.locked_by == holder)
             .values(locked_by=None, locked_until=None)
         )
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             conn.execute(stmt)
 
     def mark_invalid(
@@ -236,7 +234,7 @@ class RoutineQueries:
             stmt = stmt.where(c.locked_by == holder)
         else:
             stmt = stmt.where(c.next_run_at.is_(None))
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             conn.execute(stmt)
 
     def wakeup_columns(self, now: datetime) -> list[Any]:
@@ -258,7 +256,7 @@ class RoutineQueries:
 
     def next_wakeup(self, now: datetime) -> datetime | None:
         """The earlier of :meth:`wakeup_columns`."""
-        with self._fast.connect() as conn:
+        with self.db.fast_read() as conn:
             row = conn.execute(select(*self.wakeup_columns(now))).one()
         present = [_aware(instant) for instant in row if instant is not None]
         return min(present) if present else None
@@ -266,15 +264,15 @@ class RoutineQueries:
     # -- lookups -------------------------------------------------------------
 
     def by_name(self, name: str) -> RoutineRecord | None:
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             row = conn.execute(select(*RECORD_COLUMNS).where(c.name == name)).first()
         return _record(row) if row else None
 
     def by_id(self, routine_id: int) -> RoutineRecord | None:
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             row = conn.execute(select(*RECORD_COLUMNS).where(c.id == routine_id)).first()
         return _record(row) if row else None
 
     def all(self) -> list[RoutineRecord]:
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             return [_record(row) for row in conn.execute(select(*RECORD_COLUMNS).order_by(c.name))]

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Engine, Select, func, or_, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from .engine import fast_engine
+from .connections import connections_for
 from .models import OPEN_STATES, Routine, RoutineRun
 from .records import (
     ROUTINE_RECORD_FIELDS,
@@ -47,9 +47,7 @@ def _record(row: Any) -> RunRecord:
 class RunQueries:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        # Single-statement work in the tick runs in autocommit on PostgreSQL:
-        # no BEGIN/COMMIT round trips around one statement that is atomic anyway.
-        self._fast = fast_engine(engine)
+        self.db = connections_for(engine)
         self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
 
     # -- beat ----------------------------------------------------------------
@@ -74,7 +72,7 @@ class RunQueries:
             .returning(c.id)
         )
         rows = [{**run.__dict__, "created_at": now} for run in runs]
-        with self._fast.begin() as conn:
+        with self.db.fast_write() as conn:
             return {row.id for row in conn.execute(stmt, rows)}
 
     def find_windows(self, windows: Sequence[tuple[int, str, int]]) -> list[RunRecord]:
@@ -84,7 +82,7 @@ class RunQueries:
         query = select(*RECORD_COLUMNS).where(
             tuple_(c.routine_id, c.idempotency_key, c.attempt).in_(list(windows))
         )
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             return [_record(row) for row in conn.execute(query)]
 
     def mark_sent(
@@ -100,7 +98,7 @@ class RunQueries:
         if deadline_at is not None:
             values["deadline_at"] = deadline_at
         stmt = update(table).where(c.id.in_(run_ids), c.state == "pending").values(**values)
-        with self._fast.begin() as conn:
+        with self.db.fast_write() as conn:
             conn.execute(stmt)
 
     def skip_late(self, run_id: str, now: datetime) -> bool:
@@ -118,7 +116,7 @@ class RunQueries:
                 finished_at=now,
             )
         )
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1
 
     def mark_send_failed(self, run_id: str, error: str, now: datetime) -> None:
@@ -127,7 +125,7 @@ class RunQueries:
             .where(c.id == run_id, c.state == "pending")
             .values(state="failed", reason="send_failed", error=error, finished_at=now)
         )
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             conn.execute(stmt)
 
     def settle(
@@ -159,7 +157,7 @@ class RunQueries:
         }
         if spend is not None:
             values["spend"] = json.dumps(spend)
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             return conn.execute(update(table).where(*conditions).values(**values)).rowcount == 1
 
     def fail_send(
@@ -196,17 +194,17 @@ class RunQueries:
         )
 
     def overdue(self, now: datetime, limit: int) -> list[RunRecord]:
-        with self._fast.connect() as conn:
+        with self.db.fast_read() as conn:
             return [_record(row) for row in conn.execute(self.overdue_select(now, limit))]
 
     def next_deadline(self) -> datetime | None:
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             return conn.execute(select(func.min(c.deadline_at)).where(OPEN)).scalar()
 
     def next_instants(self) -> tuple[datetime | None, datetime | None]:
         """The earliest ``retry_at`` of a retry and the earliest deadline of an
         open run, in one round trip (two reads of the first index entry)."""
-        with self._fast.connect() as conn:
+        with self.db.fast_read() as conn:
             row = conn.execute(select(*self.instant_columns())).one()
         return _aware(row.retry_at), _aware(row.deadline)
 
@@ -231,7 +229,7 @@ class RunQueries:
         )
 
     def retries_due(self, now: datetime, limit: int) -> list[DueRetry]:
-        with self._fast.connect() as conn:
+        with self.db.fast_read() as conn:
             rows = conn.execute(self.retries_due_select(now, limit)).all()
         return [
             DueRetry(
@@ -244,7 +242,7 @@ class RunQueries:
         ]
 
     def next_retry_at(self) -> datetime | None:
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             return conn.execute(select(func.min(c.retry_at)).where(RETRYING)).scalar()
 
     def take_retry(self, run_id: str, settled: str, next_attempt: NewRun, now: datetime) -> bool:
@@ -261,7 +259,7 @@ class RunQueries:
             .on_conflict_do_nothing(index_elements=["routine_id", "idempotency_key", "attempt"])
             .returning(c.id)
         )
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             if conn.execute(claim).rowcount != 1:
                 return False
             return conn.execute(insert).first() is not None
@@ -273,7 +271,7 @@ class RunQueries:
             .where(c.id == run_id, c.state == "retrying")
             .values(state=settled, reason=reason)
         )
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1
 
     # -- overlap ---------------------------------------------------------------
@@ -288,7 +286,7 @@ class RunQueries:
         if not routine_ids:
             return {}
         found: dict[int, list[OpenRun]] = {}
-        with self._fast.connect() as conn:
+        with self.db.fast_read() as conn:
             for row in conn.execute(self.open_runs_select(routine_ids)):
                 found.setdefault(row.routine_id, []).append(
                     OpenRun(row.id, row.routine_id, row.idempotency_key, row.state, row.deadline_at)
@@ -306,7 +304,7 @@ class RunQueries:
             .values(state="failed", reason="replaced", error=f"replaced by {by}", finished_at=now)
             .returning(c.id)
         )
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             return [row.id for row in conn.execute(stmt)]
 
     # -- worker --------------------------------------------------------------
@@ -343,7 +341,7 @@ class RunQueries:
                 celery_retries=celery_retries,
             )
         )
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1
 
     def count_duplicate(self, run_id: str) -> str | None:
@@ -354,7 +352,7 @@ class RunQueries:
             .values(duplicates=c.duplicates + 1)
             .returning(c.state)
         )
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             row = conn.execute(stmt).first()
         return row.state if row is not None else None
 
@@ -384,7 +382,7 @@ class RunQueries:
             startable = or_(startable, (c.state == "retrying") & (c.reason == "lost"))
             values.update(retry_at=None, reason=None)
         stmt = update(table).where(c.id == run_id, startable).values(**values)
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1
 
     def requeue(
@@ -404,13 +402,13 @@ class RunQueries:
             .where(c.id == run_id, c.state == "running", c.celery_retries == celery_retries)
             .values(**values)
         )
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             conn.execute(stmt)
 
     # -- lookups -------------------------------------------------------------
 
     def get(self, run_id: str) -> RunRecord | None:
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             row = conn.execute(select(*RECORD_COLUMNS).where(c.id == run_id)).first()
         return _record(row) if row else None
 
@@ -421,10 +419,10 @@ class RunQueries:
             .order_by(c.created_at.desc(), c.scheduled_for.desc())
             .limit(limit)
         )
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             return [_record(row) for row in conn.execute(query)]
 
     def open_count(self, routine_id: int) -> int:
         query = select(func.count()).where(c.routine_id == routine_id, c.state.in_(OPEN_STATES))
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             return conn.execute(query).scalar_one()

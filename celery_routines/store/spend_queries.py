@@ -44,6 +44,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import ColumnElement, Engine, Select, and_, func, or_, select, update
 
 from ..ceilings import FIRES, Ceiling, period_bounds
+from .connections import connections_for
 from .models import Routine, RoutineRun
 
 logger = logging.getLogger("celery_routines.ceilings")
@@ -80,6 +81,7 @@ class RunCeiling:
 class SpendQueries:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.db = connections_for(engine)
 
     # -- the run being checked -----------------------------------------------
 
@@ -98,7 +100,7 @@ class SpendQueries:
             .join(routines, routines.c.id == runs.c.routine_id)
             .where(runs.c.id == run_id)
         )
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             row = conn.execute(query).first()
         return RunCeiling(**row._mapping) if row is not None else None
 
@@ -122,7 +124,7 @@ class SpendQueries:
 
         Always has ``"fires"`` (0.0 when nothing went out).
         """
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             groups = conn.execute(self.used_select(routine_id, start, end)).all()
         parts: dict[str, list[float]] = {FIRES: []}
         for spend, count in groups:
@@ -169,7 +171,7 @@ class SpendQueries:
             )
             .values(suspended_until=until, suspended_reason=reason, updated_at=now)
         )
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1
 
     def lift_expired(self, routine_ids: Sequence[int], now: datetime) -> set[int]:
@@ -191,7 +193,7 @@ class SpendQueries:
             .values(suspended_until=None, suspended_reason=None, updated_at=now)
             .returning(routines.c.id)
         )
-        with self.engine.begin() as conn:
+        with self.db.write() as conn:
             return {row.id for row in conn.execute(stmt)}
 
 
