@@ -20,6 +20,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Protocol
 
 from celery import Celery
@@ -100,6 +101,11 @@ class CeleryPublisher:
         self.app = app
         self._connection: Any = None
         self._producer: Any = None
+
+    @cached_property
+    def _repr_limits(self) -> tuple[int, int]:
+        # Read once: each is a lookup through Celery's layered settings.
+        return self.app.amqp.kwargsrepr_maxsize, self.app.conf.task_repr_maxlevels
 
     @property
     def producer(self) -> Any:
@@ -202,8 +208,7 @@ class CeleryPublisher:
         options["kwargsrepr"] = shown_kwargs(
             run,
             options.get("kwargsrepr"),
-            self.app.amqp.kwargsrepr_maxsize,
-            self.app.conf.task_repr_maxlevels,
+            *self._repr_limits,
         )
         self.app.send_task(
             run.task,

@@ -60,14 +60,14 @@ class Sweeps:
             return None
         return self._last_lost_sweep + LOST_SWEEP_EVERY
 
-    def _lost_sweep_due(self, now: datetime) -> bool:
+    def lost_sweep_due(self, now: datetime) -> bool:
         last = self._last_lost_sweep
         return last is None or not (last <= now < last + LOST_SWEEP_EVERY)
 
     def sweep_lost(self, now: datetime, report: TickReport) -> None:
         """Open runs past their deadline become ``lost``, visibly, and are
         retried under the routine's policy (``retrying`` with reason lost)."""
-        if not self._lost_sweep_due(now):
+        if not self.lost_sweep_due(now):
             return
         self._last_lost_sweep = now
         overdue = self.store.runs.overdue(now, self.settings.batch_size)

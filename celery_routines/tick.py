@@ -33,7 +33,7 @@ from .schedules.base import Schedule
 from .schedules.keys import window_key
 from .schedules.parse import schedule_from_columns
 from .schedules.plan import FirePlan, check_options, plan_due
-from .store import Advance, NewRun, RoutineRecord, Store
+from .store import Advance, NewRun, Probe, RoutineRecord, Store
 from .sweeps import Sweeps
 from .takeover import resume_after_written_due_windows
 
@@ -126,52 +126,76 @@ class TickEngine:
         self.sweeps = Sweeps(store, publisher, settings, self.events)
 
     def tick(self) -> TickReport:
-        """One tick on one database connection: everything up to writing the
-        run rows is one transaction (claims and rows commit together, before
-        any message goes out), then the messages, then marking them sent,
-        advancing the routines and reading the next wake-up in a second."""
+        """One tick on one database connection.
+
+        A probe (one SELECT) says what there is to do; an idle tick ends
+        there. Otherwise everything up to writing the run rows is one
+        transaction (claims and rows commit together, before any message goes
+        out), then the messages, then marking them sent, advancing the
+        routines and probing for the next wake-up in a second.
+        """
         started = time.monotonic()
         report = TickReport()
         now = self.clock()
         with self.store.session():
-            with self.store.transaction():
-                report.adopted = self._adopt(now)
-                # Lost runs first: a run declared lost now no longer holds back
-                # its routine's due window (overlap) and its retry is scheduled.
-                self.sweeps.sweep_lost(now, report)
-                retries = self.sweeps.retries_due(now, report)
-                claimed = self.store.routines.claim_due(
-                    now, self.holder, self.settings.lock_ttl, self.settings.batch_size
-                )
-                report.claimed = len(claimed)
-                self._lift_ended_suspensions(claimed, now)
-                if len(claimed) >= self.settings.batch_size:
-                    report.more_due = True
-                prepared = []
-                for record in claimed:
-                    item = self._prepare(record, now, report)
-                    if item is not None:
-                        prepared.append(item)
-                outgoing = self._write(prepared, now, report) if prepared else None
-            self.sweeps.send_retries(retries, now, report)
-            if outgoing is not None:
-                self._send(outgoing, report)
-            with self.store.transaction():
-                if outgoing is not None:
-                    self._finish(outgoing, now, report)
-                report.next_wakeup = self._next_wakeup(self.clock())
+            probe = self.store.probe(now, self.holder)
+            if self._work(probe, now):
+                self._act(probe, now, report)
+                probe = self.store.probe(self.clock(), self.holder)
+            report.next_wakeup = self._next_wakeup(probe, self.clock())
         report.duration = time.monotonic() - started
         return report
 
-    def _next_wakeup(self, now: datetime) -> datetime | None:
+    def _work(self, probe: Probe, now: datetime) -> bool:
+        return (
+            probe.unscheduled
+            or probe.held_due
+            or _due(probe.window, now)
+            or _due(probe.retry_at, now)
+            or (_due(probe.deadline, now) and self.sweeps.lost_sweep_due(now))
+        )
+
+    def _act(self, probe: Probe, now: datetime, report: TickReport) -> None:
+        with self.store.transaction():
+            if probe.unscheduled:
+                report.adopted = self._adopt(now)
+            # Lost runs first: a run declared lost now no longer holds back
+            # its routine's due window (overlap) and its retry is scheduled.
+            if _due(probe.deadline, now):
+                self.sweeps.sweep_lost(now, report)
+            retries = self.sweeps.retries_due(now, report) if _due(probe.retry_at, now) else []
+            claimed = self.store.routines.claim_due(
+                now, self.holder, self.settings.lock_ttl, self.settings.batch_size
+            )
+            report.claimed = len(claimed)
+            self._lift_ended_suspensions(claimed, now)
+            if len(claimed) >= self.settings.batch_size:
+                report.more_due = True
+            prepared = []
+            for record in claimed:
+                item = self._prepare(record, now, report)
+                if item is not None:
+                    prepared.append(item)
+            outgoing = self._write(prepared, now, report) if prepared else None
+        self.sweeps.send_retries(retries, now, report)
+        if outgoing is not None:
+            self._send(outgoing, report)
+            with self.store.transaction():
+                self._finish(outgoing, now, report)
+
+    def _next_wakeup(self, probe: Probe, now: datetime) -> datetime | None:
         """The earliest of: a routine's window or claim expiry, a retry's
         ``retry_at``, an open run's deadline (not before the lost sweep may
-        run again, so an overdue run never makes the tick spin)."""
-        routine, retry_at, deadline = self.store.wakeup_instants(now)
-        candidates = [routine, retry_at]
-        if deadline is not None:
+        run again, so an overdue run never makes the tick spin); now if
+        routines still wait for adoption."""
+        if probe.unscheduled:
+            return now
+        candidates = [probe.routine, probe.retry_at]
+        if probe.deadline is not None:
             next_sweep = self.sweeps.next_lost_sweep()
-            candidates.append(max(deadline, next_sweep) if next_sweep is not None else deadline)
+            candidates.append(
+                max(probe.deadline, next_sweep) if next_sweep is not None else probe.deadline
+            )
         present = [instant for instant in candidates if instant is not None]
         return min(present) if present else None
 
@@ -448,6 +472,10 @@ class TickEngine:
             last=run.skipped_last,
             run_id=run.id,
         )
+
+
+def _due(instant: datetime | None, now: datetime) -> bool:
+    return instant is not None and instant <= now
 
 
 def _count(counts: dict[str, int], key: str, n: int) -> None:

@@ -116,6 +116,13 @@ def test_two_beats_never_both_send_the_same_retry(
         # Both beats read the due retry before either takes it.
         stale = second.store.runs.retries_due(clock.now, 10)
         monkeypatch.setattr(second.store.runs, "retries_due", lambda now, limit: stale)
+        stale_probe = iter([second.store.probe(clock.now, second.holder)])
+        real_probe = second.store.probe
+        monkeypatch.setattr(
+            second.store,
+            "probe",
+            lambda now, holder: next(stale_probe, None) or real_probe(now, holder),
+        )
         first.tick()
         second.tick()
         assert [m["routine_attempt"] for m in published(folder)] == [1, 2]

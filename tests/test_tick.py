@@ -240,3 +240,36 @@ def test_the_lazy_banner_instance_touches_no_database(tmp_path: Path, clock: Fak
     url = f"sqlite:///{tmp_path / 'never.db'}"
     Scheduler(filesystem_app(tmp_path / "b", url), clock=clock, lazy=True)
     assert not (tmp_path / "never.db").exists()
+
+
+def test_an_idle_tick_asks_the_database_one_question_and_a_due_one_two_transactions(
+    database_url: str, broker_folder: Path, clock: FakeClock
+) -> None:
+    from sqlalchemy import event
+
+    register("tasks.report", "*/5 * * * *", name="report")
+    scheduler = make_scheduler(broker_folder, database_url, clock)
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
+        statements.append(statement.split(None, 1)[0].upper())
+
+    try:
+        scheduler.tick()  # adopts
+        event.listen(scheduler.store.engine, "before_cursor_execute", record)
+        scheduler.tick()  # nothing due
+        # (SQLite's engine issues its own BEGIN IMMEDIATE, seen here too.)
+        assert [s for s in statements if s != "BEGIN"] == ["SELECT"]
+        statements.clear()
+        clock.advance(minutes=5)
+        scheduler.tick()
+        assert len(published(broker_folder)) == 1
+        claim = "WITH" if scheduler.store.engine.dialect.name == "postgresql" else "UPDATE"
+        # Probe; claim, overlap check, rows (one transaction); sent and
+        # advanced (a second); the next probe.
+        assert [s for s in statements if s != "BEGIN"] == [
+            "SELECT", claim, "SELECT", "INSERT", "UPDATE", "UPDATE", "SELECT"
+        ]  # fmt: skip
+    finally:
+        event.remove(scheduler.store.engine, "before_cursor_execute", record)
+        scheduler.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Engine, select
@@ -16,7 +17,24 @@ from .routines import Advance, RoutineQueries, _aware
 from .runs import RunQueries
 from .spend_queries import SpendQueries
 
-__all__ = ["Advance", "NewRun", "RoutineRecord", "RunRecord", "Store"]
+__all__ = ["Advance", "NewRun", "Probe", "RoutineRecord", "RunRecord", "Store"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The state of the schedule as one tick sees it before acting."""
+
+    # The next routine instant: a window, or the expiry of a claim on a due routine.
+    routine: datetime | None
+    # The oldest window of a routine nobody holds (due if not after now).
+    window: datetime | None
+    # The oldest ``retry_at`` of a retry, and the oldest deadline of an open run.
+    retry_at: datetime | None
+    deadline: datetime | None
+    # Routines waiting for their first window.
+    unscheduled: bool
+    # Due routines held by this beat itself (``overlap="queue"`` deferrals).
+    held_due: bool
 
 
 class Store:
@@ -37,19 +55,21 @@ class Store:
     def migrate(self) -> None:
         migrate.upgrade(self.engine)
 
-    def wakeup_instants(
-        self, now: datetime
-    ) -> tuple[datetime | None, datetime | None, datetime | None]:
-        """For the tick's sleep, in one round trip: the next routine instant
-        (window or claim expiry), the next ``retry_at``, the next run deadline."""
-        columns = [*self.routines.wakeup_columns(now), *self.runs.instant_columns()]
+    def probe(self, now: datetime, holder: str) -> Probe:
+        """Everything a tick needs to know before it does anything, and when
+        to wake next, in one round trip (each column reads the first entry of
+        an index)."""
+        columns = [*self.routines.probe_columns(now, holder), *self.runs.instant_columns()]
         with self.connections.fast_read() as conn:
             row = conn.execute(select(*columns)).one()
         routine = [_aware(instant) for instant in (row.window, row.expiry) if instant is not None]
-        return (
-            min(routine) if routine else None,
-            _aware(row.retry_at) if row.retry_at is not None else None,
-            _aware(row.deadline) if row.deadline is not None else None,
+        return Probe(
+            routine=min(routine) if routine else None,
+            window=_aware(row.window) if row.window is not None else None,
+            retry_at=_aware(row.retry_at) if row.retry_at is not None else None,
+            deadline=_aware(row.deadline) if row.deadline is not None else None,
+            unscheduled=bool(row.unscheduled),
+            held_due=bool(row.held_due),
         )
 
     def session(self) -> AbstractContextManager[None]:

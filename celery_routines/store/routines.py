@@ -37,7 +37,9 @@ SCHEDULE_COLUMNS = ("cron", "interval_seconds", "timezone")
 
 
 def _record(row: Any) -> RoutineRecord:
-    return RoutineRecord(**{name: row._mapping[name] for name in ROUTINE_RECORD_FIELDS})
+    """A row of ``RECORD_COLUMNS``, which follow the record's fields: built
+    positionally (a burst decodes thousands of claimed rows)."""
+    return RoutineRecord(*row)
 
 
 def _aware(instant: datetime) -> datetime:
@@ -236,6 +238,18 @@ class RoutineQueries:
             stmt = stmt.where(c.next_run_at.is_(None))
         with self.db.write() as conn:
             conn.execute(stmt)
+
+    def probe_columns(self, now: datetime, holder: str) -> list[Any]:
+        """:meth:`wakeup_columns` plus two flags a tick reads before doing
+        anything: routines waiting for adoption, and due routines this beat
+        holds itself (``overlap="queue"`` deferrals it rechecks every tick)."""
+        unscheduled = select(c.id).where(c.next_run_at.is_(None), c.enabled).exists()
+        held_due = select(c.id).where(ACTIVE, c.next_run_at <= now, c.locked_by == holder).exists()
+        return [
+            *self.wakeup_columns(now),
+            unscheduled.label("unscheduled"),
+            held_due.label("held_due"),
+        ]
 
     def wakeup_columns(self, now: datetime) -> list[Any]:
         """The instants at which this beat may have something to do with a

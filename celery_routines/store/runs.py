@@ -35,6 +35,25 @@ OPEN = text("routine_runs.state IN ('pending', 'sent', 'running')")
 RETRYING = text("routine_runs.state = 'retrying'")
 
 
+# insert_new on PostgreSQL; the column list must follow NewRun's fields.
+UNNEST_INSERT = text(
+    "INSERT INTO routine_runs (id, routine_id, idempotency_key, attempt, scheduled_for,"
+    " state, reason, skipped_count, skipped_first, skipped_last, deadline_at, created_at) "
+    "SELECT u.*, CAST(:now AS timestamp) FROM unnest("
+    "CAST(:ids AS varchar[]), CAST(:routine_ids AS integer[]), CAST(:keys AS varchar[]),"
+    " CAST(:attempts AS integer[]), CAST(:scheduled AS timestamp[]),"
+    " CAST(:states AS varchar[]), CAST(:reasons AS text[]), CAST(:counts AS integer[]),"
+    " CAST(:firsts AS timestamp[]), CAST(:lasts AS timestamp[]),"
+    " CAST(:deadlines AS timestamp[])) AS u "
+    "ON CONFLICT (routine_id, idempotency_key, attempt) DO NOTHING RETURNING id"
+)
+
+
+def _naive_utc(instant: datetime | None) -> datetime | None:
+    """What ``UTCDateTime`` stores, for statements that bypass the column type."""
+    return UTCDateTime().process_bind_param(instant, None)  # type: ignore[arg-type]
+
+
 def _aware(value: Any) -> datetime | None:
     """A bare scalar subquery loses the column type: attach UTC as the type would."""
     return UTCDateTime().process_result_value(value, None)  # type: ignore[arg-type]
@@ -48,6 +67,7 @@ class RunQueries:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.db = connections_for(engine)
+        self._postgres = engine.dialect.name == "postgresql"
         self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
 
     # -- beat ----------------------------------------------------------------
@@ -63,6 +83,8 @@ class RunQueries:
         """
         if not runs:
             return set()
+        if self._postgres:
+            return self._insert_new_unnest(runs, now)
         # One cached single-row statement executed with a parameter list:
         # SQLAlchemy batches it ("insertmanyvalues") and compiles it once,
         # where a multi-row VALUES would be compiled afresh for every batch.
@@ -74,6 +96,27 @@ class RunQueries:
         rows = [{**run.__dict__, "created_at": now} for run in runs]
         with self.db.fast_write() as conn:
             return {row.id for row in conn.execute(stmt, rows)}
+
+    def _insert_new_unnest(self, runs: Sequence[NewRun], now: datetime) -> set[str]:
+        """PostgreSQL: the rows as one array per column, unnested server-side.
+        A thousand rows cost one small statement instead of a thousand bound
+        parameter sets converted one by one."""
+        columns = {
+            "ids": [r.id for r in runs],
+            "routine_ids": [r.routine_id for r in runs],
+            "keys": [r.idempotency_key for r in runs],
+            "attempts": [r.attempt for r in runs],
+            "scheduled": [_naive_utc(r.scheduled_for) for r in runs],
+            "states": [r.state for r in runs],
+            "reasons": [r.reason for r in runs],
+            "counts": [r.skipped_count for r in runs],
+            "firsts": [_naive_utc(r.skipped_first) for r in runs],
+            "lasts": [_naive_utc(r.skipped_last) for r in runs],
+            "deadlines": [_naive_utc(r.deadline_at) for r in runs],
+            "now": _naive_utc(now),
+        }
+        with self.db.fast_write() as conn:
+            return {row.id for row in conn.execute(UNNEST_INSERT, columns)}
 
     def find_windows(self, windows: Sequence[tuple[int, str, int]]) -> list[RunRecord]:
         """The stored runs of ``(routine_id, idempotency_key, attempt)`` triples."""

@@ -112,6 +112,31 @@ def test_the_unique_window_key_lets_one_insert_win(store: Store) -> None:
         assert conn.execute(text("SELECT count(*) FROM routine_runs")).scalar_one() == 2
 
 
+def test_every_field_of_a_new_run_is_stored_as_written(store: Store) -> None:
+    """Both insert paths (PostgreSQL's unnest, SQLite's executemany) write
+    every NewRun field, a skipped summary's included."""
+    rid = add_routine(store, "nightly")
+    run = NewRun(
+        id=str(uuid.uuid4()),
+        routine_id=rid,
+        idempotency_key="nightly@2026-03-29T03:30:00+02:00",
+        attempt=3,
+        scheduled_for=T0,
+        state="skipped",
+        reason="catch_up",
+        skipped_count=7,
+        skipped_first=T0 - timedelta(hours=7),
+        skipped_last=T0 - timedelta(hours=1),
+        deadline_at=T0 + timedelta(hours=1),
+    )
+    assert store.runs.insert_new([run], T0 + timedelta(seconds=1)) == {run.id}
+    stored = store.runs.get(run.id)
+    assert stored is not None
+    for field in NewRun.__dataclass_fields__:
+        assert getattr(stored, field) == getattr(run, field), field
+    assert stored.created_at == T0 + timedelta(seconds=1)
+
+
 def test_a_claim_excludes_other_beats_until_its_ttl_expires(store: Store) -> None:
     rid = add_routine(store, "r")
     store.routines.adopt([Advance(rid, T0)], T0)
