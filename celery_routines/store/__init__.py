@@ -6,7 +6,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, bindparam, select
 
 from . import migrate
 from .admin_queries import AdminQueries
@@ -47,6 +47,11 @@ class Store:
         self.runs = RunQueries(engine)
         self.admin = AdminQueries(engine)
         self.spend = SpendQueries(engine)
+        # Built once: constructing it cost more than running it.
+        self._probe = select(
+            *self.routines.probe_columns(bindparam("now"), bindparam("holder")),
+            *self.runs.instant_columns(),
+        )
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -59,9 +64,8 @@ class Store:
         """Everything a tick needs to know before it does anything, and when
         to wake next, in one round trip (each column reads the first entry of
         an index)."""
-        columns = [*self.routines.probe_columns(now, holder), *self.runs.instant_columns()]
         with self.connections.fast_read() as conn:
-            row = conn.execute(select(*columns)).one()
+            row = conn.execute(self._probe, {"now": now, "holder": holder}).one()
         routine = [_aware(instant) for instant in (row.window, row.expiry) if instant is not None]
         return Probe(
             routine=min(routine) if routine else None,

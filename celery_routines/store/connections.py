@@ -42,10 +42,20 @@ class Connections:
         # Single statements outside a transaction: autocommit on PostgreSQL,
         # no BEGIN/COMMIT round trips around a statement that is atomic anyway.
         self._fast = fast_engine(engine)
+        # On PostgreSQL the held connection is in autocommit too, and a
+        # transaction is an explicit BEGIN ... COMMIT on it: a tick's probes
+        # then cost one round trip each. SQLite takes its write lock at BEGIN
+        # (see engine.py) and keeps SQLAlchemy's own transactions.
+        self._explicit = engine.dialect.name == "postgresql"
         self._local = threading.local()
 
     def _held(self) -> Connection | None:
         return getattr(self._local, "connection", None)
+
+    def _in_transaction(self, held: Connection) -> bool:
+        if self._explicit:
+            return bool(getattr(self._local, "in_transaction", False))
+        return held.in_transaction()
 
     @contextmanager
     def session(self) -> Iterator[None]:
@@ -53,7 +63,7 @@ class Connections:
         if self._held() is not None:
             yield
             return
-        with self.engine.connect() as connection:
+        with self._fast.connect() as connection:
             self._local.connection = connection
             try:
                 yield
@@ -67,11 +77,30 @@ class Connections:
         with self.session():
             connection = self._held()
             assert connection is not None
-            if connection.in_transaction():
+            if self._in_transaction(connection):
                 yield
-                return
-            with connection.begin():
-                yield
+            elif self._explicit:
+                with self._explicit_transaction(connection):
+                    yield
+            else:
+                with connection.begin():
+                    yield
+
+    @contextmanager
+    def _explicit_transaction(self, connection: Connection) -> Iterator[None]:
+        connection.exec_driver_sql("BEGIN")
+        self._local.in_transaction = True
+        try:
+            yield
+        except BaseException:
+            self._local.in_transaction = False
+            try:
+                connection.exec_driver_sql("ROLLBACK")
+            except Exception:
+                connection.invalidate()  # the connection itself failed: drop it
+            raise
+        self._local.in_transaction = False
+        connection.exec_driver_sql("COMMIT")
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
@@ -81,10 +110,10 @@ class Connections:
         if held is None:
             with self.engine.begin() as connection:
                 yield connection
-        elif held.in_transaction():
+        elif self._in_transaction(held):
             yield held
         else:
-            with held.begin():
+            with self.transaction():
                 yield held
 
     @contextmanager
@@ -93,7 +122,7 @@ class Connections:
         if held is None:
             with self.engine.connect() as connection:
                 yield connection
-        elif held.in_transaction():
+        elif self._explicit or self._in_transaction(held):
             yield held
         else:
             # Commit the read's implicit transaction: a held connection left
@@ -104,9 +133,12 @@ class Connections:
     @contextmanager
     def fast_write(self) -> Iterator[Connection]:
         """:meth:`write` for one atomic statement (autocommit when not held)."""
-        if self._held() is None:
+        held = self._held()
+        if held is None:
             with self._fast.begin() as connection:
                 yield connection
+        elif self._explicit:
+            yield held  # in the open transaction, or one autocommitted statement
         else:
             with self.write() as connection:
                 yield connection

@@ -49,7 +49,8 @@ def _aware(instant: datetime) -> datetime:
     return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
 
 
-def _claimable(now: datetime, holder: str | None = None) -> ColumnElement[bool]:
+def _claimable(now: Any, holder: Any = None) -> ColumnElement[bool]:
+    """Due and free to claim; ``now``/``holder`` are values or bound parameters."""
     free = or_(c.locked_until.is_(None), c.locked_until < now)
     if holder is not None:
         # A beat may always take back what it holds itself: a routine it
@@ -69,6 +70,7 @@ class RoutineQueries:
         self.engine = engine
         self.db = connections_for(engine)
         self._postgres = engine.dialect.name == "postgresql"
+        self._claim = self._claim_statement()
 
     # -- definitions ---------------------------------------------------------
 
@@ -142,8 +144,22 @@ class RoutineQueries:
         another until its claim expires, and on PostgreSQL concurrent beats
         skip each other's locked rows instead of queueing behind them.
         """
-        claimable = _claimable(now, holder)
-        due = self.due_select(now, limit, holder)
+        params = {
+            "now": now,
+            "holder": holder,
+            "until": now + timedelta(seconds=ttl_seconds),
+            "limit": limit,
+        }
+        with self.db.fast_write() as conn:
+            rows = [_record(row) for row in conn.execute(self._claim, params)]
+        rows.sort(key=lambda r: (r.next_run_at, r.id))
+        return rows
+
+    def _claim_statement(self) -> Any:
+        """:meth:`claim_due`'s statement, built once (parameters: now, holder,
+        until, limit): building it afresh cost more than running it."""
+        now, holder = bindparam("now"), bindparam("holder")
+        due = self.due_select(now, bindparam("limit"), holder)
         if self._postgres:
             # A materialised CTE runs the locking select exactly once; as a
             # plain IN subquery PostgreSQL may re-run it per outer row, and a
@@ -152,18 +168,14 @@ class RoutineQueries:
             due_ids = select(locked.c.id).scalar_subquery()
         else:
             due_ids = due.scalar_subquery()
-        stmt = (
+        return (
             update(table)
-            .where(c.id.in_(due_ids), claimable)
-            .values(locked_by=holder, locked_until=now + timedelta(seconds=ttl_seconds))
+            .where(c.id.in_(due_ids), _claimable(now, holder))
+            .values(locked_by=holder, locked_until=bindparam("until"))
             .returning(*RECORD_COLUMNS)
         )
-        with self.db.fast_write() as conn:
-            rows = [_record(row) for row in conn.execute(stmt)]
-        rows.sort(key=lambda r: (r.next_run_at, r.id))
-        return rows
 
-    def due_select(self, now: datetime, limit: int, holder: str | None = None) -> Select[Any]:
+    def due_select(self, now: Any, limit: Any, holder: Any = None) -> Select[Any]:
         """The due-query: a range scan of the due index from the oldest row."""
         return select(c.id).where(_claimable(now, holder)).order_by(c.next_run_at).limit(limit)
 
@@ -239,7 +251,7 @@ class RoutineQueries:
         with self.db.write() as conn:
             conn.execute(stmt)
 
-    def probe_columns(self, now: datetime, holder: str) -> list[Any]:
+    def probe_columns(self, now: Any, holder: Any) -> list[Any]:
         """:meth:`wakeup_columns` plus two flags a tick reads before doing
         anything: routines waiting for adoption, and due routines this beat
         holds itself (``overlap="queue"`` deferrals it rechecks every tick)."""
@@ -251,7 +263,7 @@ class RoutineQueries:
             held_due.label("held_due"),
         ]
 
-    def wakeup_columns(self, now: datetime) -> list[Any]:
+    def wakeup_columns(self, now: Any) -> list[Any]:
         """The instants at which this beat may have something to do with a
         routine, as scalar subqueries (the tick reads them in one round trip
         with the runs' own): the oldest window of a routine nobody holds (in

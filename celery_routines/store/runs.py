@@ -8,7 +8,18 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Select, func, or_, select, text, tuple_, update
+from sqlalchemy import (
+    BindParameter,
+    Engine,
+    Select,
+    bindparam,
+    func,
+    or_,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from .connections import connections_for
@@ -68,6 +79,13 @@ class RunQueries:
         self.engine = engine
         self.db = connections_for(engine)
         self._postgres = engine.dialect.name == "postgresql"
+        # The tick's statements, built once: building them cost more than running them.
+        sent = update(table).where(c.id.in_(bindparam("ids", expanding=True)), c.state == "pending")
+        self._mark_sent = sent.values(state="sent", sent_at=bindparam("now"))
+        self._mark_sent_with_deadline = sent.values(
+            state="sent", sent_at=bindparam("now"), deadline_at=bindparam("deadline")
+        )
+        self._open_runs = self.open_runs_select(bindparam("ids", expanding=True))
         self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
 
     # -- beat ----------------------------------------------------------------
@@ -137,12 +155,12 @@ class RunQueries:
         """
         if not run_ids:
             return
-        values: dict[str, Any] = {"state": "sent", "sent_at": now}
+        params = {"ids": list(run_ids), "now": now}
+        stmt = self._mark_sent
         if deadline_at is not None:
-            values["deadline_at"] = deadline_at
-        stmt = update(table).where(c.id.in_(run_ids), c.state == "pending").values(**values)
+            stmt, params["deadline"] = self._mark_sent_with_deadline, deadline_at
         with self.db.fast_write() as conn:
-            conn.execute(stmt)
+            conn.execute(stmt, params)
 
     def skip_late(self, run_id: str, now: datetime) -> bool:
         """``pending`` -> ``skipped`` (reason ``late``): judged at the moment of
@@ -319,10 +337,11 @@ class RunQueries:
 
     # -- overlap ---------------------------------------------------------------
 
-    def open_runs_select(self, routine_ids: Sequence[int]) -> Select[Any]:
+    def open_runs_select(self, routine_ids: Sequence[int] | Any) -> Select[Any]:
         """The open runs of these routines (``ix_routine_runs_open``)."""
+        ids = routine_ids if isinstance(routine_ids, BindParameter) else list(routine_ids)
         return select(c.id, c.routine_id, c.idempotency_key, c.state, c.deadline_at).where(
-            OPEN, c.routine_id.in_(list(routine_ids))
+            OPEN, c.routine_id.in_(ids)
         )
 
     def open_runs(self, routine_ids: Sequence[int]) -> dict[int, list[OpenRun]]:
@@ -330,7 +349,7 @@ class RunQueries:
             return {}
         found: dict[int, list[OpenRun]] = {}
         with self.db.fast_read() as conn:
-            for row in conn.execute(self.open_runs_select(routine_ids)):
+            for row in conn.execute(self._open_runs, {"ids": list(routine_ids)}):
                 found.setdefault(row.routine_id, []).append(
                     OpenRun(row.id, row.routine_id, row.idempotency_key, row.state, row.deadline_at)
                 )

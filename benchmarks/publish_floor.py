@@ -1,0 +1,94 @@
+"""What publishing N Celery task messages costs before any scheduler work.
+
+    python -m benchmarks.publish_floor [--n 10]
+
+Prints the median time to put N task messages on a Redis broker, by the ways
+a scheduler could: Celery's ``send_task`` one by one (what RedBeat and Celery
+beat do), ``send_task`` inside kombu's publish batch (what celery-routines
+does), and, for reference, the pieces underneath (``create_task_message``
+alone; ``create_task_message`` + ``send_task_message`` batched, which skips
+``send_task``'s routing and option handling). It is the floor under any
+"tick with N due" figure of a scheduler that publishes through Celery.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+
+from celery import Celery
+
+from .common import claim_redis_db, clear_redis_db, redis_url
+
+
+def median_ms(action: Callable[[], object], repeat: int) -> float:
+    action()
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        action()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=200)
+    args = parser.parse_args()
+
+    db = claim_redis_db()
+    app = Celery("floor", set_as_current=False)
+    app.conf.broker_url = redis_url(db)
+    connection = app.connection_for_write()
+    producer = app.amqp.Producer(connection, auto_declare=False)
+    queue = app.amqp.queues[app.conf.task_default_queue]
+    headers = {"routine": "r", "routine_window": "r@2026-11-30T03:00:00+00:00"}
+
+    def send_task(retry: bool = True) -> None:
+        for _ in range(args.n):
+            app.send_task(
+                "bench.noop",
+                task_id=str(uuid.uuid4()),
+                producer=producer,
+                add_to_parent=False,
+                headers=headers,
+                retry=retry,
+            )
+
+    def send_task_batched() -> None:
+        with producer.batch():
+            send_task(retry=False)
+
+    def messages_only() -> None:
+        for _ in range(args.n):
+            app.amqp.create_task_message(str(uuid.uuid4()), "bench.noop", [], {})
+
+    def messages_batched() -> None:
+        with producer.batch():
+            for _ in range(args.n):
+                message = app.amqp.create_task_message(str(uuid.uuid4()), "bench.noop", [], {})
+                send = app.amqp.send_task_message
+                send(producer, "bench.noop", message, queue=queue, retry=False)
+
+    rows = [
+        ("send_task, one round trip each (RedBeat, Celery beat)", send_task),
+        ("send_task in a kombu publish batch (celery-routines)", send_task_batched),
+        ("create_task_message + send_task_message, batched", messages_batched),
+        ("create_task_message alone (no serialising, no I/O)", messages_only),
+    ]
+    try:
+        print(f"{args.n} task messages to Redis db {db}, median of {args.repeat}:")
+        for label, action in rows:
+            print(f"  {median_ms(action, args.repeat):8.3f} ms  {label}")
+            clear_redis_db(db)
+    finally:
+        connection.release()
+        clear_redis_db(db, keep_owner=False)
+
+
+if __name__ == "__main__":
+    main()
