@@ -74,19 +74,23 @@ def publish_runs(publisher: Publisher, runs: Sequence[OutgoingRun]) -> list[str 
     texts: list[str | None] = []
     for run, error in zip(runs, errors, strict=True):
         if error is None:
-            logger.info(
-                "sent %s attempt %d as %s (run %s)",
-                run.idempotency_key,
-                run.attempt,
-                run.task,
-                run.run_id,
-            )
+            _log_sent(run)
             texts.append(None)
-        elif isinstance(error, NotSent):
-            texts.append(str(error))
         else:
-            texts.append(f"{type(error).__name__}: {error}")
+            texts.append(_error_text(error))
     return texts
+
+
+def _log_sent(run: OutgoingRun) -> None:
+    logger.info(
+        "sent %s attempt %d as %s (run %s)", run.idempotency_key, run.attempt, run.task, run.run_id
+    )
+
+
+def _error_text(error: Exception) -> str:
+    if isinstance(error, NotSent):
+        return str(error)  # already says what stopped it
+    return f"{type(error).__name__}: {error}"
 
 
 def publish_run(
@@ -106,8 +110,8 @@ def publish_run(
     try:
         publisher.publish(outgoing)
     except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    logger.info("sent %s attempt %d as %s (run %s)", idempotency_key, attempt, record.task, run_id)
+        return _error_text(exc)
+    _log_sent(outgoing)
     return None
 
 

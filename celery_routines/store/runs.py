@@ -258,19 +258,10 @@ class RunQueries:
         with self.db.fast_read() as conn:
             return [_record(row) for row in conn.execute(self.overdue_select(now, limit))]
 
-    def next_deadline(self) -> datetime | None:
-        with self.db.read() as conn:
-            return conn.execute(select(func.min(c.deadline_at)).where(OPEN)).scalar()
-
-    def next_instants(self) -> tuple[datetime | None, datetime | None]:
-        """The earliest ``retry_at`` of a retry and the earliest deadline of an
-        open run, in one round trip (two reads of the first index entry)."""
-        with self.db.fast_read() as conn:
-            row = conn.execute(select(*self.instant_columns())).one()
-        return _aware(row.retry_at), _aware(row.deadline)
-
     def instant_columns(self) -> list[Any]:
-        """:meth:`next_instants` as scalar subqueries, to combine with others."""
+        """The earliest ``retry_at`` of a retry and the earliest deadline of an
+        open run, as scalar subqueries for the tick's probe (each reads the
+        first entry of a partial index)."""
         retry = select(func.min(c.retry_at)).where(RETRYING).scalar_subquery()
         deadline = select(func.min(c.deadline_at)).where(OPEN).scalar_subquery()
         return [retry.label("retry_at"), deadline.label("deadline")]
@@ -301,10 +292,6 @@ class RunQueries:
             )
             for row in rows
         ]
-
-    def next_retry_at(self) -> datetime | None:
-        with self.db.read() as conn:
-            return conn.execute(select(func.min(c.retry_at)).where(RETRYING)).scalar()
 
     def take_retry(self, run_id: str, settled: str, next_attempt: NewRun, now: datetime) -> bool:
         """Claim a due retry and write its next attempt, in one transaction.
