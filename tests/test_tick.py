@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -280,4 +281,46 @@ def test_an_idle_tick_asks_the_database_one_question_and_a_due_one_two_transacti
             ]  # fmt: skip
     finally:
         event.remove(scheduler.store.engine, "before_cursor_execute", record)
+        scheduler.close()
+
+
+def test_a_run_is_published_only_after_its_row_is_committed(
+    database_url: str, broker_folder: Path, clock: FakeClock
+) -> None:
+    """A worker claims a run from its row: the row must be visible to other
+    connections before the message exists."""
+    from sqlalchemy import create_engine
+
+    register("tasks.report", "*/5 * * * *", name="report")
+    scheduler = make_scheduler(broker_folder, database_url, clock)
+    outside = create_engine(database_url)
+    seen: list[list[str]] = []
+
+    class CheckingPublisher:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def publish_many(self, runs: Any) -> Any:
+            with outside.connect() as conn:
+                ids = {r.run_id for r in runs}
+                states = conn.execute(text("SELECT id, state FROM routine_runs")).all()
+                seen.append(sorted(state for run_id, state in states if run_id in ids))
+            return self.inner.publish_many(runs)
+
+        def publish(self, run: Any) -> None:
+            self.inner.publish(run)
+
+        def close(self) -> None:
+            self.inner.close()
+
+    try:
+        scheduler.tick()  # adopts
+        engine = scheduler.engine
+        engine.publisher = CheckingPublisher(engine.publisher)
+        clock.advance(minutes=5)
+        scheduler.tick()
+        assert len(published(broker_folder)) == 1
+        assert seen == [["pending"]]
+    finally:
+        outside.dispose()
         scheduler.close()
