@@ -16,17 +16,17 @@ from typing import Any
 
 from celery import Celery
 from celery.beat import Scheduler as CeleryScheduler
-from sqlalchemy.engine import make_url
 
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
-from .events import RoutineEvents
-from .gate import Gate, OpenGate, RedisGate
-from .metrics import MeasuredPublisher, RoutineMetrics, metrics_for
-from .publish import CeleryPublisher, Publisher
+from .observe.events import RoutineEvents
+from .observe.metrics import MeasuredPublisher, RoutineMetrics, metrics_for
 from .registry import definitions_for
+from .sending.gate import Gate, OpenGate, RedisGate
+from .sending.publish import CeleryPublisher, Publisher
 from .store import Store
-from .tick import TickEngine
+from .store.engine import safe_url
+from .tick.engine import TickEngine
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -66,7 +66,7 @@ class Scheduler(CeleryScheduler):
         logger.info(
             "celery-routines: %d routine(s) declared in code written to %s",
             len(definitions),
-            _safe_url(self.settings.database_url),
+            safe_url(self.settings.database_url),
         )
         self._store = store
         if self.metrics is None:
@@ -154,13 +154,6 @@ class Scheduler(CeleryScheduler):
     def info(self) -> str:
         gate = "redis" if self.settings.redis_url else "database only"
         return (
-            f"    . routines db -> {_safe_url(self.settings.database_url)}\n"
+            f"    . routines db -> {safe_url(self.settings.database_url)}\n"
             f"    . idempotency gate -> {gate}"
         )
-
-
-def _safe_url(url: str) -> str:
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return "<unparseable url>"

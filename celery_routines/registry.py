@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 from celery import Celery
 from celery.schedules import crontab
 
-from . import worker
-from .definition import RoutineDefinition, define
 from .errors import InvalidRoutine
+from .policy.routine import RoutineDefinition, define
+from .worker import hooks as worker
 
 logger = logging.getLogger("celery_routines.registry")
 

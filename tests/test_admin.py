@@ -11,14 +11,14 @@ import pytest
 from sqlalchemy import inspect
 
 from celery_routines import InvalidRoutine, UnknownRoutine
-from celery_routines.admin import (
+from celery_routines.config import Settings
+from celery_routines.operator.admin import (
     OperationRefused,
     Routines,
     UnknownRun,
     parse_instant,
     preview,
 )
-from celery_routines.config import Settings
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.interval import IntervalSchedule
 from celery_routines.schedules.marks import dst_note

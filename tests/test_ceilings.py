@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from celery_routines.ceilings import (
+from celery_routines.errors import ScheduleError
+from celery_routines.policy.catch_up import FirePlan, SkippedWindows, plan_due
+from celery_routines.policy.ceilings import (
     Ceiling,
     decide_after_run,
     decide_before_send,
@@ -22,10 +24,8 @@ from celery_routines.ceilings import (
     plan_suspended,
     suspension_reason,
 )
-from celery_routines.errors import ScheduleError
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.interval import IntervalSchedule
-from celery_routines.schedules.plan import FirePlan, SkippedWindows, plan_due
 
 
 def utc(*parts: int) -> datetime:
@@ -251,7 +251,7 @@ def test_parse_ceilings_empty(text: str | None) -> None:
 
 def test_parse_ceilings_round_trips_the_definition_column() -> None:
     ceilings = (Ceiling(100, per="day"), Ceiling(3, per="week", unit="emails"))
-    from celery_routines.definition import define
+    from celery_routines.policy.routine import define
 
     column = define("tasks.poll", 300, ceiling=list(ceilings)).columns()["ceiling"]
     assert parse_ceilings(column) == ceilings

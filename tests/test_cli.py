@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy import inspect
 
-from celery_routines import cli
-from celery_routines.cli import routines
+from celery_routines.operator import cli as cli
+from celery_routines.operator.cli import routines
 from celery_routines.store import Store
 from tests.conftest import FakeClock
 from tests.e2e import processes

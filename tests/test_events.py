@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from celery_routines.admin import Routines
-from celery_routines.events import SKIPPED, TRIGGERED, RoutineEvents
+from celery_routines.observe.events import SKIPPED, TRIGGERED, RoutineEvents
+from celery_routines.operator.admin import Routines
 from celery_routines.store import Store
 from tests.conftest import FakeClock
 from tests.operators import add_routine, make_app

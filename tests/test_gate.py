@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from celery_routines import Scheduler, register
-from celery_routines.gate import KEY_PREFIX, RedisGate
+from celery_routines.sending.gate import KEY_PREFIX, RedisGate
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app, published
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from celery_routines.lifecycle import (
+from celery_routines.policy.runs import (
     RetryPolicy,
     after_failure,
     lost_deadline,

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from celery_routines import Scheduler, register, worker
+from celery_routines import Scheduler, register
 from celery_routines.store import RunRecord, Store
+from celery_routines.worker import hooks as worker
 from tests.conftest import FakeClock
-from tests.harness import filesystem_app, published
+from tests.harness import filesystem_app, published, runs_for
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -39,7 +40,7 @@ def make_scheduler(folder: Path, database_url: str, clock: FakeClock, **conf) ->
 def runs(store: Store, name: str) -> list[RunRecord]:
     record = store.routines.by_name(name)
     return sorted(
-        store.runs.for_routine(record.id), key=lambda r: (r.scheduled_for, r.attempt, r.created_at)
+        runs_for(store, record.id), key=lambda r: (r.scheduled_for, r.attempt, r.created_at)
     )
 
 

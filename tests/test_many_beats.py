@@ -19,7 +19,7 @@ from sqlalchemy import text
 from celery_routines import Scheduler, register
 from celery_routines.schedules.keys import window_key
 from celery_routines.schedules.parse import schedule_from_columns
-from celery_routines.tick import TickReport
+from celery_routines.tick.report import TickReport
 from tests.conftest import FakeClock
 from tests.harness import redis_app
 

@@ -14,9 +14,9 @@ from celery import Celery
 
 from celery_routines import Scheduler, register
 from celery_routines.errors import ConfigurationError
-from celery_routines.metrics import RoutineMetrics, metrics_port
-from celery_routines.publish import OutgoingRun
-from celery_routines.tick import TickReport
+from celery_routines.observe.metrics import RoutineMetrics, metrics_port
+from celery_routines.sending.publish import OutgoingRun
+from celery_routines.tick.report import TickReport
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app, insert_routine, published
 from tests.services import services_required

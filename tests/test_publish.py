@@ -12,7 +12,12 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_routines.publish import MESSAGES_PER_BATCH, CeleryPublisher, NotSent, OutgoingRun
+from celery_routines.sending.publish import (
+    MESSAGES_PER_BATCH,
+    CeleryPublisher,
+    NotSent,
+    OutgoingRun,
+)
 
 WINDOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 

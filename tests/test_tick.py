@@ -13,7 +13,7 @@ from sqlalchemy import text
 from celery_routines import Scheduler, register
 from celery_routines.store import Store
 from tests.conftest import FakeClock
-from tests.harness import filesystem_app, insert_routine, published
+from tests.harness import filesystem_app, insert_routine, published, runs_for
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def make_scheduler(broker_folder: Path, database_url: str, clock: FakeClock, **c
 
 def states(store: Store, name: str) -> list[tuple[str, str]]:
     record = store.routines.by_name(name)
-    return [(r.idempotency_key, r.state) for r in reversed(store.runs.for_routine(record.id))]
+    return [(r.idempotency_key, r.state) for r in reversed(runs_for(store, record.id))]
 
 
 def test_a_declared_routine_fires_each_window_once_with_the_run_id_as_task_id(
@@ -154,7 +154,7 @@ def test_a_failed_send_is_recorded_and_the_schedule_still_advances(
         store = scheduler.store
         record = store.routines.by_name("poll")
         assert record.next_run_at == datetime(2026, 11, 30, 12, 2, tzinfo=UTC)
-        [run] = store.runs.for_routine(record.id)
+        [run] = runs_for(store, record.id)
         # Failed with the broker's error, and retried a minute later (issue #3).
         assert run.state == "retrying" and run.reason == "send_failed" and run.error
         assert run.retry_at == datetime(2026, 11, 30, 12, 2, tzinfo=UTC)
@@ -178,7 +178,7 @@ def test_downtime_recovery_writes_one_summary_row_not_one_per_window(
             "poll@2026-11-30T13:00:00+00:00",
         ]
         record = scheduler.store.routines.by_name("poll")
-        skipped = [r for r in scheduler.store.runs.for_routine(record.id) if r.state == "skipped"]
+        skipped = [r for r in runs_for(scheduler.store, record.id) if r.state == "skipped"]
         assert [(r.reason, r.skipped_count) for r in skipped] == [("catch_up_cap", 9)]
         assert record.next_run_at == datetime(2026, 11, 30, 13, 5, tzinfo=UTC)
     finally:

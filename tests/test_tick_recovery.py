@@ -12,7 +12,7 @@ from sqlalchemy import text
 from celery_routines import Ceiling, Scheduler, register
 from celery_routines.store import NewRun
 from tests.conftest import FakeClock
-from tests.harness import filesystem_app, published
+from tests.harness import filesystem_app, published, runs_for
 
 
 def make(tmp_path: Path, database_url: str, clock, **conf) -> Scheduler:
@@ -21,7 +21,7 @@ def make(tmp_path: Path, database_url: str, clock, **conf) -> Scheduler:
 
 def runs(scheduler: Scheduler, name: str):
     record = scheduler.store.routines.by_name(name)
-    return sorted(scheduler.store.runs.for_routine(record.id), key=lambda r: r.scheduled_for)
+    return sorted(runs_for(scheduler.store, record.id), key=lambda r: r.scheduled_for)
 
 
 @pytest.mark.parametrize("left_state", ["pending", "sent"])

@@ -20,9 +20,10 @@ from celery import Celery, shared_task
 from celery.exceptions import WorkerLostError
 from sqlalchemy import event, text
 
-from celery_routines import register, spend, worker
-from celery_routines.budget import check_after_run
+from celery_routines import register, spend
 from celery_routines.store import NewRun, Store
+from celery_routines.tick.budget import check_after_run
+from celery_routines.worker import hooks as worker
 from tests.conftest import FakeClock
 from tests.harness import insert_routine
 

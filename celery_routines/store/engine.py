@@ -60,3 +60,11 @@ def fast_engine(engine: Engine) -> Engine:
     if engine.dialect.name == "postgresql":
         return engine.execution_options(isolation_level="AUTOCOMMIT")
     return engine
+
+
+def safe_url(url: str) -> str:
+    """The URL with its password hidden, for logs and answers."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable url>"

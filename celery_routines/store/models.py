@@ -20,9 +20,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from ..policy.routine import NAME_MAX_LENGTH
 from .types import UTCDateTime
 
-NAME_MAX_LENGTH = 200
 KEY_MAX_LENGTH = 500
 
 RUN_STATES = ("pending", "sent", "running", "succeeded", "failed", "retrying", "skipped", "lost")

@@ -217,18 +217,6 @@ class RoutineQueries:
         with self.db.write() as conn:
             conn.execute(stmt)
 
-    def release(self, routine_ids: Sequence[int], holder: str) -> None:
-        """Give up claims without advancing: the routines stay due."""
-        if not routine_ids:
-            return
-        stmt = (
-            update(table)
-            .where(c.id.in_(routine_ids), c.locked_by == holder)
-            .values(locked_by=None, locked_until=None)
-        )
-        with self.db.write() as conn:
-            conn.execute(stmt)
-
     def mark_invalid(
         self, routine_id: int, error: str, retry_at: datetime, holder: str | None, now: datetime
     ) -> None:
@@ -279,13 +267,6 @@ class RoutineQueries:
             earliest_window.scalar_subquery().label("window"),
             claim_expiry.scalar_subquery().label("expiry"),
         ]
-
-    def next_wakeup(self, now: datetime) -> datetime | None:
-        """The earlier of :meth:`wakeup_columns`."""
-        with self.db.fast_read() as conn:
-            row = conn.execute(select(*self.wakeup_columns(now))).one()
-        present = [_aware(instant) for instant in row if instant is not None]
-        return min(present) if present else None
 
     # -- lookups -------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from .connections import connections_for
-from .models import OPEN_STATES, Routine, RoutineRun
+from .models import Routine, RoutineRun
 from .records import (
     ROUTINE_RECORD_FIELDS,
     RUN_RECORD_FIELDS,
@@ -63,11 +63,6 @@ UNNEST_INSERT = text(
 def _naive_utc(instant: datetime | None) -> datetime | None:
     """What ``UTCDateTime`` stores, for statements that bypass the column type."""
     return UTCDateTime().process_bind_param(instant, None)  # type: ignore[arg-type]
-
-
-def _aware(value: Any) -> datetime | None:
-    """A bare scalar subquery loses the column type: attach UTC as the type would."""
-    return UTCDateTime().process_result_value(value, None)  # type: ignore[arg-type]
 
 
 def _record(row: Any) -> RunRecord:
@@ -179,15 +174,6 @@ class RunQueries:
         )
         with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1
-
-    def mark_send_failed(self, run_id: str, error: str, now: datetime) -> None:
-        stmt = (
-            update(table)
-            .where(c.id == run_id, c.state == "pending")
-            .values(state="failed", reason="send_failed", error=error, finished_at=now)
-        )
-        with self.db.write() as conn:
-            conn.execute(stmt)
 
     def settle(
         self,
@@ -460,18 +446,3 @@ class RunQueries:
         with self.db.read() as conn:
             row = conn.execute(select(*RECORD_COLUMNS).where(c.id == run_id)).first()
         return _record(row) if row else None
-
-    def for_routine(self, routine_id: int, limit: int = 100) -> list[RunRecord]:
-        query = (
-            select(*RECORD_COLUMNS)
-            .where(c.routine_id == routine_id)
-            .order_by(c.created_at.desc(), c.scheduled_for.desc())
-            .limit(limit)
-        )
-        with self.db.read() as conn:
-            return [_record(row) for row in conn.execute(query)]
-
-    def open_count(self, routine_id: int) -> int:
-        query = select(func.count()).where(c.routine_id == routine_id, c.state.in_(OPEN_STATES))
-        with self.db.read() as conn:
-            return conn.execute(query).scalar_one()

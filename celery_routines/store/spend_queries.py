@@ -43,7 +43,7 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import ColumnElement, Engine, Select, and_, func, or_, select, update
 
-from ..ceilings import FIRES, Ceiling, period_bounds
+from ..policy.ceilings import FIRES, Ceiling, period_bounds
 from .connections import connections_for
 from .models import Routine, RoutineRun
 

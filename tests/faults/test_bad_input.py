@@ -21,13 +21,14 @@ from click.testing import CliRunner, Result
 from sqlalchemy import inspect, text
 from sqlalchemy.exc import DBAPIError
 
-from celery_routines import InvalidRoutine, Scheduler, cli, register
-from celery_routines.admin import Routines
-from celery_routines.cli import routines
+from celery_routines import InvalidRoutine, Scheduler, register
 from celery_routines.errors import RoutinesError
+from celery_routines.operator import cli as cli
+from celery_routines.operator.admin import Routines
+from celery_routines.operator.cli import routines
 from celery_routines.store import Store
 from tests.conftest import FakeClock
-from tests.harness import filesystem_app, insert_routine, published, runs_of
+from tests.harness import filesystem_app, insert_routine, published, runs_for, runs_of
 from tests.operators import add_routine, cli_context, make_app
 
 INJECTION = "x'; DROP TABLE routines; --"
@@ -364,6 +365,6 @@ def test_admin_api_names_the_value_and_changes_nothing(
             assert fragment in str(excinfo.value), str(excinfo.value)
         assert published(tmp_path / "broker") == []
         assert stored_rows(operator_store) == before
-        assert operator_store.runs.for_routine(operator_store.routines.by_name("bad-args").id) == []
+        assert runs_for(operator_store, operator_store.routines.by_name("bad-args").id) == []
     finally:
         admin.close()

@@ -11,9 +11,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from celery_routines.errors import ScheduleError
+from celery_routines.policy.catch_up import POLICIES, FirePlan, SkippedWindows, plan_due
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.interval import IntervalSchedule
-from celery_routines.schedules.plan import POLICIES, FirePlan, SkippedWindows, plan_due
 
 FIVE_MINUTES = IntervalSchedule(300)
 MIDNIGHT = datetime(2026, 3, 1, tzinfo=UTC)

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .errors import ScheduleError
-from .lifecycle import SEND_FAILED, after_failure, policy_of
-from .publish import NotSent, OutgoingRun, Publisher
-from .store import RoutineRecord, Store
+from celery_routines.errors import ScheduleError
+from celery_routines.policy.runs import SEND_FAILED, after_failure, policy_of
+from celery_routines.sending.publish import NotSent, OutgoingRun, Publisher
+from celery_routines.store import RoutineRecord, Store
 
 logger = logging.getLogger("celery_routines.beat")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from contextvars import ContextVar
 
-from .errors import RoutinesError
+from celery_routines.errors import RoutinesError
 
 _current: ContextVar[dict[str, float] | None] = ContextVar("celery_routines_spend", default=None)
 

@@ -9,17 +9,17 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from .ceilings import (
+from celery_routines.observe.events import Events
+from celery_routines.policy.catch_up import FirePlan
+from celery_routines.policy.ceilings import (
     decide_after_run,
     decide_before_send,
     limit_plan,
     parse_ceilings,
     plan_suspended,
 )
-from .events import Events
-from .schedules.base import Schedule
-from .schedules.plan import FirePlan
-from .store import RoutineRecord, Store
+from celery_routines.schedules.base import Schedule
+from celery_routines.store import RoutineRecord, Store
 
 logger = logging.getLogger("celery_routines.beat")
 

@@ -31,13 +31,13 @@ from celery import Celery, signals
 from celery.app.task import Task
 from celery.exceptions import Ignore, WorkerLostError
 
-from .budget import check_after_run
-from .clock import Clock, utc_now
-from .config import Settings, settings_from
-from .lifecycle import LOST, after_failure, lost_deadline, policy_of
-from .publish import ROUTINE_HEADER
-from .spend import begin_run, end_run
-from .store import Store
+from celery_routines.clock import Clock, utc_now
+from celery_routines.config import Settings, settings_from
+from celery_routines.policy.runs import LOST, after_failure, lost_deadline, policy_of
+from celery_routines.sending.publish import ROUTINE_HEADER
+from celery_routines.store import Store
+from celery_routines.tick.budget import check_after_run
+from celery_routines.worker.spend import begin_run, end_run
 
 logger = logging.getLogger("celery_routines.worker")
 

@@ -8,16 +8,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ceilings import Ceiling
-from .errors import InvalidRoutine, ScheduleError
-from .lifecycle import check_overlap
-from .schedules.cron import CronSchedule
-from .schedules.interval import IntervalSchedule
-from .schedules.parse import parse_schedule
-from .schedules.plan import POLICIES as CATCH_UP_POLICIES
-from .schedules.zones import load_zone
-from .store.models import NAME_MAX_LENGTH
+from celery_routines.errors import InvalidRoutine, ScheduleError
+from celery_routines.policy.catch_up import POLICIES as CATCH_UP_POLICIES
+from celery_routines.policy.ceilings import Ceiling
+from celery_routines.policy.runs import check_overlap
+from celery_routines.schedules.cron import CronSchedule
+from celery_routines.schedules.interval import IntervalSchedule
+from celery_routines.schedules.parse import parse_schedule
+from celery_routines.schedules.zones import load_zone
 
+# The longest routine name; also the width of ``routines.name``.
+NAME_MAX_LENGTH = 200
 MAX_RETRIES_LIMIT = 100
 OPTION_NAMES = frozenset(
     {

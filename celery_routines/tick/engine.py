@@ -16,77 +16,37 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .budget import suspended_plan, within_budget
-from .ceilings import parse_ceilings
-from .clock import Clock
-from .config import Settings
-from .control import CeleryRevoker, NoRevoker, Revoker
-from .delivery import Call, decode_call, outgoing_run, publish_runs, record_send_failure
-from .errors import ScheduleError
-from .events import Events, NoEvents
-from .gate import Gate
-from .lifecycle import check_overlap, check_retry_policy, lost_deadline
-from .overlap import apply_overlap, replace_open_runs
-from .publish import Publisher
-from .runrows import skip_row
-from .schedules.base import Schedule
-from .schedules.keys import window_key
-from .schedules.parse import schedule_from_columns
-from .schedules.plan import FirePlan, check_options, plan_due
-from .store import Advance, NewRun, Probe, RoutineRecord, Store
-from .sweeps import Sweeps
-from .takeover import resume_after_written_due_windows
+from celery_routines.clock import Clock
+from celery_routines.config import Settings
+from celery_routines.errors import ScheduleError
+from celery_routines.observe.events import Events, NoEvents
+from celery_routines.policy.catch_up import check_options, plan_due
+from celery_routines.policy.ceilings import parse_ceilings
+from celery_routines.policy.runs import check_overlap, check_retry_policy, lost_deadline
+from celery_routines.schedules.base import Schedule
+from celery_routines.schedules.keys import window_key
+from celery_routines.schedules.parse import schedule_from_columns
+from celery_routines.sending.delivery import (
+    decode_call,
+    outgoing_run,
+    publish_runs,
+    record_send_failure,
+)
+from celery_routines.sending.gate import Gate
+from celery_routines.sending.publish import Publisher
+from celery_routines.sending.revoke import CeleryRevoker, NoRevoker, Revoker
+from celery_routines.store import Advance, NewRun, Probe, RoutineRecord, Store
+from celery_routines.tick.budget import suspended_plan, within_budget
+from celery_routines.tick.overlap import apply_overlap, replace_open_runs
+from celery_routines.tick.report import TickReport, _Prepared
+from celery_routines.tick.runrows import skip_row
+from celery_routines.tick.sweeps import Sweeps
+from celery_routines.tick.takeover import resume_after_written_due_windows
 
 logger = logging.getLogger("celery_routines.beat")
 
 # A routine whose schedule cannot be computed is looked at again this often.
 INVALID_RETRY = timedelta(minutes=1)
-
-
-@dataclass
-class TickReport:
-    """What one tick did, for logs, metrics and tests."""
-
-    adopted: int = 0
-    claimed: int = 0
-    sent: int = 0
-    skipped_windows: int = 0
-    # The same windows by the skip's reason (the run row's), for metrics.
-    skipped_by_reason: dict[str, int] = field(default_factory=dict)
-    send_failures: int = 0
-    invalid: int = 0
-    # Windows whose run row already existed: another beat got there first.
-    conflicts: int = 0
-    # Routines left due because the gate holds a window with no row yet.
-    deferred: int = 0
-    # Routines left due because their previous run is still open (overlap="queue").
-    queued: int = 0
-    # Open runs revoked for a newer window (overlap="replace").
-    replaced: int = 0
-    lost: int = 0
-    retries_sent: int = 0
-    retries_cancelled: int = 0
-    more_due: bool = False
-    duration: float = 0.0
-    next_wakeup: datetime | None = None
-
-
-@dataclass
-class _Prepared:
-    """One claimed routine, planned and ready to carry out."""
-
-    record: RoutineRecord
-    plan: FirePlan
-    timezone: str
-    call: Call
-    sends: list[NewRun] = field(default_factory=list)
-    skips: list[NewRun] = field(default_factory=list)
-    # Where the routine's due time moves; the plan's, unless overlap="queue"
-    # holds back all but the first window.
-    next_run_at: datetime | None = None
-    # Open runs to revoke before sending (overlap="replace").
-    replace: list[str] = field(default_factory=list)
-    schedule: Schedule | None = None
 
 
 @dataclass

@@ -6,7 +6,7 @@ names the routine or the bad value (``UnknownRoutine``, ``InvalidRoutine``,
 ``ValueError`` subclasses). This module decides; the store holds the SQL,
 :mod:`celery_routines.dispatch` carries out sends in the tick's order,
 :mod:`celery_routines.admin_views` holds the answers and
-:mod:`celery_routines.admin_windows` the pure time and window helpers.
+:mod:`celery_routines.operator.windows` the pure time and window helpers.
 """
 
 from __future__ import annotations
@@ -16,9 +16,13 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from celery import Celery
-from sqlalchemy.engine import make_url
 
-from .admin_views import (
+from celery_routines.clock import Clock, utc_now
+from celery_routines.config import Settings, settings_from
+from celery_routines.errors import InvalidRoutine, RoutinesError, ScheduleError, UnknownRoutine
+from celery_routines.observe.events import RoutineEvents
+from celery_routines.operator.sending import MAX_BACKFILL, OperationRefused, Sending, UnknownRun
+from celery_routines.operator.views import (
     BackfillResult,
     CeilingUsage,
     MigrateResult,
@@ -31,42 +35,38 @@ from .admin_views import (
     WindowView,
     definition_of,
     describe_schedule,
-    iso_utc,
     routine_state,
     run_view,
-    send_result,
     window_view,
 )
-from .admin_windows import (
+from celery_routines.operator.windows import (
     MAX_PREVIEW,
     check_count,
-    count_windows,
-    last_window,
     parse_instant,
     preview,
-    range_windows,
     take_windows,
     to_instant,
 )
-from .ceilings import Ceiling, decide_before_send, parse_ceilings, period_bounds
-from .clock import Clock, utc_now
-from .config import Settings, settings_from
-from .dispatch import SENT, Dispatched, dispatch
-from .errors import InvalidRoutine, RoutinesError, ScheduleError, UnknownRoutine
-from .events import RoutineEvents
-from .overlap import in_progress
-from .publish import CeleryPublisher, Publisher
-from .registry import definitions_for
-from .schedules.base import Schedule
-from .schedules.keys import window_key
-from .schedules.parse import schedule_from_columns
-from .schedules.zones import load_zone
-from .store import NewRun, RoutineRecord, RunRecord, Store, migrate
-from .store.models import RUN_STATES
-from .store.records import OpenRun
-from .store.spend_queries import SpendQueries
+from celery_routines.policy.ceilings import (
+    Ceiling,
+    parse_ceilings,
+    period_bounds,
+)
+from celery_routines.registry import definitions_for
+from celery_routines.schedules.base import Schedule, count_windows, last_windows
+from celery_routines.schedules.keys import window_key
+from celery_routines.schedules.parse import schedule_from_columns
+from celery_routines.schedules.zones import load_zone
+from celery_routines.sending.publish import Publisher
+from celery_routines.store import NewRun, RoutineRecord, RunRecord, Store, migrate
+from celery_routines.store.engine import safe_url
+from celery_routines.store.models import RUN_STATES
+from celery_routines.store.records import OpenRun
+from celery_routines.store.spend_queries import SpendQueries
+from celery_routines.tick.overlap import in_progress
 
 __all__ = [
+    "MAX_BACKFILL",
     "BackfillResult",
     "CeilingUsage",
     "MigrateResult",
@@ -84,31 +84,13 @@ __all__ = [
     "preview",
 ]
 
-# A backfill larger than this is almost always a typo in --from; the caller
-# can raise it explicitly.
-MAX_BACKFILL = 1000
 MAX_LIMIT = 10_000
-REPLAYABLE_STATES = ("failed", "skipped", "lost")
-# Overlap policies under which a manual send must not start next to an open run.
-EXCLUSIVE_OVERLAP = ("skip", "queue")
-
-
-class UnknownRun(RoutinesError, LookupError):
-    """No run with this id is stored."""
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        super().__init__(f"no run with id {run_id!r} is stored")
-
-
-class OperationRefused(RoutinesError, ValueError):
-    """A send would break the routine's overlap policy or ceiling."""
 
 
 # -- the API ---------------------------------------------------------------------
 
 
-class Routines:
+class Routines(Sending):
     """Operations on the routines stored for a Celery app (or for ``Settings``).
 
     Sending (trigger, replay, backfill) needs the app, to publish; everything
@@ -283,7 +265,7 @@ class Routines:
         """The skip row for the windows in ``[due, now]`` and the next window."""
         schedule = self._schedule(record)
         count = 1 + count_windows(schedule, due, now)
-        last = (last_window(schedule, due, now) or [due])[-1]
+        last = (last_windows(schedule, due, now, 1) or [due])[-1]
         timezone = self._zone_of(record)
         key = window_key(record.name, due, timezone)
         if count > 1:
@@ -302,126 +284,13 @@ class Routines:
         )
         return skip, schedule.next_after(last)
 
-    # -- sending -----------------------------------------------------------
-
-    def trigger(self, name: str, *, force: bool = False) -> SendResult:
-        """Send the routine now, outside its schedule, under a manual key
-        (``name@manual:<uuid>``) that can never collide with a window."""
-        record = self._record(name)
-        now = self.clock()
-        if not force:
-            self._check_may_send(record, 1, now)
-        run = NewRun(
-            id=str(uuid.uuid4()),
-            routine_id=record.id,
-            idempotency_key=f"{record.name}@manual:{uuid.uuid4()}",
-            attempt=1,
-            scheduled_for=now,
-        )
-        return send_result(record, self._dispatch(record, [run], "trigger")[0])
-
-    def replay(self, run_id: str, *, force: bool = False) -> SendResult:
-        """Send a failed, skipped or lost window again, as the next attempt of
-        its idempotency key."""
-        run = self.store.runs.get(run_id)
-        if run is None:
-            raise UnknownRun(run_id)
-        record = self.store.routines.by_id(run.routine_id)
-        if record is None:  # pragma: no cover - the foreign key cascades
-            raise UnknownRun(run_id)
-        if run.state not in REPLAYABLE_STATES:
-            raise InvalidRoutine(
-                record.name,
-                f"run {run_id} is {run.state}; only {', '.join(REPLAYABLE_STATES)} runs "
-                "can be replayed",
-            )
-        if (run.skipped_count or 1) > 1:
-            raise InvalidRoutine(
-                record.name,
-                f"run {run_id} stands for {run.skipped_count} skipped windows from "
-                f"{iso_utc(run.skipped_first)} to {iso_utc(run.skipped_last)}; send them with "
-                f"backfill --from {iso_utc(run.skipped_first)} --to {iso_utc(run.skipped_last)}",
-            )
-        latest = self.store.admin.attempts(record.id, run.idempotency_key)[-1]
-        if latest.state not in REPLAYABLE_STATES:
-            raise InvalidRoutine(
-                record.name,
-                f"window {run.idempotency_key} already has attempt {latest.attempt} "
-                f"(run {latest.id}, {latest.state}); replay that one if it fails",
-            )
-        now = self.clock()
-        if not force:
-            self._check_may_send(record, 1, now)
-        new = NewRun(
-            id=str(uuid.uuid4()),
-            routine_id=record.id,
-            idempotency_key=run.idempotency_key,
-            attempt=latest.attempt + 1,
-            scheduled_for=run.scheduled_for,
-        )
-        return send_result(record, self._dispatch(record, [new], "replay")[0])
-
-    def backfill(
-        self,
-        name: str,
-        start: datetime | str,
-        end: datetime | str,
-        *,
-        max_windows: int = MAX_BACKFILL,
-        force: bool = False,
-    ) -> BackfillResult:
-        """Send the windows in ``[start, end]``, oldest first, each under its
-        own window key: a window that already has a run row (sent by beat,
-        skipped, or sent by an earlier backfill) is not sent again.
-
-        Naive and string bounds are read in the routine's zone. ``end`` may
-        not be in the future: beat sends those windows.
-        """
-        check_count("max_windows", max_windows, 1_000_000)
-        record = self._record(name)
-        now = self.clock()
-        timezone = self._zone_of(record)
-        first = to_instant(start, timezone, now, "--from")
-        last = to_instant(end, timezone, now, "--to")
-        if last < first:
-            raise ValueError(f"--to {iso_utc(last)} is before --from {iso_utc(first)}")
-        if last > now:
-            raise ValueError(
-                f"--to {iso_utc(last)} is in the future (now is {iso_utc(now)}); backfill sends "
-                "past windows only, beat sends the rest"
-            )
-        try:
-            schedule = self._schedule(record)
-            windows = range_windows(schedule, record, first, last, max_windows)
-        except ScheduleError as exc:
-            raise InvalidRoutine(record.name, str(exc)) from None
-        runs = [
-            NewRun(
-                id=str(uuid.uuid4()),
-                routine_id=record.id,
-                idempotency_key=window_key(record.name, w, timezone),
-                attempt=1,
-                scheduled_for=w,
-            )
-            for w in windows
-        ]
-        if not force and runs:
-            stored = self.store.runs.find_windows(
-                [(r.routine_id, r.idempotency_key, r.attempt) for r in runs]
-            )
-            new_count = len(runs) - len(stored)
-            if new_count:
-                self._check_may_send(record, new_count, now)
-        results = self._dispatch(record, runs, "backfill") if runs else []
-        return BackfillResult(record.name, first, last, [send_result(record, d) for d in results])
-
     # -- schema ------------------------------------------------------------
 
     def migrate(self) -> MigrateResult:
         before = migrate.current_revision(self.store.engine)
         self.store.migrate()
         return MigrateResult(
-            database=_safe_url(self.settings.database_url),
+            database=safe_url(self.settings.database_url),
             before=before,
             after=migrate.head_revision(),
         )
@@ -439,7 +308,7 @@ class Routines:
         definitions = definitions_for(self.app)
         self.store.migrate()
         self.store.routines.upsert_definitions([d.columns() for d in definitions], self.clock())
-        return SyncResult(_safe_url(self.settings.database_url), [d.name for d in definitions])
+        return SyncResult(safe_url(self.settings.database_url), [d.name for d in definitions])
 
     # -- internals ---------------------------------------------------------
 
@@ -512,70 +381,3 @@ class Routines:
         """Runs in progress, by beat's own overlap rule."""
         found = self.store.runs.open_runs([record.id]).get(record.id, [])
         return in_progress(found, set(), now)
-
-    def _check_may_send(self, record: RoutineRecord, fires: int, now: datetime) -> None:
-        """Refuse a manual send that the overlap policy or a ceiling forbids."""
-        if record.overlap in EXCLUSIVE_OVERLAP:
-            open_runs = self._open_runs(record, now)
-            if open_runs:
-                raise OperationRefused(
-                    f"routine {record.name!r} has {len(open_runs)} open run(s) "
-                    f"(oldest {open_runs[0].id}, {open_runs[0].state}) and overlap="
-                    f"{record.overlap!r}; wait for it to finish or pass --force"
-                )
-        usage = self._usage(record, now)
-        if not usage:
-            return
-        decision = decide_before_send(
-            self._ceilings(record),
-            {u.unit: u.spent for u in usage},
-            now,
-            self._zone_of(record),
-            wanted=fires,
-        )
-        if decision.send < fires:
-            spent = "; ".join(
-                f"{u.spent:g} of {u.limit:g} {u.unit} used this {u.per} "
-                f"(until {iso_utc(u.period_end)})"
-                for u in usage
-            )
-            raise OperationRefused(
-                f"routine {record.name!r}: sending {fires} run(s) would pass its ceiling "
-                f"({spent}); pass --force to send anyway"
-            )
-
-    def _dispatch(self, record: RoutineRecord, runs: list[NewRun], how: str) -> list[Dispatched]:
-        results = dispatch(
-            self.store,
-            self._get_publisher(),
-            record,
-            runs,
-            self.clock,
-            self.settings.run_timeout,
-        )
-        if self.events is not None:
-            for done in results:
-                if done.outcome == SENT:
-                    self.events.triggered(
-                        record.name,
-                        run_id=done.run.id,
-                        idempotency_key=done.run.idempotency_key,
-                        how=how,
-                    )
-        return results
-
-    def _get_publisher(self) -> Publisher:
-        if self._publisher is None:
-            if self.app is None:
-                raise RoutinesError(
-                    "sending needs the Celery app: build Routines(app), not Routines(settings)"
-                )
-            self._publisher = CeleryPublisher(self.app)
-        return self._publisher
-
-
-def _safe_url(url: str) -> str:
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return "<unparseable url>"

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .dispatch import EXISTS, SEND_FAILED, SENT, Dispatched
-from .schedules.base import Schedule
-from .schedules.marks import dst_note
-from .schedules.zones import load_zone
-from .store import RoutineRecord
-from .store.admin_queries import NamedRun
+from celery_routines.schedules.base import Schedule
+from celery_routines.schedules.marks import dst_note
+from celery_routines.schedules.zones import load_zone
+from celery_routines.sending.dispatch import EXISTS, SEND_FAILED, SENT, Dispatched
+from celery_routines.store import RoutineRecord
+from celery_routines.store.admin_queries import NamedRun
 
 
 @dataclass(frozen=True)

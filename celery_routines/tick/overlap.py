@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from .control import Revoker
-from .lifecycle import OVERLAP, QUEUE_RECHECK, overlap_action
-from .store import NewRun, Store
-from .store.records import OpenRun
+from celery_routines.policy.runs import OVERLAP, QUEUE_RECHECK, overlap_action
+from celery_routines.sending.revoke import Revoker
+from celery_routines.store import NewRun, Store
+from celery_routines.store.records import OpenRun
 
 if TYPE_CHECKING:
-    from .tick import TickReport, _Prepared
+    from celery_routines.tick.report import TickReport, _Prepared
 
 logger = logging.getLogger("celery_routines.beat")
 

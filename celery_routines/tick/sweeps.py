@@ -14,12 +14,10 @@ import uuid
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from .budget import retry_blocked_by_ceiling
-from .config import Settings
-from .delivery import decode_call, publish_run, record_send_failure
-from .errors import ScheduleError
-from .events import Events, NoEvents
-from .lifecycle import (
+from celery_routines.config import Settings
+from celery_routines.errors import ScheduleError
+from celery_routines.observe.events import Events, NoEvents
+from celery_routines.policy.runs import (
     LOST,
     after_failure,
     blocked_reason,
@@ -28,13 +26,15 @@ from .lifecycle import (
     policy_of,
     settled_state,
 )
-from .publish import Publisher
-from .store import NewRun, Store
-from .store.models import OPEN_STATES
-from .store.records import DueRetry
+from celery_routines.sending.delivery import decode_call, publish_run, record_send_failure
+from celery_routines.sending.publish import Publisher
+from celery_routines.store import NewRun, Store
+from celery_routines.store.models import OPEN_STATES
+from celery_routines.store.records import DueRetry
+from celery_routines.tick.budget import retry_blocked_by_ceiling
 
 if TYPE_CHECKING:
-    from .tick import TickReport
+    from celery_routines.tick.report import TickReport
 
 logger = logging.getLogger("celery_routines.beat")
 

@@ -10,12 +10,11 @@ depends on ``catch_up_cap``, not on the length of the outage.
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from celery_routines.errors import ScheduleError
-from celery_routines.schedules.base import Schedule
+from celery_routines.schedules.base import Schedule, count_windows, last_windows
 from celery_routines.schedules.zones import aware_utc
 
 __all__ = ["POLICIES", "FirePlan", "SkippedWindows", "check_options", "plan_due"]
@@ -75,7 +74,7 @@ def plan_due(
         # Nothing is due yet; keep the due time as it is.
         return FirePlan(send=(), skipped=(), next_run_at=due_window)
 
-    later = _count(schedule, due_window, now)  # due windows after due_window
+    later = count_windows(schedule, due_window, now)  # due windows after due_window
     total = 1 + later
     if total == 1:
         keep, policy_reason = 1, None
@@ -86,7 +85,7 @@ def plan_due(
     # `tail`: the newest `keep` due windows plus, when anything is dropped, the
     # newest dropped one, ascending. Only these are ever listed.
     wanted = min(keep + 1, total)
-    tail = _last(schedule, due_window, now, min(wanted, later))
+    tail = last_windows(schedule, due_window, now, min(wanted, later))
     if len(tail) < wanted:  # the oldest wanted window is due_window itself
         tail = [due_window, *tail]
     kept = tail[len(tail) - keep :] if keep else []
@@ -135,23 +134,3 @@ def check_options(catch_up: str, catch_up_cap: int, max_lateness: float | None) 
         raise ScheduleError(
             f"max_lateness must be None or a number of seconds >= 0, got {max_lateness!r}"
         )
-
-
-# Our schedules count and list the tail arithmetically; any other object that
-# satisfies the bare Schedule protocol is walked (slowly, but correctly).
-
-
-def _count(schedule: Schedule, after: datetime, until: datetime) -> int:
-    count = getattr(schedule, "count_windows", None)
-    if count is not None:
-        return int(count(after, until))
-    return sum(1 for _ in schedule.windows(after, until))
-
-
-def _last(schedule: Schedule, after: datetime, until: datetime, n: int) -> list[datetime]:
-    if n <= 0:
-        return []
-    last = getattr(schedule, "last_windows", None)
-    if last is not None:
-        return list(last(after, until, n))
-    return list(deque(schedule.windows(after, until), maxlen=n))

@@ -5,17 +5,16 @@ argument."""
 from __future__ import annotations
 
 import re
-from collections import deque
 from datetime import UTC, datetime, timedelta
 
-from .admin_views import WindowView, iso_utc, window_view
-from .clock import Clock, utc_now
-from .errors import ScheduleError
-from .schedules.base import Schedule
-from .schedules.cron import CronSchedule
-from .schedules.interval import IntervalSchedule
-from .schedules.zones import load_zone, local_to_utc_first
-from .store import RoutineRecord
+from celery_routines.clock import Clock, utc_now
+from celery_routines.errors import ScheduleError
+from celery_routines.operator.views import WindowView, iso_utc, window_view
+from celery_routines.schedules.base import Schedule, count_windows
+from celery_routines.schedules.cron import CronSchedule
+from celery_routines.schedules.interval import IntervalSchedule
+from celery_routines.schedules.zones import load_zone, local_to_utc_first
+from celery_routines.store import RoutineRecord
 
 MAX_PREVIEW = 1000
 ONE_MICROSECOND = timedelta(microseconds=1)
@@ -88,20 +87,6 @@ def take_windows(schedule: Schedule, after: datetime, n: int) -> list[datetime]:
         current = schedule.next_after(current)
         found.append(current)
     return found
-
-
-def count_windows(schedule: Schedule, after: datetime, until: datetime) -> int:
-    count = getattr(schedule, "count_windows", None)
-    if count is not None:
-        return int(count(after, until))
-    return sum(1 for _ in schedule.windows(after, until))
-
-
-def last_window(schedule: Schedule, after: datetime, until: datetime) -> list[datetime]:
-    last = getattr(schedule, "last_windows", None)
-    if last is not None:
-        return list(last(after, until, 1))
-    return list(deque(schedule.windows(after, until), maxlen=1))
 
 
 def range_windows(

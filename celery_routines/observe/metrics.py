@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 from sqlalchemy import and_, func, select
 
-from .clock import Clock, utc_now
-from .errors import ConfigurationError
-from .publish import OutgoingRun, Publisher
-from .store.models import Routine
+from celery_routines.clock import Clock, utc_now
+from celery_routines.errors import ConfigurationError
+from celery_routines.sending.publish import OutgoingRun, Publisher
+from celery_routines.store.models import Routine
 
 if TYPE_CHECKING:
-    from .store import Store
-    from .tick import TickReport
+    from celery_routines.store import Store
+    from celery_routines.tick.report import TickReport
 
 logger = logging.getLogger("celery_routines.metrics")
 

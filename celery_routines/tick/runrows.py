@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from .schedules.keys import window_key
-from .schedules.plan import SkippedWindows
-from .store import NewRun
+from celery_routines.policy.catch_up import SkippedWindows
+from celery_routines.schedules.keys import window_key
+from celery_routines.store import NewRun
 
 
 def skip_row(routine_id: int, name: str, timezone: str, summary: SkippedWindows) -> NewRun:

@@ -15,12 +15,12 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .clock import Clock
-from .delivery import decode_call, publish_run, record_send_failure
-from .errors import InvalidRoutine, ScheduleError
-from .lifecycle import lost_deadline
-from .publish import Publisher
-from .store import NewRun, RoutineRecord, Store
+from celery_routines.clock import Clock
+from celery_routines.errors import InvalidRoutine, ScheduleError
+from celery_routines.policy.runs import lost_deadline
+from celery_routines.sending.delivery import decode_call, publish_run, record_send_failure
+from celery_routines.sending.publish import Publisher
+from celery_routines.store import NewRun, RoutineRecord, Store
 
 SENT = "sent"
 EXISTS = "exists"

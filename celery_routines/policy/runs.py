@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .errors import ScheduleError
+from celery_routines.errors import ScheduleError
 
 # A task with its own hard time limit is declared lost this long after the
 # limit: the worker kills the task at the limit and reports it in seconds, so

@@ -16,13 +16,13 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
-from .runrows import skip_row
-from .schedules.keys import window_key
-from .schedules.plan import SkippedWindows
-from .store import NewRun, RunRecord, Store
+from celery_routines.policy.catch_up import SkippedWindows
+from celery_routines.schedules.keys import window_key
+from celery_routines.store import NewRun, RunRecord, Store
+from celery_routines.tick.runrows import skip_row
 
 if TYPE_CHECKING:
-    from .tick import _Prepared
+    from celery_routines.tick.report import _Prepared
 
 logger = logging.getLogger("celery_routines.beat")
 

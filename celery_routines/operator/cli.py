@@ -2,37 +2,39 @@
 
 Registered as a Celery 5 sub-command (entry point group ``celery.commands``),
 so it runs with the app Celery loaded from ``-A``. This module only parses
-arguments and prints; :mod:`celery_routines.admin` decides. Every error is one
+arguments and prints; :mod:`celery_routines.operator.admin` decides. Every error is one
 line on stderr and a non-zero exit, never a traceback.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
-from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 from sqlalchemy.exc import SQLAlchemyError
 
-from .admin import (
+from celery_routines.clock import Clock, utc_now
+from celery_routines.errors import RoutinesError
+from celery_routines.operator.admin import (
     MAX_BACKFILL,
-    BackfillResult,
-    PauseResult,
-    RoutineDetail,
     Routines,
-    RunView,
-    SendResult,
-    WindowView,
     preview,
 )
-from .clock import Clock, utc_now
-from .dispatch import SEND_FAILED
-from .errors import RoutinesError
-from .store.models import RUN_STATES
+from celery_routines.operator.output import (
+    fail_if_not_sent,
+    local,
+    print_detail,
+    print_json,
+    print_pause,
+    print_windows,
+    runs_table,
+    send_line,
+    table,
+    utc,
+)
+from celery_routines.store.models import RUN_STATES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -81,89 +83,6 @@ def _admin(ctx: click.Context) -> Routines:
     return admin
 
 
-# -- printing ------------------------------------------------------------------
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        data = {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        if isinstance(value, BackfillResult):
-            data.update(sent=value.sent, existing=value.existing, failed=value.failed)
-        return data
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def _print_json(value: Any) -> None:
-    click.echo(json.dumps(_jsonable(value), indent=2))
-
-
-def _utc(instant: datetime | None) -> str:
-    return instant.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if instant else "-"
-
-
-def _local(instant: datetime | None) -> str:
-    # The zone abbreviation (CET/CEST) shows which side of a transition it is.
-    return instant.strftime("%Y-%m-%d %H:%M:%S %Z") if instant else "-"
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
-    click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for row in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-
-
-def _windows(windows: Sequence[WindowView]) -> None:
-    for w in windows:
-        note = f"  ({w.note})" if w.note else ""
-        click.echo(f"  {_utc(w.utc)}   {_local(w.local)}{note}")
-
-
-def _runs_table(runs: Sequence[RunView]) -> None:
-    if not runs:
-        click.echo("no runs")
-        return
-    _table(
-        ["RUN ID", "ROUTINE", "WINDOW", "ATTEMPT", "STATE", "REASON", "WRITTEN"],
-        [
-            (
-                r.id,
-                r.routine,
-                r.idempotency_key.split("@", 1)[-1],
-                r.attempt,
-                r.state,
-                r.reason or r.error,
-                _utc(r.created_at),
-            )
-            for r in runs
-        ],
-    )
-
-
-def _send_line(result: SendResult) -> str:
-    if result.outcome == SEND_FAILED:
-        return f"NOT SENT {result.idempotency_key} (run {result.run_id}): {result.error}"
-    if result.outcome == "exists":
-        return f"already stored {result.idempotency_key} ({result.existing_state}): not sent again"
-    return f"sent {result.idempotency_key} attempt {result.attempt} as run {result.run_id}"
-
-
-def _fail_if_not_sent(results: Sequence[SendResult]) -> None:
-    failed = [r for r in results if r.outcome == SEND_FAILED]
-    if failed:
-        raise click.ClickException(
-            f"{len(failed)} run(s) could not be sent: {failed[0].error}; recorded, and "
-            "retried under the routine's retry policy (see runs --state retrying)"
-        )
-
-
 # -- the commands --------------------------------------------------------------
 
 
@@ -180,20 +99,20 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     """Every stored routine: schedule, next run, state and last outcome."""
     summaries = _admin(ctx).list()
     if as_json:
-        _print_json(summaries)
+        print_json(summaries)
         return
     if not summaries:
         click.echo("no routines stored (beat writes the ones declared in code when it starts)")
         return
-    _table(
+    table(
         ["NAME", "SCHEDULE", "TIMEZONE", "NEXT RUN (UTC)", "NEXT RUN (LOCAL)", "STATE", "LAST"],
         [
             (
                 s.name,
                 s.schedule,
                 s.timezone,
-                _utc(s.next_run_utc),
-                _local(s.next_run_local),
+                utc(s.next_run_utc),
+                local(s.next_run_local),
                 s.state,
                 s.last_outcome,
             )
@@ -212,43 +131,9 @@ def show(ctx: click.Context, name: str, windows: int, as_json: bool) -> None:
     """One routine: definition, next windows with DST notes, spend this period."""
     detail = _admin(ctx).show(name, windows=windows)
     if as_json:
-        _print_json(detail)
+        print_json(detail)
         return
-    _print_detail(detail)
-
-
-def _print_detail(detail: RoutineDetail) -> None:
-    s = detail.summary
-    click.echo(f"{s.name}  [{s.state}]")
-    click.echo(f"  schedule:  {s.schedule} ({s.timezone})")
-    for key, value in detail.definition.items():
-        click.echo(
-            f"  {key + ':':<20} {json.dumps(value) if not isinstance(value, str) else value}"
-        )
-    last = f"{s.last_outcome} at {_utc(s.last_run_at)}" if s.last_outcome else "no runs yet"
-    click.echo(f"  {'last outcome:':<20} {last}")
-    click.echo(f"  {'open runs:':<20} {detail.open_runs}")
-    if detail.last_error:
-        click.echo(f"  {'invalid:':<20} {detail.last_error}")
-    if detail.suspended_until:
-        click.echo(
-            f"  {'suspended until:':<20} {_utc(detail.suspended_until)} "
-            f"({detail.suspended_reason or 'no reason recorded'})"
-        )
-    if detail.schedule_error:
-        click.echo(f"  schedule cannot be computed: {detail.schedule_error}")
-    else:
-        click.echo(f"next {len(detail.next_windows)} windows (UTC, then {s.timezone}):")
-        _windows(detail.next_windows)
-    if detail.ceiling_error:
-        click.echo(f"  ceiling cannot be read: {detail.ceiling_error}")
-    if detail.ceilings:
-        click.echo("spend this period:")
-        for c in detail.ceilings:
-            click.echo(
-                f"  {c.spent:g} of {c.limit:g} {c.unit} per {c.per} "
-                f"({_utc(c.period_start)} to {_utc(c.period_end)})"
-            )
+    print_detail(detail)
 
 
 @routines.command()
@@ -277,9 +162,9 @@ def runs(
     offset is UTC."""
     found = _admin(ctx).runs(name, state=list(states), since=since, limit=limit)
     if as_json:
-        _print_json(found)
+        print_json(found)
     else:
-        _runs_table(found)
+        runs_table(found)
 
 
 @routines.command()
@@ -292,21 +177,21 @@ def skips(ctx: click.Context, since: str | None, limit: int, as_json: bool) -> N
     """Every decision not to fire (skipped run rows) with its reason and count."""
     found = _admin(ctx).skips(since=since, limit=limit)
     if as_json:
-        _print_json(found)
+        print_json(found)
         return
     if not found:
         click.echo("no skips")
         return
-    _table(
+    table(
         ["ROUTINE", "REASON", "COUNT", "FIRST WINDOW", "LAST WINDOW", "WRITTEN", "RUN ID"],
         [
             (
                 r.routine,
                 r.reason,
                 r.skipped_count or 1,
-                _utc(r.skipped_first or r.scheduled_for),
-                _utc(r.skipped_last or r.scheduled_for),
-                _utc(r.created_at),
+                utc(r.skipped_first or r.scheduled_for),
+                utc(r.skipped_last or r.scheduled_for),
+                utc(r.created_at),
                 r.id,
             )
             for r in found
@@ -321,7 +206,7 @@ def skips(ctx: click.Context, since: str | None, limit: int, as_json: bool) -> N
 @_errors
 def pause(ctx: click.Context, name: str, as_json: bool) -> None:
     """Stop firing NAME until it is resumed (no retries are scheduled meanwhile)."""
-    _print_pause(_admin(ctx).pause(name), as_json)
+    print_pause(_admin(ctx).pause(name), as_json)
 
 
 @routines.command()
@@ -344,21 +229,7 @@ def resume(ctx: click.Context, name: str, catch_up: bool, as_json: bool) -> None
     comes back as a burst, whatever its catch_up policy. Pass --catch-up to
     let the catch_up policy decide instead.
     """
-    _print_pause(_admin(ctx).resume(name, catch_up=catch_up), as_json)
-
-
-def _print_pause(result: PauseResult, as_json: bool) -> None:
-    if as_json:
-        _print_json(result)
-        return
-    verb = "paused" if result.paused else "resumed"
-    if not result.changed:
-        click.echo(f"{result.routine} was already {'paused' if result.paused else 'running'}")
-        return
-    line = f"{verb} {result.routine}; next window {_utc(result.next_run_at)}"
-    if result.skipped_windows:
-        line += f"; {result.skipped_windows} window(s) missed while paused recorded as skipped"
-    click.echo(line)
+    print_pause(_admin(ctx).resume(name, catch_up=catch_up), as_json)
 
 
 @routines.command()
@@ -372,8 +243,8 @@ def trigger(ctx: click.Context, name: str, force: bool, as_json: bool) -> None:
     with a window. Refused while an open run exists under overlap skip/queue, or
     when a ceiling is spent, unless --force."""
     result = _admin(ctx).trigger(name, force=force)
-    _print_json(result) if as_json else click.echo(_send_line(result))
-    _fail_if_not_sent([result])
+    print_json(result) if as_json else click.echo(send_line(result))
+    fail_if_not_sent([result])
 
 
 @routines.command()
@@ -385,8 +256,8 @@ def trigger(ctx: click.Context, name: str, force: bool, as_json: bool) -> None:
 def replay(ctx: click.Context, run_id: str, force: bool, as_json: bool) -> None:
     """Resend a failed, skipped or lost run as the next attempt of its window."""
     result = _admin(ctx).replay(run_id, force=force)
-    _print_json(result) if as_json else click.echo(_send_line(result))
-    _fail_if_not_sent([result])
+    print_json(result) if as_json else click.echo(send_line(result))
+    fail_if_not_sent([result])
 
 
 @routines.command()
@@ -423,16 +294,16 @@ def backfill(
     """
     result = _admin(ctx).backfill(name, start, end, max_windows=max_windows, force=force)
     if as_json:
-        _print_json(result)
+        print_json(result)
     else:
         for window in result.windows:
-            click.echo(_send_line(window))
+            click.echo(send_line(window))
         click.echo(
-            f"{result.routine}: {len(result.windows)} window(s) from {_utc(result.start)} "
-            f"to {_utc(result.end)}: {result.sent} sent, {result.existing} already stored, "
+            f"{result.routine}: {len(result.windows)} window(s) from {utc(result.start)} "
+            f"to {utc(result.end)}: {result.sent} sent, {result.existing} already stored, "
             f"{result.failed} failed"
         )
-    _fail_if_not_sent(result.windows)
+    fail_if_not_sent(result.windows)
 
 
 @routines.command()
@@ -443,7 +314,7 @@ def migrate(ctx: click.Context, as_json: bool) -> None:
     """Apply the schema migrations to routines_database_url (beat also does at start)."""
     result = _admin(ctx).migrate()
     if as_json:
-        _print_json(result)
+        print_json(result)
     elif result.before == result.after:
         click.echo(f"{result.database} is up to date (revision {result.after})")
     else:
@@ -459,7 +330,7 @@ def sync(ctx: click.Context, as_json: bool) -> None:
     it starts (and migrate first), so they can be listed before beat runs."""
     result = _admin(ctx).sync()
     if as_json:
-        _print_json(result)
+        print_json(result)
     else:
         click.echo(f"{len(result.routines)} routine(s) written to {result.database}")
         for name in result.routines:
@@ -477,7 +348,7 @@ def preview_(cron: str, timezone: str, start: str | None, count: int, as_json: b
     """The windows CRON would fire in --tz, with DST notes. Needs no database."""
     windows = preview(cron, timezone, start, count, clock=CLOCK)
     if as_json:
-        _print_json(windows)
+        print_json(windows)
         return
     click.echo(f"{cron!r} in {timezone} (UTC, then local):")
-    _windows(windows)
+    print_windows(windows)
