@@ -19,6 +19,7 @@ from .config import Settings
 from .delivery import decode_call, publish_run, record_send_failure
 from .errors import ScheduleError
 from .events import Events, NoEvents
+from .ledger import Unrecorded
 from .lifecycle import (
     LOST,
     after_failure,
@@ -119,8 +120,11 @@ class Sweeps:
             report.more_due = True
         return due
 
-    def send_retries(self, due: list[DueRetry], now: datetime, report: TickReport) -> None:
-        """Send attempt N+1 of each due retry; each is taken by one beat only."""
+    def send_retries(
+        self, due: list[DueRetry], now: datetime, report: TickReport, ledger: Unrecorded
+    ) -> None:
+        """Send attempt N+1 of each due retry; each is taken by one beat only.
+        What went out is entered in ``ledger``; the tick marks it sent."""
         for item in due:
             run, routine = item.run, item.routine
             settled = settled_state(run.reason)
@@ -174,9 +178,7 @@ class Sweeps:
             )
             if error is None:
                 report.retries_sent += 1
-                self.store.runs.mark_sent(
-                    [next_run.id], now, deadline_at=lost_deadline(now, self.settings.run_timeout)
-                )
+                ledger.published([next_run.id], now)
             else:
                 report.send_failures += 1
                 record_send_failure(
