@@ -37,6 +37,7 @@ from celery_routines.sending.publish import Publisher
 from celery_routines.sending.revoke import CeleryRevoker, NoRevoker, Revoker
 from celery_routines.store import Advance, NewRun, Probe, RoutineRecord, Store
 from celery_routines.tick.budget import suspended_plan, within_budget
+from celery_routines.tick.ledger import Unrecorded
 from celery_routines.tick.overlap import apply_overlap, replace_open_runs
 from celery_routines.tick.report import TickReport, _Prepared
 from celery_routines.tick.runrows import skip_row
@@ -47,6 +48,10 @@ logger = logging.getLogger("celery_routines.beat")
 
 # A routine whose schedule cannot be computed is looked at again this often.
 INVALID_RETRY = timedelta(minutes=1)
+# A tick publishes only within this share of routines_lock_ttl from its claim:
+# the rest is the margin in which its messages go out and are marked sent
+# before another beat may take the claims over and send pending rows itself.
+CLAIM_USABLE_SHARE = 0.75
 
 
 @dataclass
@@ -55,8 +60,6 @@ class _Outgoing:
 
     ready: list[_Prepared]
     sends: list[tuple[_Prepared, NewRun, str]] = field(default_factory=list)
-    sent_ids: list[str] = field(default_factory=list)
-    sent_at: datetime | None = None
 
 
 class TickEngine:
@@ -84,6 +87,8 @@ class TickEngine:
         # Skips, suspensions and lost runs also go out as `routine-*` events.
         self.events: Events = events or NoEvents()
         self.sweeps = Sweeps(store, publisher, settings, self.events)
+        # What this beat published and has not yet written down.
+        self.ledger = Unrecorded()
 
     def tick(self) -> TickReport:
         """One tick on one database connection.
@@ -98,6 +103,9 @@ class TickEngine:
         report = TickReport()
         now = self.clock()
         with self.store.session():
+            if self.ledger:
+                logger.info("writing down %s before anything else", self.ledger.describe())
+                self._record_published(now)
             probe = self.store.probe(now, self.holder)
             if self._work(probe, now):
                 self._act(probe, now, report)
@@ -116,13 +124,15 @@ class TickEngine:
         )
 
     def _act(self, probe: Probe, now: datetime, report: TickReport) -> None:
+        # Lost runs first: a run declared lost now no longer holds back its
+        # routine's due window (overlap) and its retry is scheduled. Each is
+        # one conditional UPDATE of a run, outside the transaction below, so
+        # that transaction locks routines before runs, like every other.
+        if _due(probe.deadline, now):
+            self.sweeps.sweep_lost(now, report)
         with self.store.transaction():
             if probe.unscheduled:
                 report.adopted = self._adopt(now)
-            # Lost runs first: a run declared lost now no longer holds back
-            # its routine's due window (overlap) and its retry is scheduled.
-            if _due(probe.deadline, now):
-                self.sweeps.sweep_lost(now, report)
             retries = self.sweeps.retries_due(now, report) if _due(probe.retry_at, now) else []
             claimed = self.store.routines.claim_due(
                 now, self.holder, self.settings.lock_ttl, self.settings.batch_size
@@ -137,11 +147,67 @@ class TickEngine:
                 if item is not None:
                     prepared.append(item)
             outgoing = self._write(prepared, now, report) if prepared else None
-        self.sweeps.send_retries(retries, now, report)
+        self.sweeps.send_retries(retries, now, report, self.ledger)
         if outgoing is not None:
-            self._send(outgoing, report)
-            with self.store.transaction():
-                self._finish(outgoing, now, report)
+            if self._claims_lapsing(now):
+                self._leave_for_next_holder(outgoing, now)
+            else:
+                self._send(outgoing, report)
+                self.ledger.advanced(
+                    [
+                        Advance(item.record.id, item.next_run_at or item.plan.next_run_at)
+                        for item in outgoing.ready
+                    ]
+                )
+        self._record_published(now)
+
+    def _claims_lapsing(self, now: datetime) -> bool:
+        """True once this tick has used up so much of its claims that another
+        beat may take them over while its messages are still going out."""
+        lapse = now + timedelta(seconds=self.settings.lock_ttl * CLAIM_USABLE_SHARE)
+        return self.clock() >= lapse
+
+    def _leave_for_next_holder(self, outgoing: _Outgoing, now: datetime) -> None:
+        """Publish nothing and advance nothing: the rows stay ``pending`` and
+        their routines due, so whichever beat claims them next (this one
+        included) sends these same rows. Publishing now could race a beat
+        that already took the claims over."""
+        elapsed = (self.clock() - now).total_seconds()
+        logger.warning(
+            "tick took %.1f s of its %.0f s claims before sending; leaving %d run(s) of "
+            "%d routine(s) pending for the next holder (raise routines_lock_ttl or lower "
+            "routines_batch_size if ticks are this slow)",
+            elapsed,
+            self.settings.lock_ttl,
+            len(outgoing.sends),
+            len(outgoing.ready),
+        )
+
+    def _record_published(self, now: datetime) -> None:
+        """Write down what went out: runs marked sent, then routines moved on.
+
+        Each is one statement of its own, after the messages: a failure of
+        one (a deadlock, a dropped connection, a failover) undoes neither the
+        other nor the publishing. What failed stays in the ledger; the next
+        tick writes it before doing anything else, and never publishes it again.
+        """
+        ledger = self.ledger
+        while ledger.sent:
+            run_ids, sent_at = ledger.sent[0]
+            self.store.runs.mark_sent(
+                run_ids, sent_at, deadline_at=lost_deadline(sent_at, self.settings.run_timeout)
+            )
+            ledger.marked()
+        if ledger.advances:
+            advances = sorted(ledger.advances.values(), key=lambda a: a.routine_id)
+            advanced = self.store.routines.advance(advances, self.holder, now)
+            ledger.advances.clear()
+            if advanced < len(advances):
+                logger.warning(
+                    "%d routine claim(s) expired before this beat advanced them; "
+                    "another beat took over (raise routines_lock_ttl if ticks are slow)",
+                    len(advances) - advanced,
+                )
 
     def _next_wakeup(self, probe: Probe, now: datetime) -> datetime | None:
         """The earliest of: a routine's window or claim expiry, a retry's
@@ -320,9 +386,12 @@ class TickEngine:
             for item, run, run_id in sending
         ]
         errors = publish_runs(self.publisher, messages)
+        published = [
+            run_id for (_, _, run_id), error in zip(sending, errors, strict=True) if error is None
+        ]
+        self.ledger.published(published, self.clock())
         for (item, run, run_id), error in zip(sending, errors, strict=True):
             if error is None:
-                outgoing.sent_ids.append(run_id)
                 report.sent += 1
             else:
                 report.send_failures += 1
@@ -335,28 +404,6 @@ class TickEngine:
                     error,
                     self.clock(),
                 )
-        outgoing.sent_at = self.clock()
-
-    def _finish(self, outgoing: _Outgoing, now: datetime, report: TickReport) -> None:
-        """Mark what went out as sent and move every claimed routine on."""
-        sent_at = outgoing.sent_at or self.clock()
-        self.store.runs.mark_sent(
-            outgoing.sent_ids,
-            sent_at,
-            deadline_at=lost_deadline(sent_at, self.settings.run_timeout),
-        )
-        ready = outgoing.ready
-        advanced = self.store.routines.advance(
-            [Advance(item.record.id, item.next_run_at or item.plan.next_run_at) for item in ready],
-            self.holder,
-            now,
-        )
-        if advanced < len(ready):
-            logger.warning(
-                "%d routine claim(s) expired before this beat advanced them; "
-                "another beat took over (raise routines_lock_ttl if ticks are slow)",
-                len(ready) - advanced,
-            )
 
     def _apply_gate(self, prepared: list[_Prepared]) -> set[int]:
         """Routine ids to leave due this tick: the gate holds one of their
@@ -379,10 +426,15 @@ class TickEngine:
     def _orphaned_pending(
         self, ready: list[_Prepared], inserted: set[str]
     ) -> dict[tuple[int, str, int], str]:
-        """Rows left ``pending`` by a beat that died between writing and sending.
+        """Rows left ``pending`` by a beat that died between writing and
+        sending, or that left them for the next holder because its claims
+        were lapsing (see :meth:`_leave_for_next_holder`).
 
-        We hold the routine's claim now, so that beat's claim expired; sending
-        its row again is safe because the worker claims a run once.
+        We hold the routine's claim now, so the writer's claim expired (or the
+        writer is this beat, and it did not publish the row). A row this beat
+        published itself is never one: the ledger holds it until it is marked
+        sent. Sending an orphan again is safe because the worker claims a run
+        once.
         """
         conflicted = [
             _window(run) for item in ready for run in item.sends if run.id not in inserted
@@ -392,7 +444,7 @@ class TickEngine:
         return {
             (row.routine_id, row.idempotency_key, row.attempt): row.id
             for row in self.store.runs.find_windows(conflicted)
-            if row.state == "pending"
+            if row.state == "pending" and row.id not in self.ledger
         }
 
     def _too_late(self, item: _Prepared, run: NewRun, run_id: str, report: TickReport) -> bool:

@@ -32,6 +32,7 @@ from celery_routines.store import NewRun, Store
 from celery_routines.store.models import OPEN_STATES
 from celery_routines.store.records import DueRetry
 from celery_routines.tick.budget import retry_blocked_by_ceiling
+from celery_routines.tick.ledger import Unrecorded
 
 if TYPE_CHECKING:
     from celery_routines.tick.report import TickReport
@@ -119,8 +120,11 @@ class Sweeps:
             report.more_due = True
         return due
 
-    def send_retries(self, due: list[DueRetry], now: datetime, report: TickReport) -> None:
-        """Send attempt N+1 of each due retry; each is taken by one beat only."""
+    def send_retries(
+        self, due: list[DueRetry], now: datetime, report: TickReport, ledger: Unrecorded
+    ) -> None:
+        """Send attempt N+1 of each due retry; each is taken by one beat only.
+        What went out is entered in ``ledger``; the tick marks it sent."""
         for item in due:
             run, routine = item.run, item.routine
             settled = settled_state(run.reason)
@@ -174,9 +178,7 @@ class Sweeps:
             )
             if error is None:
                 report.retries_sent += 1
-                self.store.runs.mark_sent(
-                    [next_run.id], now, deadline_at=lost_deadline(now, self.settings.run_timeout)
-                )
+                ledger.published([next_run.id], now)
             else:
                 report.send_failures += 1
                 record_send_failure(

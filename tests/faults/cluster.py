@@ -58,8 +58,7 @@ class Cluster:
         full_env = environment(
             self.broker_url,
             self.database_url,
-            ROUTINES_LOCK_TTL="4",
-            **{**self.extra_env, **env},
+            **{"ROUTINES_LOCK_TTL": "4", **self.extra_env, **env},
         )
         beat = CeleryProcess(
             [
