@@ -13,6 +13,7 @@ from celery_routines.policy.runs import (
     overlap_action,
     settled_state,
 )
+from celery_routines.policy.states import Overlap
 
 T = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -82,8 +83,7 @@ def test_the_lost_deadline_is_the_run_timeout_or_the_time_limit_plus_a_margin() 
         ("queue", 1, "queue"),
         ("overlap", 2, "send"),
         ("replace", 1, "replace"),
-        ("bogus", 1, "skip"),
     ],
 )
 def test_overlap_actions(policy: str, open_runs: int, action: str) -> None:
-    assert overlap_action(policy, open_runs) == action
+    assert overlap_action(Overlap(policy), open_runs) == action

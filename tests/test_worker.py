@@ -22,8 +22,8 @@ from sqlalchemy import event, text
 
 from celery_routines import register, spend
 from celery_routines.store import NewRun, Store
-from celery_routines.tick.budget import check_after_run
 from celery_routines.worker import hooks as worker
+from celery_routines.worker.ceiling import check_after_run
 from tests.conftest import FakeClock
 from tests.harness import insert_routine
 

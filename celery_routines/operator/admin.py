@@ -11,7 +11,6 @@ names the routine or the bad value (``UnknownRoutine``, ``InvalidRoutine``,
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -47,11 +46,14 @@ from celery_routines.operator.windows import (
     take_windows,
     to_instant,
 )
+from celery_routines.policy.catch_up import SkippedWindows
 from celery_routines.policy.ceilings import (
     Ceiling,
     parse_ceilings,
     period_bounds,
 )
+from celery_routines.policy.runs import in_progress
+from celery_routines.policy.states import RUN_STATES, Reason
 from celery_routines.registry import definitions_for
 from celery_routines.schedules.base import Schedule, count_windows, last_windows
 from celery_routines.schedules.keys import window_key
@@ -60,10 +62,9 @@ from celery_routines.schedules.zones import load_zone
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, RunRecord, Store, migrate
 from celery_routines.store.engine import safe_url
-from celery_routines.store.models import RUN_STATES
 from celery_routines.store.records import OpenRun
 from celery_routines.store.spend_queries import SpendQueries
-from celery_routines.tick.overlap import in_progress
+from celery_routines.tick.decide import skip_row
 
 __all__ = [
     "MAX_BACKFILL",
@@ -266,22 +267,8 @@ class Routines(Sending):
         schedule = self._schedule(record)
         count = 1 + count_windows(schedule, due, now)
         last = (last_windows(schedule, due, now, 1) or [due])[-1]
-        timezone = self._zone_of(record)
-        key = window_key(record.name, due, timezone)
-        if count > 1:
-            key += ".." + window_key(record.name, last, timezone).split("@", 1)[1]
-        skip = NewRun(
-            id=str(uuid.uuid4()),
-            routine_id=record.id,
-            idempotency_key=key,
-            attempt=1,
-            scheduled_for=last,
-            state="skipped",
-            reason="paused",
-            skipped_count=count,
-            skipped_first=due,
-            skipped_last=last,
-        )
+        summary = SkippedWindows(Reason.PAUSED, count, due, last)
+        skip = skip_row(record.id, record.name, self._zone_of(record), summary)
         return skip, schedule.next_after(last)
 
     # -- schema ------------------------------------------------------------

@@ -34,7 +34,7 @@ from celery_routines.operator.output import (
     table,
     utc,
 )
-from celery_routines.store.models import RUN_STATES
+from celery_routines.policy.states import RUN_STATES
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -9,25 +9,22 @@ depends on ``catch_up_cap``, not on the length of the outage.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from celery_routines.errors import ScheduleError
+from celery_routines.policy.states import CatchUp, Reason
 from celery_routines.schedules.base import Schedule, count_windows, last_windows
 from celery_routines.schedules.zones import aware_utc
 
-__all__ = ["POLICIES", "FirePlan", "SkippedWindows", "check_options", "plan_due"]
-
-POLICIES = ("catch_up", "latest", "skip_to_next")
-"""Allowed values of the ``catch_up`` option."""
+__all__ = ["FirePlan", "SkippedWindows", "plan_due"]
 
 
 @dataclass(frozen=True)
 class SkippedWindows:
     """A run of windows skipped for one reason, summarised in one row."""
 
-    reason: str
+    reason: Reason
     """``"catch_up_cap"``, ``"latest"``, ``"skip_to_next"`` or ``"late"``."""
     count: int
     first: datetime
@@ -54,7 +51,7 @@ def plan_due(
     due_window: datetime,
     now: datetime,
     *,
-    catch_up: str = "catch_up",
+    catch_up: CatchUp = CatchUp.CATCH_UP,
     catch_up_cap: int = 25,
     max_lateness: float | None = None,
 ) -> FirePlan:
@@ -66,8 +63,10 @@ def plan_due(
     ``"latest"`` the newest one, ``"skip_to_next"`` none; the rest are
     summarised. A window that would go out more than ``max_lateness`` seconds
     after its time is skipped as ``"late"`` instead of sent.
+
+    The options are a :class:`~celery_routines.policy.routine.Routine`'s,
+    checked when it was built.
     """
-    check_options(catch_up, catch_up_cap, max_lateness)
     due_window = aware_utc(due_window, "due_window")
     now = aware_utc(now, "now")
     if due_window > now:
@@ -79,8 +78,12 @@ def plan_due(
     if total == 1:
         keep, policy_reason = 1, None
     else:
-        keep = {"catch_up": min(catch_up_cap, total), "latest": 1, "skip_to_next": 0}[catch_up]
-        policy_reason = "catch_up_cap" if catch_up == "catch_up" else catch_up
+        keep = {
+            CatchUp.CATCH_UP: min(catch_up_cap, total),
+            CatchUp.LATEST: 1,
+            CatchUp.SKIP_TO_NEXT: 0,
+        }[catch_up]
+        policy_reason = Reason.CATCH_UP_CAP if catch_up == CatchUp.CATCH_UP else Reason(catch_up)
 
     # `tail`: the newest `keep` due windows plus, when anything is dropped, the
     # newest dropped one, ascending. Only these are ever listed.
@@ -99,7 +102,7 @@ def plan_due(
         limit = timedelta(seconds=max_lateness)
         late = [w for w in kept if now - w > limit]  # a prefix: `kept` is ascending
         if late:
-            skipped.append(SkippedWindows("late", len(late), late[0], late[-1]))
+            skipped.append(SkippedWindows(Reason.LATE, len(late), late[0], late[-1]))
             kept = kept[len(late) :]
 
     # Continue the chain from the newest due window rather than from `now`: an
@@ -116,21 +119,3 @@ def plan_due(
             f"after {now.isoformat()}; a schedule must move forward"
         )
     return FirePlan(send=tuple(kept), skipped=tuple(skipped), next_run_at=next_run_at)
-
-
-def check_options(catch_up: str, catch_up_cap: int, max_lateness: float | None) -> None:
-    """Raise ScheduleError naming the first catch-up option that is not allowed."""
-    if catch_up not in POLICIES:
-        allowed = ", ".join(repr(p) for p in POLICIES)
-        raise ScheduleError(f"catch_up must be one of {allowed}, got {catch_up!r}")
-    if isinstance(catch_up_cap, bool) or not isinstance(catch_up_cap, int) or catch_up_cap < 1:
-        raise ScheduleError(f"catch_up_cap must be a positive integer, got {catch_up_cap!r}")
-    if max_lateness is not None and (
-        isinstance(max_lateness, bool)
-        or not isinstance(max_lateness, int | float)
-        or not math.isfinite(max_lateness)
-        or max_lateness < 0
-    ):
-        raise ScheduleError(
-            f"max_lateness must be None or a number of seconds >= 0, got {max_lateness!r}"
-        )

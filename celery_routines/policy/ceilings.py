@@ -195,6 +195,11 @@ def parse_ceilings(json_text: str | None) -> tuple[Ceiling, ...]:
         ceilings.append(
             Ceiling(item["limit"], per=item.get("per", "day"), unit=item.get("unit", FIRES))
         )
+    return one_per_unit(ceilings)
+
+
+def one_per_unit(ceilings: Sequence[Ceiling]) -> tuple[Ceiling, ...]:
+    """The ceilings, refused when two count the same unit (which one would win?)."""
     units = [c.unit for c in ceilings]
     if len(units) != len(set(units)):
         raise ScheduleError(f"at most one ceiling per unit, got units {units!r}")

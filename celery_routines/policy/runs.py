@@ -20,12 +20,12 @@ The states of a run and what moves it (see the README for the table)::
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from celery_routines.errors import ScheduleError
+from celery_routines.policy.states import Overlap, Reason, RunState, no_retry
 
 # A task with its own hard time limit is declared lost this long after the
 # limit: the worker kills the task at the limit and reports it in seconds, so
@@ -36,12 +36,6 @@ TIME_LIMIT_MARGIN = 60.0
 # Short, so the window goes out soon after the open run ends; not zero, so a
 # queued routine never makes the tick spin.
 QUEUE_RECHECK = timedelta(seconds=1)
-
-# The reason of a run that was in flight and never reported back.
-LOST = "lost"
-SEND_FAILED = "send_failed"
-REPLACED = "replaced"
-OVERLAP = "overlap"
 
 
 @dataclass(frozen=True)
@@ -64,34 +58,6 @@ def policy_of(routine: Any) -> RetryPolicy:
         paused=routine.paused,
         suspended_until=routine.suspended_until,
     )
-
-
-# The bounds the declaration enforces (definition.py); a row typed in by hand
-# is held to the same, so it cannot retry once per tick or forever.
-MAX_RETRIES_LIMIT = 100
-RETRY_BASE_LIMIT = 366 * 86400
-
-
-def check_retry_policy(max_retries: Any, retry_base_seconds: Any) -> None:
-    """Raise ScheduleError naming a stored retry option that is out of bounds."""
-    if (
-        isinstance(max_retries, bool)
-        or not isinstance(max_retries, int)
-        or not 0 <= max_retries <= MAX_RETRIES_LIMIT
-    ):
-        raise ScheduleError(
-            f"max_retries must be a whole number from 0 to {MAX_RETRIES_LIMIT}, got {max_retries!r}"
-        )
-    if (
-        isinstance(retry_base_seconds, bool)
-        or not isinstance(retry_base_seconds, int | float)
-        or not math.isfinite(retry_base_seconds)
-        or not 0 < retry_base_seconds <= RETRY_BASE_LIMIT
-    ):
-        raise ScheduleError(
-            "retry_base_seconds must be a positive number of seconds (at most a year), "
-            f"got {retry_base_seconds!r}"
-        )
 
 
 @dataclass(frozen=True)
@@ -139,7 +105,7 @@ def after_failure(
     blocked = blocked_reason(policy, finished_at)
     if blocked is not None:
         return AfterFailure(
-            final_state, None, f"no_retry:{blocked}", f"not retried: the routine is {blocked}"
+            final_state, None, no_retry(blocked), f"not retried: the routine is {blocked}"
         )
     if attempt > policy.max_retries:
         return AfterFailure(
@@ -160,7 +126,7 @@ def after_failure(
 def settled_state(reason: str | None) -> str:
     """The final state of a ``retrying`` attempt once its retry is sent (or
     cancelled): ``lost`` if it never reported back, else ``failed``."""
-    return "lost" if reason == LOST else "failed"
+    return RunState.LOST if reason == Reason.LOST else RunState.FAILED
 
 
 def lost_deadline(
@@ -176,25 +142,42 @@ def lost_deadline(
     return started_at + timedelta(seconds=run_timeout)
 
 
-OVERLAP_POLICIES = ("skip", "queue", "overlap", "replace")
-
-
-def check_overlap(policy: Any) -> None:
-    """Raise ScheduleError for a stored overlap value that is not a policy."""
-    if policy not in OVERLAP_POLICIES:
-        raise ScheduleError(
-            f"overlap {policy!r} is unknown; use one of {', '.join(OVERLAP_POLICIES)}"
-        )
-
-
-def overlap_action(policy: str, open_runs: int) -> str:
+def overlap_action(policy: Overlap, open_runs: int) -> str:
     """What a due window does when the routine may still be running.
 
     ``send`` (nothing open, or ``overlap``), ``skip``, ``queue`` or ``replace``.
     """
-    if open_runs == 0 or policy == "overlap":
+    if open_runs == 0 or policy == Overlap.OVERLAP:
         return "send"
-    if policy in ("skip", "queue", "replace"):
-        return policy
-    # An unknown value typed into the table by hand: the safe default.
-    return "skip"
+    return policy.value
+
+
+class OpenRunLike(Protocol):
+    """What :func:`in_progress` reads of an open run row."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def idempotency_key(self) -> str: ...
+    @property
+    def deadline_at(self) -> datetime | None: ...
+
+
+R = TypeVar("R", bound=OpenRunLike)
+
+
+def in_progress(runs: Sequence[R], planned: Set[str], now: datetime) -> list[R]:
+    """The open runs that hold a routine back.
+
+    A pending row is ours or an orphan being re-sent, not a run in progress; a
+    run past its deadline is lost, whether or not the sweep has said so yet; a
+    run of a window planned again is that window's own row (a conflict the
+    unique key settles), not an overlap.
+    """
+    return [
+        run
+        for run in runs
+        if run.state != RunState.PENDING
+        and run.idempotency_key not in planned
+        and (run.deadline_at is None or run.deadline_at > now)
+    ]

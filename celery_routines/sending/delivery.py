@@ -3,51 +3,21 @@ window path (tick.py) and the retry path (sweeps.py)."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from celery_routines.errors import ScheduleError
-from celery_routines.policy.runs import SEND_FAILED, after_failure, policy_of
+from celery_routines.policy.routine import Routine
+from celery_routines.policy.runs import after_failure, policy_of
+from celery_routines.policy.states import Reason
 from celery_routines.sending.publish import NotSent, OutgoingRun, Publisher
 from celery_routines.store import RoutineRecord, Store
 
 logger = logging.getLogger("celery_routines.beat")
 
 
-@dataclass(frozen=True)
-class Call:
-    """What a routine's task is called with."""
-
-    args: list[Any]
-    kwargs: dict[str, Any]
-    options: dict[str, Any]
-
-
-def decode_call(record: RoutineRecord) -> Call:
-    """The stored args, kwargs and options; a row with bad JSON is invalid."""
-    decoded = []
-    for label, raw, kind in (
-        ("args", record.args, list),
-        ("kwargs", record.kwargs, dict),
-        ("options", record.options, dict),
-    ):
-        try:
-            value = json.loads(raw) if raw else kind()
-        except ValueError as exc:
-            raise ScheduleError(f"{label} is not valid JSON ({exc}): {raw!r}") from None
-        if not isinstance(value, kind):
-            raise ScheduleError(f"{label} must be a JSON {kind.__name__}, got {raw!r}")
-        decoded.append(value)
-    return Call(decoded[0], decoded[1], decoded[2])
-
-
 def outgoing_run(
-    record: RoutineRecord,
-    call: Call,
+    routine: Routine,
     *,
     run_id: str,
     window: datetime,
@@ -56,11 +26,11 @@ def outgoing_run(
 ) -> OutgoingRun:
     return OutgoingRun(
         run_id=run_id,
-        routine_name=record.name,
-        task=record.task,
-        args=call.args,
-        kwargs=call.kwargs,
-        options=call.options,
+        routine_name=routine.name,
+        task=routine.task,
+        args=list(routine.args),
+        kwargs=dict(routine.kwargs),
+        options=dict(routine.options),
         window=window,
         idempotency_key=idempotency_key,
         attempt=attempt,
@@ -95,8 +65,7 @@ def _error_text(error: Exception) -> str:
 
 def publish_run(
     publisher: Publisher,
-    record: RoutineRecord,
-    call: Call,
+    routine: Routine,
     *,
     run_id: str,
     window: datetime,
@@ -105,7 +74,7 @@ def publish_run(
 ) -> str | None:
     """Publish one run; the error text if it failed."""
     outgoing = outgoing_run(
-        record, call, run_id=run_id, window=window, idempotency_key=idempotency_key, attempt=attempt
+        routine, run_id=run_id, window=window, idempotency_key=idempotency_key, attempt=attempt
     )
     try:
         publisher.publish(outgoing)
@@ -126,7 +95,7 @@ def record_send_failure(
 ) -> None:
     """A publish failed: the run is failed with the broker's error and retried
     under the routine's policy (``retrying`` with ``retry_at``)."""
-    decision = after_failure(attempt, policy_of(record), now, reason=SEND_FAILED)
+    decision = after_failure(attempt, policy_of(record), now, reason=Reason.SEND_FAILED)
     store.runs.fail_send(
         run_id,
         error,

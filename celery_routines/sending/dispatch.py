@@ -14,17 +14,28 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from celery_routines.clock import Clock
-from celery_routines.errors import InvalidRoutine, ScheduleError
+from celery_routines.policy.routine import from_columns
 from celery_routines.policy.runs import lost_deadline
-from celery_routines.sending.delivery import decode_call, publish_run, record_send_failure
+from celery_routines.policy.states import Reason
+from celery_routines.sending.delivery import publish_run, record_send_failure
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
 
-SENT = "sent"
-EXISTS = "exists"
-SEND_FAILED = "send_failed"
+
+class Outcome(StrEnum):
+    """What happened to one run handed to :func:`dispatch`."""
+
+    SENT = "sent"
+    # A row for this window and attempt was already stored: nothing sent.
+    EXISTS = "exists"
+    # Row written, broker refused: the run's reason says the same.
+    SEND_FAILED = Reason.SEND_FAILED.value
+
+
+SENT, EXISTS, SEND_FAILED = Outcome.SENT, Outcome.EXISTS, Outcome.SEND_FAILED
 
 
 @dataclass(frozen=True)
@@ -49,11 +60,8 @@ def dispatch(
     run_timeout: float,
 ) -> list[Dispatched]:
     """Write, send and mark ``new_runs`` of ``record``, oldest first."""
-    try:
-        call = decode_call(record)
-    except ScheduleError as exc:
-        # Before anything is written: an undecodable row sends nothing.
-        raise InvalidRoutine(record.name, str(exc)) from None
+    # Before anything is written: an invalid row sends nothing.
+    routine = from_columns(record)
     now = clock()
     # A row left pending (this process dies before publishing) is found by
     # the lost sweep at its deadline, exactly like one of beat's.
@@ -84,8 +92,7 @@ def dispatch(
         if broker_error is None:
             broker_error = publish_run(
                 publisher,
-                record,
-                call,
+                routine,
                 run_id=run.id,
                 window=run.scheduled_for,
                 idempotency_key=run.idempotency_key,

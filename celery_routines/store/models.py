@@ -25,9 +25,6 @@ from .types import UTCDateTime
 
 KEY_MAX_LENGTH = 500
 
-RUN_STATES = ("pending", "sent", "running", "succeeded", "failed", "retrying", "skipped", "lost")
-OPEN_STATES = ("pending", "sent", "running")
-
 
 class Base(DeclarativeBase):
     pass

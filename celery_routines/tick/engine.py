@@ -1,48 +1,39 @@
-"""One beat tick: adopt, sweep runs, claim, plan, apply overlap, gate, write,
-send, advance.
+"""One beat tick: read, decide, write, then send.
 
-The engine decides nothing about schedules or run outcomes itself: the pure
-planner in ``schedules.plan`` says which windows go out and which are skipped,
-``lifecycle`` what an open run means for a due window; the engine carries the
-decisions out against the store, the gate and the publisher. Lost runs and
-retries are swept by :mod:`celery_routines.sweeps`.
+*read*: claim the due routines and, in as few queries as there are kinds of
+fact, what deciding needs (ceiling usage, open runs, a dead beat's rows);
+*decide*: :mod:`celery_routines.tick.decide`, pure; *write*: the decisions'
+rows, claims, suspensions and deferrals in the tick's one transaction; *send*:
+after the commit, then mark the runs sent and move the routines on, a
+statement each (:mod:`celery_routines.tick.ledger`). Lost runs and retries
+are swept by :mod:`celery_routines.tick.sweeps`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from celery_routines.clock import Clock
 from celery_routines.config import Settings
-from celery_routines.errors import ScheduleError
+from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.observe.events import Events, NoEvents
-from celery_routines.policy.catch_up import check_options, plan_due
-from celery_routines.policy.ceilings import parse_ceilings
-from celery_routines.policy.runs import check_overlap, check_retry_policy, lost_deadline
+from celery_routines.policy.catch_up import FirePlan
+from celery_routines.policy.routine import from_columns
+from celery_routines.policy.runs import lost_deadline
 from celery_routines.schedules.base import Schedule
-from celery_routines.schedules.keys import window_key
 from celery_routines.schedules.parse import schedule_from_columns
-from celery_routines.sending.delivery import (
-    decode_call,
-    outgoing_run,
-    publish_runs,
-    record_send_failure,
-)
 from celery_routines.sending.gate import Gate
 from celery_routines.sending.publish import Publisher
 from celery_routines.sending.revoke import CeleryRevoker, NoRevoker, Revoker
-from celery_routines.store import Advance, NewRun, Probe, RoutineRecord, Store
-from celery_routines.tick.budget import suspended_plan, within_budget
+from celery_routines.store import Advance, Probe, RoutineRecord, Store
+from celery_routines.tick import decide
+from celery_routines.tick.decide import Claimed, Decision, Facts
 from celery_routines.tick.ledger import Unrecorded
-from celery_routines.tick.overlap import apply_overlap, replace_open_runs
-from celery_routines.tick.report import TickReport, _Prepared
-from celery_routines.tick.runrows import skip_row
+from celery_routines.tick.report import TickReport
 from celery_routines.tick.sweeps import Sweeps
-from celery_routines.tick.takeover import resume_after_written_due_windows
+from celery_routines.tick.write import Outgoing, Writing
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -54,15 +45,7 @@ INVALID_RETRY = timedelta(minutes=1)
 CLAIM_USABLE_SHARE = 0.75
 
 
-@dataclass
-class _Outgoing:
-    """What a tick wrote: the routines it moves on, the runs to send."""
-
-    ready: list[_Prepared]
-    sends: list[tuple[_Prepared, NewRun, str]] = field(default_factory=list)
-
-
-class TickEngine:
+class TickEngine(Writing):
     def __init__(
         self,
         store: Store,
@@ -141,12 +124,8 @@ class TickEngine:
             self._lift_ended_suspensions(claimed, now)
             if len(claimed) >= self.settings.batch_size:
                 report.more_due = True
-            prepared = []
-            for record in claimed:
-                item = self._prepare(record, now, report)
-                if item is not None:
-                    prepared.append(item)
-            outgoing = self._write(prepared, now, report) if prepared else None
+            decisions = self._decide(claimed, now, report)
+            outgoing = self._write(decisions, now, report)
         self.sweeps.send_retries(retries, now, report, self.ledger)
         if outgoing is not None:
             if self._claims_lapsing(now):
@@ -154,10 +133,7 @@ class TickEngine:
             else:
                 self._send(outgoing, report)
                 self.ledger.advanced(
-                    [
-                        Advance(item.record.id, item.next_run_at or item.plan.next_run_at)
-                        for item in outgoing.ready
-                    ]
+                    [Advance(d.claimed.record.id, d.next_run_at) for d in outgoing.ready]
                 )
         self._record_published(now)
 
@@ -167,7 +143,7 @@ class TickEngine:
         lapse = now + timedelta(seconds=self.settings.lock_ttl * CLAIM_USABLE_SHARE)
         return self.clock() >= lapse
 
-    def _leave_for_next_holder(self, outgoing: _Outgoing, now: datetime) -> None:
+    def _leave_for_next_holder(self, outgoing: Outgoing, now: datetime) -> None:
         """Publish nothing and advance nothing: the rows stay ``pending`` and
         their routines due, so whichever beat claims them next (this one
         included) sends these same rows. Publishing now could race a beat
@@ -259,240 +235,70 @@ class TickEngine:
             record.cron, record.interval_seconds, record.timezone or self.settings.timezone
         )
 
-    def _prepare(
-        self, record: RoutineRecord, now: datetime, report: TickReport
-    ) -> _Prepared | None:
-        try:
-            schedule = self._schedule(record)
-            call = decode_call(record)
-            check_retry_policy(record.max_retries, record.retry_base_seconds)
-            check_overlap(record.overlap)
-            if record.last_error is not None:
+    def _decide(
+        self, claimed: list[RoutineRecord], now: datetime, report: TickReport
+    ) -> list[Decision]:
+        """Read what the claimed routines need, then decide each (pure)."""
+        drafts: list[tuple[Claimed, FirePlan | None]] = []
+        for record in claimed:
+            try:
+                schedule = self._schedule(record)
                 # Every stored option must read, not only the schedule, before
-                # the row counts as valid again: else it flips each minute.
-                check_options(record.catch_up, record.catch_up_cap, record.max_lateness)
-                parse_ceilings(record.ceiling)
-                # It was invalid and is valid again: resume from now, do not
-                # treat the retry instant as a missed window.
-                self.store.routines.advance(
-                    [Advance(record.id, schedule.next_after(now))], self.holder, now
-                )
-                logger.info("%s is valid again; resuming its schedule", record.name)
-                return None
-            assert record.next_run_at is not None  # claim_due only returns scheduled rows
-            timezone = record.timezone or self.settings.timezone
-            plan = suspended_plan(record, schedule, now)
-            if plan is None:
-                plan = plan_due(
-                    schedule,
-                    record.next_run_at,
-                    now,
-                    catch_up=record.catch_up,
-                    catch_up_cap=record.catch_up_cap,
-                    max_lateness=record.max_lateness,
-                )
-                plan = within_budget(self.store, record, schedule, plan, now, timezone, self.events)
-        except ScheduleError as exc:
-            self._invalid(record, exc, now, holder=self.holder)
-            report.invalid += 1
-            return None
-        item = _Prepared(
-            record, plan, timezone, call, next_run_at=plan.next_run_at, schedule=schedule
-        )
-        deadline = lost_deadline(now, self.settings.run_timeout)
-        for window in plan.send:
-            item.sends.append(
-                NewRun(
-                    id=str(uuid.uuid4()),
-                    routine_id=record.id,
-                    idempotency_key=window_key(record.name, window, timezone),
-                    attempt=1,
-                    scheduled_for=window,
-                    deadline_at=deadline,
-                )
+                # the row counts as valid (again: else it flips each minute).
+                routine = from_columns(record)
+                item = Claimed(record, routine, schedule, record.timezone or self.settings.timezone)
+                drafts.append((item, decide.plan(item, now) if record.last_error is None else None))
+            except (ScheduleError, InvalidRoutine) as exc:
+                self._invalid(record, exc, now, holder=self.holder)
+                report.invalid += 1
+        usage = {
+            item.record.id: self.store.spend.used_by_ceiling(
+                item.record.id, item.routine.ceilings, now, item.timezone
             )
-        item.skips = [skip_row(record.id, record.name, timezone, s) for s in plan.skipped]
-        return item
+            for item, planned in drafts
+            if planned is not None and decide.needs_usage(item, planned)
+        }
+        sending = [
+            item.record.id for item, planned in drafts if planned is not None and planned.send
+        ]
+        open_runs = self.store.runs.open_runs(sending) if sending else {}
+        decisions = []
+        for item, planned in drafts:
+            facts = Facts(usage.get(item.record.id), open_runs.get(item.record.id, ()))
+            try:
+                decisions.append(
+                    decide.decide(item, planned, facts, now, run_timeout=self.settings.run_timeout)
+                )
+            except ScheduleError as exc:
+                self._invalid(item.record, exc, now, holder=self.holder)
+                report.invalid += 1
+        return self._take_over(decisions)
+
+    def _take_over(self, decisions: list[Decision]) -> list[Decision]:
+        """Only decisions that skip their due window cost a query (one, batched)."""
+        wanted = {key: i for i, d in enumerate(decisions) if (key := decide.written_key(d))}
+        if not wanted:
+            return decisions
+        for row in self.store.runs.find_windows(list(wanted)):
+            index = wanted[(row.routine_id, row.idempotency_key, row.attempt)]
+            decisions[index] = decide.take_over(decisions[index], row)
+            logger.info(
+                "%s was already written (%s) by a beat whose claim expired; not skipping it",
+                row.idempotency_key,
+                row.state,
+            )
+        return decisions
 
     def _invalid(
         self, record: RoutineRecord, exc: Exception, now: datetime, holder: str | None
     ) -> None:
-        message = f"routine {record.name!r}: {exc}"
+        message = str(exc) if isinstance(exc, InvalidRoutine) else f"routine {record.name!r}: {exc}"
         retry_at = now + INVALID_RETRY
         logger.error("%s; marked invalid, looking again at %s", message, retry_at.isoformat())
         self.store.routines.mark_invalid(record.id, message, retry_at, holder, now)
 
     # -- carrying the plan out -----------------------------------------------
 
-    def _write(self, prepared: list[_Prepared], now: datetime, report: TickReport) -> _Outgoing:
-        """Apply overlap and the gate, write the run rows; what to send."""
-        prepared = apply_overlap(self.store, self.holder, prepared, now, report)
-        deferred = self._apply_gate(prepared)
-        report.deferred = len(deferred)
-        ready = [item for item in prepared if item.record.id not in deferred]
-        replace_open_runs(self.store, self.revoker, ready, now, report)
-
-        resume_after_written_due_windows(self.store, ready)
-        new_runs = [run for item in ready for run in (*item.sends, *item.skips)]
-        inserted = self.store.runs.insert_new(new_runs, now)
-        takeovers = self._orphaned_pending(ready, inserted)
-
-        outgoing = _Outgoing(ready)
-        for item in ready:
-            for run in item.sends:
-                run_id = run.id if run.id in inserted else takeovers.get(_window(run))
-                if run_id is None:
-                    report.conflicts += 1
-                    logger.info(
-                        "not sending %s: its run row already exists (another beat sent it)",
-                        run.idempotency_key,
-                    )
-                    continue
-                outgoing.sends.append((item, run, run_id))
-            for run in item.skips:
-                if run.id in inserted:
-                    count = run.skipped_count or 1
-                    report.skipped_windows += count
-                    _count(report.skipped_by_reason, run.reason or "skipped", count)
-                    self._skip_event(item.record.name, run)
-                    logger.warning(
-                        "skipped %d window(s) of %s from %s to %s: %s",
-                        run.skipped_count,
-                        item.record.name,
-                        run.skipped_first,
-                        run.skipped_last,
-                        run.reason,
-                    )
-        return outgoing
-
-    def _send(self, outgoing: _Outgoing, report: TickReport) -> None:
-        """Publish the written runs, after their rows are committed (a worker
-        claims a run only from its row), in as few broker round trips as the
-        transport allows."""
-        sending = [
-            (item, run, run_id)
-            for item, run, run_id in outgoing.sends
-            if not self._too_late(item, run, run_id, report)
-        ]
-        messages = [
-            outgoing_run(
-                item.record,
-                item.call,
-                run_id=run_id,
-                window=run.scheduled_for,
-                idempotency_key=run.idempotency_key,
-                attempt=run.attempt,
-            )
-            for item, run, run_id in sending
-        ]
-        errors = publish_runs(self.publisher, messages)
-        published = [
-            run_id for (_, _, run_id), error in zip(sending, errors, strict=True) if error is None
-        ]
-        self.ledger.published(published, self.clock())
-        for (item, run, run_id), error in zip(sending, errors, strict=True):
-            if error is None:
-                report.sent += 1
-            else:
-                report.send_failures += 1
-                record_send_failure(
-                    self.store,
-                    item.record,
-                    run_id,
-                    run.idempotency_key,
-                    run.attempt,
-                    error,
-                    self.clock(),
-                )
-
-    def _apply_gate(self, prepared: list[_Prepared]) -> set[int]:
-        """Routine ids to leave due this tick: the gate holds one of their
-        windows and no run row exists yet, so a beat that set the key may have
-        died before writing; the claim and the key expire together."""
-        runs = [run for item in prepared for run in item.sends]
-        answers = self.gate.acquire([f"{run.idempotency_key}#{run.attempt}" for run in runs])
-        refused = [run for run, ok in zip(runs, answers, strict=True) if not ok]
-        if not refused:
-            return set()
-        stored = {_window(r) for r in self.store.runs.find_windows([_window(r) for r in refused])}
-        deferred = {run.routine_id for run in refused if _window(run) not in stored}
-        for routine_id in deferred:
-            logger.info(
-                "routine id %s left due: the gate holds its window but no run row exists yet",
-                routine_id,
-            )
-        return deferred
-
-    def _orphaned_pending(
-        self, ready: list[_Prepared], inserted: set[str]
-    ) -> dict[tuple[int, str, int], str]:
-        """Rows left ``pending`` by a beat that died between writing and
-        sending, or that left them for the next holder because its claims
-        were lapsing (see :meth:`_leave_for_next_holder`).
-
-        We hold the routine's claim now, so the writer's claim expired (or the
-        writer is this beat, and it did not publish the row). A row this beat
-        published itself is never one: the ledger holds it until it is marked
-        sent. Sending an orphan again is safe because the worker claims a run
-        once.
-        """
-        conflicted = [
-            _window(run) for item in ready for run in item.sends if run.id not in inserted
-        ]
-        if not conflicted:
-            return {}
-        return {
-            (row.routine_id, row.idempotency_key, row.attempt): row.id
-            for row in self.store.runs.find_windows(conflicted)
-            if row.state == "pending" and row.id not in self.ledger
-        }
-
-    def _too_late(self, item: _Prepared, run: NewRun, run_id: str, report: TickReport) -> bool:
-        """``max_lateness`` judged now, at the moment of sending, not when the
-        row was read: a long drain behind a backlog cannot send a stale window."""
-        limit = item.record.max_lateness
-        if limit is None:
-            return False
-        lateness = (self.clock() - run.scheduled_for).total_seconds()
-        if lateness <= limit or not self.store.runs.skip_late(run_id, self.clock()):
-            return False
-        report.skipped_windows += 1
-        _count(report.skipped_by_reason, "late", 1)
-        self.events.skipped(
-            item.record.name,
-            reason="late",
-            count=1,
-            first=run.scheduled_for,
-            last=run.scheduled_for,
-            run_id=run_id,
-        )
-        logger.warning(
-            "skipped %s: %.1f s late at send time, max_lateness is %s s",
-            run.idempotency_key,
-            lateness,
-            limit,
-        )
-        return True
-
-    def _skip_event(self, routine: str, run: NewRun) -> None:
-        assert run.skipped_first is not None and run.skipped_last is not None
-        self.events.skipped(
-            routine,
-            reason=run.reason or "",
-            count=run.skipped_count or 1,
-            first=run.skipped_first,
-            last=run.skipped_last,
-            run_id=run.id,
-        )
-
 
 def _due(instant: datetime | None, now: datetime) -> bool:
     return instant is not None and instant <= now
-
-
-def _count(counts: dict[str, int], key: str, n: int) -> None:
-    counts[key] = counts.get(key, 0) + n
-
-
-def _window(run: NewRun) -> tuple[int, str, int]:
-    return (run.routine_id, run.idempotency_key, run.attempt)

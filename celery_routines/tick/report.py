@@ -1,15 +1,9 @@
-"""What one tick did (for logs, metrics and tests), and a claimed routine on
-its way through the tick."""
+"""What one tick did, for logs, metrics and tests."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-
-from celery_routines.policy.catch_up import FirePlan
-from celery_routines.schedules.base import Schedule
-from celery_routines.sending.delivery import Call
-from celery_routines.store import NewRun, RoutineRecord
 
 
 @dataclass
@@ -38,21 +32,3 @@ class TickReport:
     more_due: bool = False
     duration: float = 0.0
     next_wakeup: datetime | None = None
-
-
-@dataclass
-class _Prepared:
-    """One claimed routine, planned and ready to carry out."""
-
-    record: RoutineRecord
-    plan: FirePlan
-    timezone: str
-    call: Call
-    sends: list[NewRun] = field(default_factory=list)
-    skips: list[NewRun] = field(default_factory=list)
-    # Where the routine's due time moves; the plan's, unless overlap="queue"
-    # holds back all but the first window.
-    next_run_at: datetime | None = None
-    # Open runs to revoke before sending (overlap="replace").
-    replace: list[str] = field(default_factory=list)
-    schedule: Schedule | None = None

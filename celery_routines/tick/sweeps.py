@@ -11,27 +11,27 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from celery_routines.config import Settings
-from celery_routines.errors import ScheduleError
+from celery_routines.errors import InvalidRoutine
 from celery_routines.observe.events import Events, NoEvents
+from celery_routines.policy.ceilings import Ceiling, decide_before_send
+from celery_routines.policy.routine import from_columns
 from celery_routines.policy.runs import (
-    LOST,
     after_failure,
     blocked_reason,
-    check_retry_policy,
     lost_deadline,
     policy_of,
     settled_state,
 )
-from celery_routines.sending.delivery import decode_call, publish_run, record_send_failure
+from celery_routines.policy.states import OPEN_STATES, Reason, RunState
+from celery_routines.sending.delivery import publish_run, record_send_failure
 from celery_routines.sending.publish import Publisher
-from celery_routines.store import NewRun, Store
-from celery_routines.store.models import OPEN_STATES
+from celery_routines.store import NewRun, RoutineRecord, Store
 from celery_routines.store.records import DueRetry
-from celery_routines.tick.budget import retry_blocked_by_ceiling
 from celery_routines.tick.ledger import Unrecorded
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ class Sweeps:
             if routine is None:
                 continue
             decision = after_failure(
-                run.attempt, policy_of(routine), now, final_state="lost", reason=LOST
+                run.attempt, policy_of(routine), now, final_state=RunState.LOST, reason=Reason.LOST
             )
             error = (
                 f"no outcome by {run.deadline_at:%Y-%m-%d %H:%M:%S} UTC while {run.state}"
@@ -129,17 +129,16 @@ class Sweeps:
             run, routine = item.run, item.routine
             settled = settled_state(run.reason)
             blocked = blocked_reason(policy_of(routine), now)
-            call = None
+            model = None
             if blocked is None:
                 try:
-                    call = decode_call(routine)
-                    check_retry_policy(routine.max_retries, routine.retry_base_seconds)
+                    model = from_columns(routine)
                     blocked = retry_blocked_by_ceiling(
-                        self.store, routine, now, self.settings.timezone
+                        self.store, routine, model.ceilings, now, self.settings.timezone
                     )
-                except ScheduleError as exc:
-                    blocked = f"invalid ({exc})"
-            if blocked is not None or call is None:
+                except InvalidRoutine as exc:
+                    blocked = f"invalid ({exc.problem})"
+            if blocked is not None or model is None:
                 # Dropped, not postponed: resuming the routine later must not
                 # replay a backlog of retries in a burst.
                 if self.store.runs.cancel_retry(run.id, settled, f"no_retry:{blocked}"):
@@ -169,8 +168,7 @@ class Sweeps:
                 continue
             error = publish_run(
                 self.publisher,
-                routine,
-                call,
+                model,
                 run_id=next_run.id,
                 window=run.scheduled_for,
                 idempotency_key=run.idempotency_key,
@@ -184,3 +182,27 @@ class Sweeps:
                 record_send_failure(
                     self.store, routine, next_run.id, run.idempotency_key, attempt, error, now
                 )
+
+
+def retry_blocked_by_ceiling(
+    store: Store,
+    record: RoutineRecord,
+    ceilings: Sequence[Ceiling],
+    now: datetime,
+    default_timezone: str,
+) -> str | None:
+    """The before-send check for one retry: the reason it may not go out
+    (the routine is suspended as the check decides), or None."""
+    if not ceilings:
+        return None
+    timezone = record.timezone or default_timezone
+    used = store.spend.used_by_ceiling(record.id, ceilings, now, timezone)
+    decision = decide_before_send(ceilings, used, now, timezone, wanted=1)
+    suspension = decision.suspension
+    if decision.send and suspension is None:
+        return None
+    if suspension is not None and store.spend.suspend(
+        record.id, suspension.until, suspension.reason, now
+    ):
+        logger.warning("suspended %s: %s", record.name, suspension.reason)
+    return None if decision.send else "over its ceiling"

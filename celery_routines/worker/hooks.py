@@ -33,10 +33,11 @@ from celery.exceptions import Ignore, WorkerLostError
 
 from celery_routines.clock import Clock, utc_now
 from celery_routines.config import Settings, settings_from
-from celery_routines.policy.runs import LOST, after_failure, lost_deadline, policy_of
+from celery_routines.policy.runs import after_failure, lost_deadline, policy_of
+from celery_routines.policy.states import Reason
 from celery_routines.sending.publish import ROUTINE_HEADER
 from celery_routines.store import Store
-from celery_routines.tick.budget import check_after_run
+from celery_routines.worker.ceiling import check_after_run
 from celery_routines.worker.spend import begin_run, end_run
 
 logger = logging.getLogger("celery_routines.worker")
@@ -201,7 +202,7 @@ def record_failure(store: Store, run_id: str, error: str, now: datetime, *, lost
         policy_of(routine),
         now,
         final_state="lost" if lost else "failed",
-        reason=LOST if lost else None,
+        reason=Reason.LOST if lost else None,
     )
     moved = store.runs.settle(
         run_id,

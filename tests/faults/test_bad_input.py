@@ -91,7 +91,7 @@ BAD_ROWS: list[tuple[str, dict[str, Any], str]] = [
     ("no-schedule", {}, "exactly one of cron or interval_seconds"),
     ("both-schedules", {"cron": "* * * * *", "interval_seconds": 60.0}, "exactly one"),
     ("args-not-json", {"cron": "* * * * *", "args": "['single quotes']"}, "['single quotes']"),
-    ("args-not-a-list", {"cron": "* * * * *", "args": '{"a": 1}'}, '{"a": 1}'),
+    ("args-not-a-list", {"cron": "* * * * *", "args": '{"a": 1}'}, "{'a': 1}"),
     ("kwargs-not-a-dict", {"cron": "* * * * *", "kwargs": "[1, 2]"}, "[1, 2]"),
     ("options-not-json", {"cron": "* * * * *", "options": "{"}, "options"),
     ("bad-catch-up", {"cron": "* * * * *", "catch_up": "sometimes"}, "sometimes"),
@@ -197,8 +197,9 @@ def test_a_ten_thousand_character_name_inserted_by_sql(
     database_url: str, tmp_path: Path, clock: FakeClock
 ) -> None:
     """PostgreSQL refuses it at the INSERT (varchar(200)): nothing stored.
-    SQLite does not enforce lengths: beat fires the row like any other and
-    nothing is truncated or corrupted."""
+    SQLite does not enforce lengths: the row is stored whole and marked
+    invalid with the declaration's own message; nothing is sent, truncated or
+    corrupted."""
     folder = tmp_path / "broker"
     scheduler = make_scheduler(folder, database_url, clock)
     try:
@@ -214,7 +215,11 @@ def test_a_ten_thousand_character_name_inserted_by_sql(
             scheduler.tick()
         record = store.routines.by_name(LONG_NAME)
         assert record is not None and len(record.name) == 10_000
-        assert [len(m["routine"]) for m in published(folder)] in ([10_000], [10_000, 10_000])
+        with pytest.raises(InvalidRoutine) as declared:
+            register("tasks.noop", "* * * * *", name=LONG_NAME)
+        assert record.last_error == str(declared.value)
+        assert "at most 200" in record.last_error
+        assert published(folder) == []
     finally:
         scheduler.close()
 
