@@ -42,10 +42,10 @@ logger = logging.getLogger("celery_routines.beat")
 
 # A routine whose schedule cannot be computed is looked at again this often.
 INVALID_RETRY = timedelta(minutes=1)
-# A tick publishes only within this share of routines_lock_ttl from its claim:
-# the rest is the margin in which its messages go out and are marked sent
-# before another beat may take the claims over and send pending rows itself.
-CLAIM_USABLE_SHARE = 0.75
+# A tick younger than this share of routines_lock_ttl publishes on its claims
+# as they are; an older one confirms them in the database first (the rest of
+# the TTL is the margin for its messages and their bookkeeping).
+CLAIM_TRUSTED_SHARE = 0.25
 
 
 @dataclass
@@ -189,38 +189,48 @@ class TickEngine:
             outgoing = self._write(prepared, now, report) if prepared else None
         self.sweeps.send_retries(retries, now, report, self.ledger)
         if outgoing is not None:
-            if self._claims_lapsing(now):
-                self._leave_for_next_holder(outgoing, now)
-            else:
-                self._send(outgoing, report)
-                self.ledger.advanced(
-                    [
-                        Advance(item.record.id, item.next_run_at or item.plan.next_run_at)
-                        for item in outgoing.ready
-                    ]
-                )
+            outgoing = self._still_held(outgoing, now)
+            self._send(outgoing, report)
+            self.ledger.advanced(
+                [
+                    Advance(item.record.id, item.next_run_at or item.plan.next_run_at)
+                    for item in outgoing.ready
+                ]
+            )
         self._record_published(now)
 
-    def _claims_lapsing(self, now: datetime) -> bool:
-        """True once this tick has used up so much of its claims that another
-        beat may take them over while its messages are still going out."""
-        lapse = now + timedelta(seconds=self.settings.lock_ttl * CLAIM_USABLE_SHARE)
-        return self.clock() >= lapse
+    def _still_held(self, outgoing: _Outgoing, now: datetime) -> _Outgoing:
+        """The part of ``outgoing`` whose claims this beat still holds.
 
-    def _leave_for_next_holder(self, outgoing: _Outgoing, now: datetime) -> None:
-        """Publish nothing and advance nothing: the rows stay ``pending`` and
-        their routines due, so whichever beat claims them next (this one
-        included) sends these same rows. Publishing now could race a beat
-        that already took the claims over."""
-        elapsed = (self.clock() - now).total_seconds()
+        A claim lets another beat take the routine over once it expires, and
+        that beat sends the routine's ``pending`` rows itself. So a tick that
+        has used more than a trusted share of its claims confirms them in the
+        database before publishing (and renews them for the time the messages
+        and their bookkeeping take); a routine taken over meanwhile is left to
+        its new holder, its rows unpublished by this beat.
+        """
+        ttl = timedelta(seconds=self.settings.lock_ttl)
+        checked = self.clock()
+        if checked < now + ttl * CLAIM_TRUSTED_SHARE:
+            return outgoing
+        ids = [item.record.id for item in outgoing.ready]
+        held = self.store.routines.renew_claims(ids, self.holder, checked + ttl)
+        if len(held) == len(ids):
+            return outgoing
+        taken = [item for item in outgoing.ready if item.record.id not in held]
         logger.warning(
-            "tick took %.1f s of its %.0f s claims before sending; leaving %d run(s) of "
-            "%d routine(s) pending for the next holder (raise routines_lock_ttl or lower "
-            "routines_batch_size if ticks are this slow)",
-            elapsed,
+            "tick took %.1f s of its %.0f s claims before sending; %d routine(s) were taken "
+            "over meanwhile (%s): their %d pending run(s) are left to the new holder "
+            "(raise routines_lock_ttl or lower routines_batch_size if ticks are this slow)",
+            (checked - now).total_seconds(),
             self.settings.lock_ttl,
-            len(outgoing.sends),
-            len(outgoing.ready),
+            len(taken),
+            ", ".join(item.record.name for item in taken[:5]) + (", ..." if len(taken) > 5 else ""),
+            sum(len(item.sends) for item in taken),
+        )
+        return _Outgoing(
+            [item for item in outgoing.ready if item.record.id in held],
+            [send for send in outgoing.sends if send[0].record.id in held],
         )
 
     def _record_published(self, now: datetime) -> None:
@@ -411,7 +421,7 @@ class TickEngine:
         transport allows."""
         sending = [
             (item, run, run_id)
-            for item, run, run_id in outgoing.sends
+            for item, run, run_id in self._orphans_still_pending(outgoing.sends, report)
             if not self._too_late(item, run, run_id, report)
         ]
         messages = [
@@ -467,8 +477,8 @@ class TickEngine:
         self, ready: list[_Prepared], inserted: set[str]
     ) -> dict[tuple[int, str, int], str]:
         """Rows left ``pending`` by a beat that died between writing and
-        sending, or that left them for the next holder because its claims
-        were lapsing (see :meth:`_leave_for_next_holder`).
+        sending, or that was still writing when its claims expired and this
+        beat took them over (see :meth:`_still_held`).
 
         We hold the routine's claim now, so the writer's claim expired (or the
         writer is this beat, and it did not publish the row). A row this beat
@@ -486,6 +496,28 @@ class TickEngine:
             for row in self.store.runs.find_windows(conflicted)
             if row.state == "pending" and row.id not in self.ledger
         }
+
+    def _orphans_still_pending(
+        self, sends: list[tuple[_Prepared, NewRun, str]], report: TickReport
+    ) -> list[tuple[_Prepared, NewRun, str]]:
+        """Look again, just before publishing, at the rows taken over from
+        another beat: if that beat was only slow, not gone, it may have
+        published and marked them sent since this tick read them."""
+        orphans = [run_id for _, run, run_id in sends if run_id != run.id]
+        if not orphans:
+            return sends
+        pending = self.store.runs.still_pending(orphans)
+        kept = []
+        for send in sends:
+            _, run, run_id = send
+            if run_id != run.id and run_id not in pending:
+                report.conflicts += 1
+                logger.info(
+                    "not sending %s: the beat that wrote it sent it meanwhile", run.idempotency_key
+                )
+                continue
+            kept.append(send)
+        return kept
 
     def _too_late(self, item: _Prepared, run: NewRun, run_id: str, report: TickReport) -> bool:
         """``max_lateness`` judged now, at the moment of sending, not when the

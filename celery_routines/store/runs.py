@@ -146,6 +146,14 @@ class RunQueries:
         with self.db.read() as conn:
             return [_record(row) for row in conn.execute(query)]
 
+    def still_pending(self, run_ids: Sequence[str]) -> set[str]:
+        """Which of these runs are still ``pending`` (written, not yet sent)."""
+        if not run_ids:
+            return set()
+        query = select(c.id).where(c.id.in_(list(run_ids)), c.state == "pending")
+        with self.db.fast_read() as conn:
+            return {row.id for row in conn.execute(query)}
+
     def mark_sent(
         self, run_ids: Sequence[str], now: datetime, *, deadline_at: datetime | None = None
     ) -> None:
