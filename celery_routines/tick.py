@@ -481,10 +481,9 @@ class TickEngine:
         beat took them over (see :meth:`_still_held`).
 
         We hold the routine's claim now, so the writer's claim expired (or the
-        writer is this beat, and it did not publish the row). A row this beat
-        published itself is never one: the ledger holds it until it is marked
-        sent. Sending an orphan again is safe because the worker claims a run
-        once.
+        writer is this beat, and it did not publish the row: what it published
+        is marked sent before any of its ticks reads again, see ``ledger``).
+        Sending an orphan again is safe because the worker claims a run once.
         """
         conflicted = [
             _window(run) for item in ready for run in item.sends if run.id not in inserted
@@ -494,7 +493,7 @@ class TickEngine:
         return {
             (row.routine_id, row.idempotency_key, row.attempt): row.id
             for row in self.store.runs.find_windows(conflicted)
-            if row.state == "pending" and row.id not in self.ledger
+            if row.state == "pending"
         }
 
     def _orphans_still_pending(
