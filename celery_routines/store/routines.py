@@ -202,6 +202,35 @@ class RoutineQueries:
         with self.db.fast_write() as conn:
             return conn.execute(stmt, params).rowcount
 
+    def renew_claims(self, routine_ids: Sequence[int], holder: str, until: datetime) -> set[int]:
+        """Extend the claims ``holder`` still has on these routines to
+        ``until``; the ids it still holds (a routine another beat claimed
+        meanwhile is not among them)."""
+        if not routine_ids:
+            return set()
+        # Rows are locked in id order, as the advance writes them: two beats
+        # renewing overlapping sets (one took the other's expired claims)
+        # then wait for each other instead of deadlocking.
+        held = (
+            select(c.id)
+            .where(c.id.in_(list(routine_ids)), c.locked_by == holder)
+            .order_by(c.id)
+            .with_for_update()
+        )
+        if self._postgres:
+            locked = held.cte("held").prefix_with("MATERIALIZED")
+            held_ids = select(locked.c.id).scalar_subquery()
+        else:
+            held_ids = held.scalar_subquery()
+        stmt = (
+            update(table)
+            .where(c.id.in_(held_ids), c.locked_by == holder)
+            .values(locked_until=until)
+            .returning(c.id)
+        )
+        with self.db.fast_write() as conn:
+            return {row.id for row in conn.execute(stmt)}
+
     def defer(self, routine_ids: Sequence[int], holder: str, until: datetime) -> None:
         """Keep due routines claimed until ``until`` without advancing them
         (``overlap="queue"``): other beats leave them alone, this beat's sleep

@@ -14,7 +14,6 @@ from sqlalchemy import (
     Select,
     bindparam,
     func,
-    or_,
     select,
     text,
     tuple_,
@@ -33,13 +32,13 @@ from .records import (
     RoutineRecord,
     RunRecord,
 )
+from .run_outcomes import RunOutcomeQueries
 from .types import UTCDateTime
 
 table = RoutineRun.__table__
 c = table.c
 routines = Routine.__table__
 RECORD_COLUMNS = [c[name] for name in RUN_RECORD_FIELDS]
-STARTABLE_STATES = ("pending", "sent")
 # Spelled exactly like the partial indexes' predicates: SQLite uses a partial
 # index only for a query whose WHERE contains the same term.
 OPEN = text("routine_runs.state IN ('pending', 'sent', 'running')")
@@ -69,7 +68,7 @@ def _record(row: Any) -> RunRecord:
     return RunRecord(**{name: row._mapping[name] for name in RUN_RECORD_FIELDS})
 
 
-class RunQueries:
+class RunQueries(RunOutcomeQueries):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.db = connections_for(engine)
@@ -140,6 +139,14 @@ class RunQueries:
         )
         with self.db.read() as conn:
             return [_record(row) for row in conn.execute(query)]
+
+    def still_pending(self, run_ids: Sequence[str]) -> set[str]:
+        """Which of these runs are still ``pending`` (written, not yet sent)."""
+        if not run_ids:
+            return set()
+        query = select(c.id).where(c.id.in_(list(run_ids)), c.state == "pending")
+        with self.db.fast_read() as conn:
+            return {row.id for row in conn.execute(query)}
 
     def mark_sent(
         self, run_ids: Sequence[str], now: datetime, *, deadline_at: datetime | None = None
@@ -341,104 +348,6 @@ class RunQueries:
         )
         with self.db.write() as conn:
             return [row.id for row in conn.execute(stmt)]
-
-    # -- worker --------------------------------------------------------------
-
-    def claim_start(
-        self,
-        run_id: str,
-        worker: str,
-        now: datetime,
-        *,
-        deadline_at: datetime | None = None,
-        celery_retries: int = 0,
-    ) -> bool:
-        """``pending``/``sent`` -> ``running``; False means someone else has it.
-
-        A delivery of Celery's own ``self.retry()`` carries a higher
-        ``request.retries`` than the one holding the run, so it may take over
-        a ``running`` row; a duplicate of the same delivery may not.
-        """
-        stmt = (
-            update(table)
-            .where(
-                c.id == run_id,
-                or_(
-                    c.state.in_(STARTABLE_STATES),
-                    (c.state == "running") & (c.celery_retries < celery_retries),
-                ),
-            )
-            .values(
-                state="running",
-                started_at=now,
-                worker=worker,
-                deadline_at=deadline_at,
-                celery_retries=celery_retries,
-            )
-        )
-        with self.db.write() as conn:
-            return conn.execute(stmt).rowcount == 1
-
-    def count_duplicate(self, run_id: str) -> str | None:
-        """Count a refused delivery on the run; its state, or None if unknown."""
-        stmt = (
-            update(table)
-            .where(c.id == run_id)
-            .values(duplicates=c.duplicates + 1)
-            .returning(c.state)
-        )
-        with self.db.write() as conn:
-            row = conn.execute(stmt).first()
-        return row.state if row is not None else None
-
-    def finish(
-        self,
-        run_id: str,
-        state: str,
-        now: datetime,
-        *,
-        error: str | None = None,
-        spend: dict[str, float] | None = None,
-    ) -> bool:
-        """``running`` -> ``succeeded``/``failed`` with the outcome.
-
-        A success also lands on a run the lost sweep gave up on but whose retry
-        has not gone out yet (``retrying``, reason ``lost``): it did finish, and
-        taking it out of ``retrying`` cancels the retry.
-        """
-        values: dict[str, Any] = {
-            "state": state,
-            "finished_at": now,
-            "error": error,
-            "spend": json.dumps(spend) if spend is not None else None,
-        }
-        startable = c.state == "running"
-        if state == "succeeded":
-            startable = or_(startable, (c.state == "retrying") & (c.reason == "lost"))
-            values.update(retry_at=None, reason=None)
-        stmt = update(table).where(c.id == run_id, startable).values(**values)
-        with self.db.write() as conn:
-            return conn.execute(stmt).rowcount == 1
-
-    def requeue(
-        self, run_id: str, *, celery_retries: int = 0, deadline_at: datetime | None = None
-    ) -> None:
-        """A task that called Celery's own ``self.retry()`` goes back to ``sent``:
-        the redelivery is the same run, not one of our retries.
-
-        Only while the delivery that retried still holds it: if the redelivery
-        already claimed the row, it stays ``running``.
-        """
-        values: dict[str, Any] = {"state": "sent"}
-        if deadline_at is not None:
-            values["deadline_at"] = deadline_at
-        stmt = (
-            update(table)
-            .where(c.id == run_id, c.state == "running", c.celery_retries == celery_retries)
-            .values(**values)
-        )
-        with self.db.write() as conn:
-            conn.execute(stmt)
 
     # -- lookups -------------------------------------------------------------
 

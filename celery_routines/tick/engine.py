@@ -39,10 +39,10 @@ logger = logging.getLogger("celery_routines.beat")
 
 # A routine whose schedule cannot be computed is looked at again this often.
 INVALID_RETRY = timedelta(minutes=1)
-# A tick publishes only within this share of routines_lock_ttl from its claim:
-# the rest is the margin in which its messages go out and are marked sent
-# before another beat may take the claims over and send pending rows itself.
-CLAIM_USABLE_SHARE = 0.75
+# A tick younger than this share of routines_lock_ttl publishes on its claims
+# as they are; an older one confirms them in the database first (the rest of
+# the TTL is the margin for its messages and their bookkeeping).
+CLAIM_TRUSTED_SHARE = 0.25
 
 
 class TickEngine(Writing):
@@ -128,35 +128,46 @@ class TickEngine(Writing):
             outgoing = self._write(decisions, now, report)
         self.sweeps.send_retries(retries, now, report, self.ledger)
         if outgoing is not None:
-            if self._claims_lapsing(now):
-                self._leave_for_next_holder(outgoing, now)
-            else:
-                self._send(outgoing, report)
-                self.ledger.advanced(
-                    [Advance(d.claimed.record.id, d.next_run_at) for d in outgoing.ready]
-                )
+            outgoing = self._still_held(outgoing, now)
+            self._send(outgoing, report)
+            self.ledger.advanced(
+                [Advance(d.claimed.record.id, d.next_run_at) for d in outgoing.ready]
+            )
         self._record_published(now)
 
-    def _claims_lapsing(self, now: datetime) -> bool:
-        """True once this tick has used up so much of its claims that another
-        beat may take them over while its messages are still going out."""
-        lapse = now + timedelta(seconds=self.settings.lock_ttl * CLAIM_USABLE_SHARE)
-        return self.clock() >= lapse
+    def _still_held(self, outgoing: Outgoing, now: datetime) -> Outgoing:
+        """The part of ``outgoing`` whose claims this beat still holds.
 
-    def _leave_for_next_holder(self, outgoing: Outgoing, now: datetime) -> None:
-        """Publish nothing and advance nothing: the rows stay ``pending`` and
-        their routines due, so whichever beat claims them next (this one
-        included) sends these same rows. Publishing now could race a beat
-        that already took the claims over."""
-        elapsed = (self.clock() - now).total_seconds()
+        A claim lets another beat take the routine over once it expires, and
+        that beat sends the routine's ``pending`` rows itself. So a tick that
+        has used more than a trusted share of its claims confirms them in the
+        database before publishing (and renews them for the time the messages
+        and their bookkeeping take); a routine taken over meanwhile is left to
+        its new holder, its rows unpublished by this beat.
+        """
+        ttl = timedelta(seconds=self.settings.lock_ttl)
+        checked = self.clock()
+        if checked < now + ttl * CLAIM_TRUSTED_SHARE:
+            return outgoing
+        ids = [d.claimed.record.id for d in outgoing.ready]
+        held = self.store.routines.renew_claims(ids, self.holder, checked + ttl)
+        if len(held) == len(ids):
+            return outgoing
+        taken = [d for d in outgoing.ready if d.claimed.record.id not in held]
         logger.warning(
-            "tick took %.1f s of its %.0f s claims before sending; leaving %d run(s) of "
-            "%d routine(s) pending for the next holder (raise routines_lock_ttl or lower "
-            "routines_batch_size if ticks are this slow)",
-            elapsed,
+            "tick took %.1f s of its %.0f s claims before sending; %d routine(s) were taken "
+            "over meanwhile (%s): their %d pending run(s) are left to the new holder "
+            "(raise routines_lock_ttl or lower routines_batch_size if ticks are this slow)",
+            (checked - now).total_seconds(),
             self.settings.lock_ttl,
-            len(outgoing.sends),
-            len(outgoing.ready),
+            len(taken),
+            ", ".join(d.claimed.routine.name for d in taken[:5])
+            + (", ..." if len(taken) > 5 else ""),
+            sum(len(d.sends) for d in taken),
+        )
+        return Outgoing(
+            [d for d in outgoing.ready if d.claimed.record.id in held],
+            [send for send in outgoing.sends if send[0].claimed.record.id in held],
         )
 
     def _record_published(self, now: datetime) -> None:

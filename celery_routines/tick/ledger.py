@@ -6,9 +6,10 @@ database. If the bookkeeping fails (a deadlock, a dropped connection, a
 failover), the database still says ``pending`` and the routine is still due,
 and a beat that trusted only the database would publish those runs again on
 every retry. The ledger is this beat's memory of what it did: the next tick
-writes it down before anything else, and a run in it is never an orphan to
-re-send. A beat that dies loses its ledger; its claims then expire, and only
-then does another beat send its ``pending`` rows.
+writes it down before it reads anything else, so no tick of this beat ever
+plans from a database that has not heard what it published. A beat that dies
+loses its ledger; its claims then expire, and only then does another beat send
+its ``pending`` rows.
 """
 
 from __future__ import annotations
@@ -26,13 +27,11 @@ class Unrecorded:
     sent: list[tuple[list[str], datetime]] = field(default_factory=list)
     # Next windows of routines whose runs went out, not yet written.
     advances: dict[int, Advance] = field(default_factory=dict)
-    _ids: set[str] = field(default_factory=set)
 
     def published(self, run_ids: Sequence[str], sent_at: datetime) -> None:
         if not run_ids:
             return
         self.sent.append((list(run_ids), sent_at))
-        self._ids.update(run_ids)
 
     def advanced(self, advances: Sequence[Advance]) -> None:
         for advance in advances:
@@ -40,11 +39,7 @@ class Unrecorded:
 
     def marked(self) -> None:
         """The oldest batch of :attr:`sent` is written down."""
-        run_ids, _ = self.sent.pop(0)
-        self._ids.difference_update(run_ids)
-
-    def __contains__(self, run_id: object) -> bool:
-        return run_id in self._ids
+        self.sent.pop(0)
 
     def __bool__(self) -> bool:
         return bool(self.sent or self.advances)

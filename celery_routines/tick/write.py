@@ -120,7 +120,7 @@ class Writing:
         transport allows."""
         sending = [
             (item, run, run_id)
-            for item, run, run_id in outgoing.sends
+            for item, run, run_id in self._orphans_still_pending(outgoing.sends, report)
             if not self._too_late(item, run, run_id, report)
         ]
         messages = [
@@ -211,14 +211,13 @@ class Writing:
         self, ready: list[Decision], inserted: set[str]
     ) -> dict[tuple[int, str, int], str]:
         """Rows left ``pending`` by a beat that died between writing and
-        sending, or that left them for the next holder because its claims
-        were lapsing (see :meth:`_leave_for_next_holder`).
+        sending, or that was still writing when its claims expired and this
+        beat took them over (see ``TickEngine._still_held``).
 
         We hold the routine's claim now, so the writer's claim expired (or the
-        writer is this beat, and it did not publish the row). A row this beat
-        published itself is never one: the ledger holds it until it is marked
-        sent. Sending an orphan again is safe because the worker claims a run
-        once.
+        writer is this beat, and it did not publish the row: what it published
+        is marked sent before any of its ticks reads again, see ``ledger``).
+        Sending an orphan again is safe because the worker claims a run once.
         """
         conflicted = [_window(run) for d in ready for run in d.sends if run.id not in inserted]
         if not conflicted:
@@ -226,8 +225,30 @@ class Writing:
         return {
             (row.routine_id, row.idempotency_key, row.attempt): row.id
             for row in self.store.runs.find_windows(conflicted)
-            if row.state == "pending" and row.id not in self.ledger
+            if row.state == "pending"
         }
+
+    def _orphans_still_pending(
+        self, sends: list[tuple[Decision, NewRun, str]], report: TickReport
+    ) -> list[tuple[Decision, NewRun, str]]:
+        """Look again, just before publishing, at the rows taken over from
+        another beat: if that beat was only slow, not gone, it may have
+        published and marked them sent since this tick read them."""
+        orphans = [run_id for _, run, run_id in sends if run_id != run.id]
+        if not orphans:
+            return sends
+        pending = self.store.runs.still_pending(orphans)
+        kept = []
+        for send in sends:
+            _, run, run_id = send
+            if run_id != run.id and run_id not in pending:
+                report.conflicts += 1
+                logger.info(
+                    "not sending %s: the beat that wrote it sent it meanwhile", run.idempotency_key
+                )
+                continue
+            kept.append(send)
+        return kept
 
     def _too_late(self, item: Decision, run: NewRun, run_id: str, report: TickReport) -> bool:
         """``max_lateness`` judged now, at the moment of sending, not when the

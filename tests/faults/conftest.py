@@ -8,7 +8,22 @@ from pathlib import Path
 import pytest
 
 from celery_routines.store import Store
+from tests import services
 from tests.faults.cluster import Cluster
+
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+@pytest.fixture
+def libfaketime() -> Path:
+    """Debian's libfaketime (``apt-get install faketime``): skipped without
+    it, failed without it under ROUTINES_REQUIRE_SERVICES=1."""
+    if not LIBFAKETIME.exists():
+        message = f"libfaketime is not installed ({LIBFAKETIME}): apt-get install faketime"
+        if services.services_required():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return LIBFAKETIME
 
 
 @pytest.fixture

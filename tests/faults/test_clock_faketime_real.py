@@ -20,22 +20,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from tests import services
 from tests.faults.cluster import Cluster, check_every_window_once, wait_seconds
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
-
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
-
-
-@pytest.fixture
-def libfaketime() -> Path:
-    if not LIBFAKETIME.exists():
-        message = f"libfaketime is not installed ({LIBFAKETIME}): apt-get install faketime"
-        if services.services_required():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-    return LIBFAKETIME
 
 
 def cpu_seconds(pid: int) -> float:

@@ -1,0 +1,98 @@
+"""Issue 11 in process, with an injected clock: what a beat published is
+never published again, whatever fails after it, and a beat whose claims were
+taken over mid-tick publishes nothing of theirs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from celery_routines import Scheduler, register
+from tests.conftest import FakeClock
+from tests.harness import filesystem_app, published, runs_of
+
+
+def make(folder: Path, database_url: str, clock: FakeClock, **conf: Any) -> Scheduler:
+    return Scheduler(filesystem_app(folder, database_url, **conf), clock=clock)
+
+
+def fail_once(target: Any, name: str) -> list[int]:
+    """Make ``target.name`` raise a database error on its first call."""
+    original = getattr(target, name)
+    calls: list[int] = []
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError("injected", {}, Exception("connection dropped"))
+        return original(*args, **kwargs)
+
+    setattr(target, name, failing)
+    return calls
+
+
+@pytest.mark.parametrize("failing", ["mark_sent", "advance"])
+def test_bookkeeping_that_fails_after_publishing_is_retried_not_republished(
+    tmp_path: Path, database_url: str, clock: FakeClock, failing: str
+) -> None:
+    register("tasks.poll", timedelta(minutes=1), name="poll")
+    scheduler = make(tmp_path / "broker", database_url, clock)
+    try:
+        scheduler.tick()  # adopts: first window 12:01
+        clock.advance(minutes=1)
+        queries = scheduler.store.runs if failing == "mark_sent" else scheduler.store.routines
+        calls = fail_once(queries, failing)
+        scheduler.tick()  # publishes, then the bookkeeping fails
+        assert calls == [1]
+        assert len(published(tmp_path / "broker")) == 1
+        for _ in range(3):  # retry ticks: the bookkeeping lands, nothing goes out again
+            scheduler.tick()
+        messages = published(tmp_path / "broker")
+        assert [m["id"] for m in messages] == [messages[0]["id"]]
+        [run] = runs_of(scheduler.store, "poll")
+        assert run["state"] == "sent" and run["id"] == messages[0]["id"]
+        record = scheduler.store.routines.by_name("poll")
+        assert record.next_run_at == clock.now + timedelta(minutes=1)
+        assert record.locked_by is None
+    finally:
+        scheduler.close()
+
+
+def test_a_beat_whose_claims_were_taken_over_mid_tick_publishes_none_of_them(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    register("tasks.poll", timedelta(minutes=1), name="poll")
+    folder = tmp_path / "broker"
+    slow = make(folder, database_url, clock, routines_lock_ttl=30)
+    other = make(folder, database_url, clock, routines_lock_ttl=30)
+    try:
+        slow.tick()  # adopts
+        clock.advance(minutes=1)
+        engine = slow.engine
+        still_held = engine._still_held
+
+        def stalled(outgoing: Any, now: Any) -> Any:
+            # The slow beat's rows are committed; it stalls past its claims,
+            # and the other beat takes the routine over and sends the row.
+            clock.advance(seconds=40)
+            other.tick()
+            return still_held(outgoing, now)
+
+        engine._still_held = stalled  # type: ignore[method-assign]
+        slow.tick()
+        counts = Counter(m["id"] for m in published(folder))
+        assert list(counts.values()) == [1], counts
+        [run] = runs_of(slow.store, "poll")
+        assert run["state"] == "sent" and run["id"] in counts
+        # The other beat moved the routine on; the slow one changed nothing.
+        record = slow.store.routines.by_name("poll")
+        assert record.locked_by is None
+        assert record.next_run_at == clock.now.replace(second=0) + timedelta(minutes=1)
+    finally:
+        slow.close()
+        other.close()
