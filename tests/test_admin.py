@@ -314,6 +314,9 @@ def test_a_broker_failure_is_recorded_like_beats_own_and_reported(
         def publish(self, run: object) -> None:
             raise ConnectionError("broker down")
 
+        def publish_many(self, runs: list[object]) -> list[Exception | None]:
+            return [ConnectionError("broker down") for _ in runs]
+
         def close(self) -> None:
             pass
 

@@ -1,5 +1,6 @@
-"""Sending one run of a routine and recording a failed send; shared by the
-window path (tick.py) and the retry path (sweeps.py)."""
+"""The one publish path of every run (a tick's windows, its retries, an
+operator's sends): the message of a run, the batch publish with its log
+line, and a failed send recorded under the routine's retry policy."""
 
 from __future__ import annotations
 
@@ -61,27 +62,6 @@ def _error_text(error: Exception) -> str:
     if isinstance(error, NotSent):
         return str(error)  # already says what stopped it
     return f"{type(error).__name__}: {error}"
-
-
-def publish_run(
-    publisher: Publisher,
-    routine: Routine,
-    *,
-    run_id: str,
-    window: datetime,
-    idempotency_key: str,
-    attempt: int,
-) -> str | None:
-    """Publish one run; the error text if it failed."""
-    outgoing = outgoing_run(
-        routine, run_id=run_id, window=window, idempotency_key=idempotency_key, attempt=attempt
-    )
-    try:
-        publisher.publish(outgoing)
-    except Exception as exc:
-        return _error_text(exc)
-    _log_sent(outgoing)
-    return None
 
 
 def record_send_failure(

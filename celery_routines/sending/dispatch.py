@@ -20,7 +20,7 @@ from celery_routines.clock import Clock
 from celery_routines.policy.routine import from_columns
 from celery_routines.policy.runs import lost_deadline
 from celery_routines.policy.states import Reason
-from celery_routines.sending.delivery import publish_run, record_send_failure
+from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
 
@@ -73,9 +73,26 @@ def dispatch(
             [(r.routine_id, r.idempotency_key, r.attempt) for r in rows if r.id not in inserted]
         )
     }
+    fresh = [run for run in rows if run.id in inserted]
+    # One publish path with beat's windows and retries: batched where the
+    # transport allows, and once the broker fails (after its retries) the
+    # rest fail at once instead of each waiting out its own.
+    errors = publish_runs(
+        publisher,
+        [
+            outgoing_run(
+                routine,
+                run_id=run.id,
+                window=run.scheduled_for,
+                idempotency_key=run.idempotency_key,
+                attempt=run.attempt,
+            )
+            for run in fresh
+        ],
+    )
+    error_of = dict(zip((run.id for run in fresh), errors, strict=True))
     results: list[Dispatched] = []
     sent_ids: list[str] = []
-    broker_error: str | None = None
     for run in rows:
         if run.id not in inserted:
             # Another writer (beat, an earlier backfill) owns this window.
@@ -89,24 +106,11 @@ def dispatch(
                 )
             )
             continue
-        if broker_error is None:
-            broker_error = publish_run(
-                publisher,
-                routine,
-                run_id=run.id,
-                window=run.scheduled_for,
-                idempotency_key=run.idempotency_key,
-                attempt=run.attempt,
-            )
-            if broker_error is None:
-                sent_ids.append(run.id)
-                results.append(Dispatched(run, SENT))
-                continue
-            error = broker_error
-        else:
-            # One failed publish already waited out its retries: fail the rest
-            # at once instead of making the operator wait for each.
-            error = f"not sent: {broker_error}"
+        error = error_of[run.id]
+        if error is None:
+            sent_ids.append(run.id)
+            results.append(Dispatched(run, SENT))
+            continue
         record_send_failure(store, record, run.id, run.idempotency_key, run.attempt, error, clock())
         results.append(Dispatched(run, SEND_FAILED, error=error))
     sent_at = clock()

@@ -19,7 +19,7 @@ from celery_routines.config import Settings
 from celery_routines.errors import InvalidRoutine
 from celery_routines.observe.events import Events, NoEvents
 from celery_routines.policy.ceilings import Ceiling, decide_before_send
-from celery_routines.policy.routine import from_columns
+from celery_routines.policy.routine import Routine, from_columns
 from celery_routines.policy.runs import (
     after_failure,
     blocked_reason,
@@ -27,8 +27,8 @@ from celery_routines.policy.runs import (
     policy_of,
     settled_state,
 )
-from celery_routines.policy.states import OPEN_STATES, Reason, RunState
-from celery_routines.sending.delivery import publish_run, record_send_failure
+from celery_routines.policy.states import OPEN_STATES, Reason, RunState, no_retry
+from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
 from celery_routines.store.records import DueRetry
@@ -123,8 +123,10 @@ class Sweeps:
     def send_retries(
         self, due: list[DueRetry], now: datetime, report: TickReport, ledger: Unrecorded
     ) -> None:
-        """Send attempt N+1 of each due retry; each is taken by one beat only.
+        """Send attempt N+1 of each due retry; each is taken by one beat only,
+        and the taken ones go out together, batched like a tick's windows.
         What went out is entered in ``ledger``; the tick marks it sent."""
+        taken: list[tuple[DueRetry, Routine, NewRun]] = []
         for item in due:
             run, routine = item.run, item.routine
             settled = settled_state(run.reason)
@@ -141,7 +143,7 @@ class Sweeps:
             if blocked is not None or model is None:
                 # Dropped, not postponed: resuming the routine later must not
                 # replay a backlog of retries in a burst.
-                if self.store.runs.cancel_retry(run.id, settled, f"no_retry:{blocked}"):
+                if self.store.runs.cancel_retry(run.id, settled, no_retry(blocked or "invalid")):
                     report.retries_cancelled += 1
                     logger.warning(
                         "retry of %s attempt %d dropped: routine %s is %s",
@@ -166,22 +168,42 @@ class Sweeps:
                     "retry of %s attempt %d taken by another beat", run.idempotency_key, attempt
                 )
                 continue
-            error = publish_run(
-                self.publisher,
+            taken.append((item, model, next_run))
+        if not taken:
+            return
+        messages = [
+            outgoing_run(
                 model,
                 run_id=next_run.id,
-                window=run.scheduled_for,
-                idempotency_key=run.idempotency_key,
-                attempt=attempt,
+                window=next_run.scheduled_for,
+                idempotency_key=next_run.idempotency_key,
+                attempt=next_run.attempt,
             )
+            for _, model, next_run in taken
+        ]
+        errors = publish_runs(self.publisher, messages)
+        ledger.published(
+            [
+                next_run.id
+                for (_, _, next_run), error in zip(taken, errors, strict=True)
+                if not error
+            ],
+            now,
+        )
+        for (item, _, next_run), error in zip(taken, errors, strict=True):
             if error is None:
                 report.retries_sent += 1
-                ledger.published([next_run.id], now)
-            else:
-                report.send_failures += 1
-                record_send_failure(
-                    self.store, routine, next_run.id, run.idempotency_key, attempt, error, now
-                )
+                continue
+            report.send_failures += 1
+            record_send_failure(
+                self.store,
+                item.routine,
+                next_run.id,
+                next_run.idempotency_key,
+                next_run.attempt,
+                error,
+                now,
+            )
 
 
 def retry_blocked_by_ceiling(
