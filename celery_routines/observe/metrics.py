@@ -28,12 +28,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
-from sqlalchemy import and_, func, select
 
 from celery_routines.clock import Clock, utc_now
 from celery_routines.errors import ConfigurationError
 from celery_routines.sending.publish import OutgoingRun, Publisher
-from celery_routines.store.models import Routine
 
 if TYPE_CHECKING:
     from celery_routines.store import Store
@@ -212,16 +210,8 @@ class RoutineMetrics:
         ):
             return
         self._refreshed_at = now
-        table = Routine.__table__.c
-        query = select(
-            func.count().filter(table.suspended_until > now),
-            func.count().filter(
-                and_(table.enabled, ~table.paused, table.next_run_at <= now)
-            ),
-        )  # fmt: skip
         try:
-            with store.engine.connect() as conn:
-                suspended, due = conn.execute(query).one()
+            suspended, due = store.admin.routine_counts(now)
         except Exception as exc:  # a metric must never stop a tick
             logger.warning("could not read the routine counts for metrics: %s", exc)
             return

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Select, select, update
+from sqlalchemy import Engine, Select, and_, func, select, update
 
 from .connections import connections_for
 from .models import Routine, RoutineRun
@@ -148,3 +148,16 @@ class AdminQueries:
         )
         with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1
+
+    def routine_counts(self, now: datetime) -> tuple[int, int]:
+        """How many routines are suspended, and how many are due, at ``now``
+        (the metrics gauges): one scan of ``routines``."""
+        query = select(
+            func.count().filter(routines.c.suspended_until > now),
+            func.count().filter(
+                and_(routines.c.enabled, ~routines.c.paused, routines.c.next_run_at <= now)
+            ),
+        )
+        with self.db.read() as conn:
+            suspended, due = conn.execute(query).one()
+        return suspended, due
