@@ -326,3 +326,41 @@ def test_a_run_is_published_only_after_its_row_is_committed(
     finally:
         outside.dispose()
         scheduler.close()
+
+
+def test_the_engine_built_directly_reads_decides_writes_then_sends(
+    database_url: str, broker_folder: Path, clock: FakeClock
+) -> None:
+    """No Celery beat around it: a store, a publisher, a gate, settings and a clock."""
+    from celery_routines.config import Settings
+    from celery_routines.sending.gate import OpenGate
+    from celery_routines.sending.publish import CeleryPublisher
+    from celery_routines.store.models import Routine
+    from celery_routines.tick.engine import TickEngine
+
+    store = Store.from_url(database_url)
+    store.migrate()
+    app = filesystem_app(broker_folder, database_url)
+    publisher = CeleryPublisher(app)
+    settings = Settings(database_url=database_url)
+    engine = TickEngine(store, publisher, OpenGate(), settings, "beat-1", clock)
+    try:
+        insert_routine(store, "direct", cron="*/5 * * * *", catch_up_cap=2)
+        first = engine.tick()
+        assert first.adopted == 1 and first.next_wakeup == datetime(2026, 11, 30, 12, 5, tzinfo=UTC)
+        clock.advance(minutes=21)  # 12:05 .. 12:20 due: four windows, cap 2
+        report = engine.tick()
+        assert (report.claimed, report.sent, report.skipped_windows) == (1, 2, 2)
+        assert report.skipped_by_reason == {"catch_up_cap": 2}
+        assert [m["routine_window"] for m in published(broker_folder)] == [
+            "direct@2026-11-30T12:15:00+00:00",
+            "direct@2026-11-30T12:20:00+00:00",
+        ]
+        record = store.routines.by_name("direct")
+        assert record.next_run_at == datetime(2026, 11, 30, 12, 25, tzinfo=UTC)
+        assert record.locked_by is None
+        assert sorted(r.state for r in runs_for(store, record.id)) == ["sent", "sent", "skipped"]
+        assert Routine.__tablename__ == "routines"
+    finally:
+        publisher.close()
+        store.dispose()
