@@ -12,29 +12,24 @@ from celery_routines.policy.routine import Routine
 from celery_routines.policy.runs import after_failure, policy_of
 from celery_routines.policy.states import Reason
 from celery_routines.sending.publish import NotSent, OutgoingRun, Publisher
-from celery_routines.store import RoutineRecord, Store
+from celery_routines.store import NewRun, RoutineRecord, Store
 
 logger = logging.getLogger("celery_routines.beat")
 
 
-def outgoing_run(
-    routine: Routine,
-    *,
-    run_id: str,
-    window: datetime,
-    idempotency_key: str,
-    attempt: int,
-) -> OutgoingRun:
+def outgoing_run(routine: Routine, run: NewRun, run_id: str | None = None) -> OutgoingRun:
+    """The message of ``run`` of ``routine``; ``run_id`` when the row that
+    goes out is another with the same window (a dead beat's, taken over)."""
     return OutgoingRun(
-        run_id=run_id,
+        run_id=run_id or run.id,
         routine_name=routine.name,
         task=routine.task,
         args=list(routine.args),
         kwargs=dict(routine.kwargs),
         options=dict(routine.options),
-        window=window,
-        idempotency_key=idempotency_key,
-        attempt=attempt,
+        window=run.scheduled_for,
+        idempotency_key=run.idempotency_key,
+        attempt=run.attempt,
     )
 
 

@@ -79,16 +79,7 @@ def dispatch(
     # rest fail at once instead of each waiting out its own.
     errors = publish_runs(
         publisher,
-        [
-            outgoing_run(
-                routine,
-                run_id=run.id,
-                window=run.scheduled_for,
-                idempotency_key=run.idempotency_key,
-                attempt=run.attempt,
-            )
-            for run in fresh
-        ],
+        [outgoing_run(routine, run) for run in fresh],
     )
     error_of = dict(zip((run.id for run in fresh), errors, strict=True))
     results: list[Dispatched] = []

@@ -171,16 +171,7 @@ class Sweeps:
             taken.append((item, model, next_run))
         if not taken:
             return
-        messages = [
-            outgoing_run(
-                model,
-                run_id=next_run.id,
-                window=next_run.scheduled_for,
-                idempotency_key=next_run.idempotency_key,
-                attempt=next_run.attempt,
-            )
-            for _, model, next_run in taken
-        ]
+        messages = [outgoing_run(model, next_run) for _, model, next_run in taken]
         errors = publish_runs(self.publisher, messages)
         ledger.published(
             [

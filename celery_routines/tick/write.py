@@ -124,14 +124,7 @@ class Writing:
             if not self._too_late(item, run, run_id, report)
         ]
         messages = [
-            outgoing_run(
-                item.claimed.routine,
-                run_id=run_id,
-                window=run.scheduled_for,
-                idempotency_key=run.idempotency_key,
-                attempt=run.attempt,
-            )
-            for item, run, run_id in sending
+            outgoing_run(item.claimed.routine, run, run_id) for item, run, run_id in sending
         ]
         errors = publish_runs(self.publisher, messages)
         published = [

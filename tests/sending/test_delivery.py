@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from celery_routines.policy.routine import define
 from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
 from celery_routines.sending.publish import NotSent, OutgoingRun
-from celery_routines.store import Store
+from celery_routines.store import NewRun, Store
 from tests.conftest import FakeClock
 from tests.operators import add_routine, add_run
 
@@ -19,9 +19,8 @@ def test_a_run_message_carries_the_routines_call_and_its_window() -> None:
     routine = define(
         "tasks.report", 60, name="report", args=[1], kwargs={"day": "today"}, options={"queue": "q"}
     )
-    message = outgoing_run(
-        routine, run_id="r1", window=WINDOW, idempotency_key="report@w", attempt=2
-    )
+    run = NewRun(id="r0", routine_id=1, idempotency_key="report@w", attempt=2, scheduled_for=WINDOW)
+    message = outgoing_run(routine, run, "r1")
     assert (message.task, message.args, message.kwargs, message.options) == (
         "tasks.report",
         [1],
@@ -38,7 +37,10 @@ def test_publish_runs_answers_none_or_the_error_text_per_run() -> None:
 
     routine = define("tasks.report", 60, name="report")
     runs = [
-        outgoing_run(routine, run_id=f"r{i}", window=WINDOW, idempotency_key="k", attempt=1)
+        outgoing_run(
+            routine,
+            NewRun(id=f"r{i}", routine_id=1, idempotency_key="k", attempt=1, scheduled_for=WINDOW),
+        )
         for i in range(3)
     ]
     assert publish_runs(Half(), runs) == [  # type: ignore[arg-type]
