@@ -53,7 +53,7 @@ from celery_routines.policy.ceilings import (
     period_bounds,
 )
 from celery_routines.policy.runs import in_progress
-from celery_routines.policy.states import RUN_STATES, Reason
+from celery_routines.policy.states import RUN_STATES, Reason, RunState
 from celery_routines.registry import definitions_for
 from celery_routines.schedules.base import Schedule, count_windows, last_windows
 from celery_routines.schedules.keys import window_key
@@ -214,7 +214,7 @@ class Routines(Sending):
 
     def skips(self, since: datetime | str | None = None, limit: int = 1000) -> list[RunView]:
         """Every decision not to fire: skipped run rows with reason and count."""
-        return self.runs(state="skipped", since=since, limit=limit)
+        return self.runs(state=RunState.SKIPPED, since=since, limit=limit)
 
     # -- pause and resume --------------------------------------------------
 
@@ -250,7 +250,7 @@ class Routines(Sending):
             if self.events is not None:
                 self.events.skipped(
                     record.name,
-                    reason="paused",
+                    reason=Reason.PAUSED,
                     count=skipped,
                     first=skip.skipped_first or skip.scheduled_for,
                     last=skip.scheduled_for,

@@ -25,7 +25,7 @@ from celery_routines.operator.views import (
 )
 from celery_routines.operator.windows import check_count, range_windows, to_instant
 from celery_routines.policy.ceilings import Ceiling, decide_before_send
-from celery_routines.policy.states import EXCLUSIVE_OVERLAP
+from celery_routines.policy.states import EXCLUSIVE_OVERLAP, RunState
 from celery_routines.schedules.base import Schedule
 from celery_routines.schedules.keys import window_key
 from celery_routines.sending.dispatch import SENT, Dispatched, dispatch
@@ -36,7 +36,7 @@ from celery_routines.store.records import OpenRun
 # A backfill larger than this is almost always a typo in --from; the caller
 # can raise it explicitly.
 MAX_BACKFILL = 1000
-REPLAYABLE_STATES = ("failed", "skipped", "lost")
+REPLAYABLE_STATES = (RunState.FAILED, RunState.SKIPPED, RunState.LOST)
 
 
 class UnknownRun(RoutinesError, LookupError):

@@ -83,6 +83,7 @@ from zoneinfo import ZoneInfo
 from celery_routines.errors import ScheduleError
 from celery_routines.policy.catch_up import FirePlan, SkippedWindows
 from celery_routines.policy.periods import PERIODS, period_bounds, zone_of
+from celery_routines.policy.states import Reason
 from celery_routines.schedules.base import Schedule, count_windows, last_windows
 from celery_routines.schedules.zones import aware_utc
 
@@ -105,7 +106,7 @@ __all__ = [
 UNIT_MAX_LENGTH = 32
 FIRES = "fires"
 """The unit every run costs one of, whether or not the task reports spend."""
-CEILING_REASON = "ceiling"
+CEILING_REASON = Reason.CEILING
 """The ``reason`` of the skipped row summarising a suspension's windows."""
 
 # Amounts are decimal money reported as floats: ten runs of 0.1 must reach a

@@ -93,7 +93,7 @@ def after_failure(
     policy: RetryPolicy,
     finished_at: datetime,
     *,
-    final_state: str = "failed",
+    final_state: str = RunState.FAILED,
     reason: str | None = None,
 ) -> AfterFailure:
     """Decide whether failed (or lost) attempt ``attempt`` is retried, and when.
@@ -116,7 +116,7 @@ def after_failure(
         )
     retry_at = finished_at + retry_delay(attempt, policy.retry_base_seconds)
     return AfterFailure(
-        "retrying",
+        RunState.RETRYING,
         retry_at,
         reason,
         f"attempt {attempt + 1} of {policy.max_retries + 1} at {retry_at.isoformat()}",

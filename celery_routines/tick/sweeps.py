@@ -86,7 +86,7 @@ class Sweeps:
                 + (f" on {run.worker}" if run.worker else "")
                 + "; the worker was probably lost"
             )
-            if run.state == "pending":
+            if run.state == RunState.PENDING:
                 error = "never sent: the beat that wrote it stopped before sending it"
             moved = self.store.runs.settle(
                 run.id,

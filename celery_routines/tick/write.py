@@ -18,7 +18,7 @@ from celery_routines.clock import Clock
 from celery_routines.config import Settings
 from celery_routines.observe.events import Events
 from celery_routines.policy.runs import QUEUE_RECHECK
-from celery_routines.policy.states import Overlap, Reason
+from celery_routines.policy.states import Overlap, Reason, RunState
 from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
 from celery_routines.sending.gate import Gate
 from celery_routines.sending.publish import Publisher
@@ -102,7 +102,7 @@ class Writing:
                 if run.id in inserted:
                     count = run.skipped_count or 1
                     report.skipped_windows += count
-                    _count(report.skipped_by_reason, run.reason or "skipped", count)
+                    _count(report.skipped_by_reason, run.reason or RunState.SKIPPED, count)
                     self._skip_event(name, run)
                     logger.warning(
                         "skipped %d window(s) of %s from %s to %s: %s",
@@ -218,7 +218,7 @@ class Writing:
         return {
             (row.routine_id, row.idempotency_key, row.attempt): row.id
             for row in self.store.runs.find_windows(conflicted)
-            if row.state == "pending"
+            if row.state == RunState.PENDING
         }
 
     def _orphans_still_pending(

@@ -34,7 +34,7 @@ from celery.exceptions import Ignore, WorkerLostError
 from celery_routines.clock import Clock, utc_now
 from celery_routines.config import Settings, settings_from
 from celery_routines.policy.runs import after_failure, lost_deadline, policy_of
-from celery_routines.policy.states import Reason
+from celery_routines.policy.states import OPEN_STATES, Reason, RunState
 from celery_routines.sending.publish import ROUTINE_HEADER
 from celery_routines.store import Store
 from celery_routines.worker.ceiling import check_after_run
@@ -201,12 +201,12 @@ def record_failure(store: Store, run_id: str, error: str, now: datetime, *, lost
         run.attempt,
         policy_of(routine),
         now,
-        final_state="lost" if lost else "failed",
+        final_state=RunState.LOST if lost else RunState.FAILED,
         reason=Reason.LOST if lost else None,
     )
     moved = store.runs.settle(
         run_id,
-        from_states=("running",),
+        from_states=(RunState.RUNNING,),
         state=decision.state,
         now=now,
         retry_at=decision.retry_at,
@@ -261,7 +261,7 @@ def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
     run_id = sender.request.id
     ledger = end_run()
     try:
-        done = store_for(sender.app).runs.finish(run_id, "succeeded", clock(), spend=ledger)
+        done = store_for(sender.app).runs.finish(run_id, RunState.SUCCEEDED, clock(), spend=ledger)
     except Exception:
         logger.exception("could not record the success of run %s", run_id)
         return
@@ -338,8 +338,8 @@ def _on_revoked(
     try:
         closed = store_for(sender.app).runs.settle(
             request.id,
-            from_states=("pending", "sent", "running"),
-            state="failed",
+            from_states=OPEN_STATES,
+            state=RunState.FAILED,
             now=clock(),
             reason=reason,
             error=error,
