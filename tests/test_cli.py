@@ -92,6 +92,9 @@ def test_list_prints_a_table_and_json(invoke: Invoke, store: Store) -> None:
         "(LOCAL)",
         "STATE",
         "LAST",
+        "NEXT",
+        "RETRY",
+        "(UTC)",
     ]
     assert "2026-12-01 01:30:00 UTC" in table and "2026-12-01 02:30:00 CET" in table
     assert "paused" in table and "succeeded" in table
@@ -370,3 +373,91 @@ def test_sync_writes_the_routines_declared_in_code_so_they_can_be_listed(
     )
     assert "declared" in json.loads(ok(invoke("sync", "--json")))["routines"]
     assert "no runs yet" in ok(invoke("show", "declared"))
+
+
+# -- issue 17: retries are visible; words that do not read as "it will fire" ---
+
+
+def test_retrying_runs_show_their_retry_time_and_attempt_everywhere(
+    invoke: Invoke, store: Store
+) -> None:
+    record = add_routine(store, "report", max_retries=4, next_run_at=NOW + timedelta(hours=1))
+    soon, later = NOW + timedelta(minutes=2), NOW + timedelta(minutes=8)
+    add_run(store, record, "report@a", "retrying", NOW, NOW, attempt=2, retry_at=later)
+    first = add_run(store, record, "report@b", "retrying", NOW, NOW, retry_at=soon)
+
+    table = ok(invoke("runs", "report"))
+    assert table.splitlines()[0].split()[:7] == [
+        "RUN",
+        "ID",
+        "ROUTINE",
+        "WINDOW",
+        "ATTEMPT",
+        "STATE",
+        "RETRY",
+    ]
+    assert "2 of 5" in table and "1 of 5" in table
+    assert "2026-11-30 12:02:00 UTC" in table and "2026-11-30 12:08:00 UTC" in table
+    rows = {r["id"]: r for r in json.loads(ok(invoke("runs", "report", "--json")))}
+    assert rows[first]["retry_at"] == soon.isoformat()
+    assert rows[first]["max_attempts"] == 5
+
+    shown = ok(invoke("show", "report"))
+    assert "  open runs:           2 (2 retrying)" in shown.splitlines()
+    assert "  next retry:          2026-11-30 12:02:00 UTC, attempt 2 of 5 of report@b" in shown
+    assert "attempt 3 of 5 of report@a" in shown
+    detail = json.loads(ok(invoke("show", "report", "--json")))
+    assert detail["open_runs"] == 2
+    assert [r["retry_at"] for r in detail["retrying"]] == [soon.isoformat(), later.isoformat()]
+
+    listed = ok(invoke("list"))
+    assert "NEXT RETRY (UTC)" in listed.splitlines()[0]
+    assert listed.splitlines()[1].endswith("2026-11-30 12:02:00 UTC")
+    [summary] = json.loads(ok(invoke("list", "--json")))
+    assert summary["next_retry_at"] == soon.isoformat()
+
+
+def test_pause_and_list_do_not_read_as_it_will_still_fire(
+    invoke: Invoke, store: Store, clock: FakeClock
+) -> None:
+    add_routine(store, "poll", next_run_at=NOW + timedelta(minutes=5))
+    add_routine(
+        store,
+        "broken",
+        cron="61 * * * *",
+        next_run_at=NOW + timedelta(minutes=1),
+        last_error="routine 'broken': minute field '61' is out of range 0-59",
+    )
+    text = ok(invoke("pause", "poll"))
+    assert text.strip() == "paused poll (would be next: 2026-11-30 12:05:00 UTC)"
+    assert "next window" not in text
+
+    lines = {line.split()[0]: line for line in ok(invoke("list")).splitlines()[1:]}
+    assert "invalid, re-checked at 2026-11-30 12:01:00 UTC" in lines["broken"]
+    assert "paused (would be next: 2026-11-30 12:05:00 UTC)" in lines["poll"]
+
+
+def test_show_prints_fields_in_words_with_one_indentation_and_the_effective_zone(
+    invoke: Invoke, store: Store
+) -> None:
+    add_routine(
+        store,
+        "report",
+        cron="0 9 * * *",
+        ceiling=json.dumps([{"limit": 5, "per": "week", "unit": "fires"}]),
+    )
+    text = ok(invoke("show", "report"))
+    fields = [line for line in text.splitlines() if line.startswith("  ") and ":" in line]
+    # (not the window and spend lines, which start with a number)
+    fields = [line for line in fields if not line[2].isdigit()]
+    # Every field at one indentation, its value in one column.
+    assert {(line.index(":") < 22, line[22], line[23] != " ") for line in fields} == {
+        (True, " ", True)
+    }
+    assert {len(line) - len(line.lstrip()) for line in fields} == {2}
+    assert "null" not in text and "true" not in text and "false" not in text
+    assert "  timezone:            UTC (routines_timezone)" in text.splitlines()
+    assert "  enabled:             yes" in text.splitlines()
+    assert "  max_lateness:        not set" in text.splitlines()
+    assert "  args:                none" in text.splitlines()
+    assert "  ceiling:             5 fires per week" in text.splitlines()
