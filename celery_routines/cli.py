@@ -31,15 +31,13 @@ from .admin import (
 )
 from .admin_views import RoutineSummary, attempt_text
 from .clock import Clock, utc_now
+from .config import settings_from
 from .dispatch import SEND_FAILED
 from .errors import RoutinesError
+from .store.engine import explain_database_error
 from .store.models import RUN_STATES
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-# How SQLite and PostgreSQL say a table or column is missing: an unmigrated
-# (or older) schema, which `migrate` fixes.
-SCHEMA_MISSING = ("no such table", "no such column", "does not exist")
 
 # The clock the commands read "now" from; tests replace it (never sleep).
 CLOCK: Clock = utc_now
@@ -62,13 +60,21 @@ def _errors(command: F) -> F:
         except (RoutinesError, ValueError, LookupError) as exc:
             raise click.ClickException(_one_line(exc)) from None
         except SQLAlchemyError as exc:
-            # The driver's message is multi-line; its first line names the cause.
-            message = f"database error: {_one_line(getattr(exc, 'orig', None) or exc)}"
-            if any(sign in message for sign in SCHEMA_MISSING):
-                message += "; is the schema up to date? run: celery -A <app> routines migrate"
-            raise click.ClickException(message) from None
+            # "Does not exist" alone could be the database, a user or a table:
+            # each has its own fix, so the message tells them apart.
+            raise click.ClickException(explain_database_error(exc, _database_url())) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _database_url() -> str | None:
+    """The store URL of the app being operated (for naming it in errors)."""
+    ctx = click.get_current_context(silent=True)
+    app = getattr(getattr(ctx, "obj", None), "app", None) if ctx is not None else None
+    try:
+        return settings_from(app).database_url
+    except RoutinesError:
+        return None
 
 
 def _admin(ctx: click.Context) -> Routines:

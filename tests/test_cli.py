@@ -266,12 +266,13 @@ def test_migrate_creates_the_schema_and_is_idempotent(
     assert report["before"] == report["after"]
 
 
-def test_an_unreachable_database_is_one_line_not_a_traceback(
+def test_a_missing_sqlite_folder_says_which_folder_to_create(
     tmp_path: Path, broker_folder: Path
 ) -> None:
     app = make_app(broker_folder, f"sqlite:///{tmp_path}/missing/dir/routines.db")
     result = CliRunner().invoke(routines, ["list"], obj=cli_context(app), catch_exceptions=False)
-    fails_with(result, "database error")
+    fails_with(result, "cannot be opened", f"mkdir -p {tmp_path}/missing/dir")
+    assert "migrate" not in result.stderr
 
 
 def test_preview_works_without_a_database_or_an_app() -> None:
@@ -355,7 +356,41 @@ def test_a_send_the_broker_refuses_exits_1_with_one_line_and_is_recorded(
 def test_an_unmigrated_database_says_to_run_migrate(database_url: str, broker_folder: Path) -> None:
     app = make_app(broker_folder, database_url)
     result = CliRunner().invoke(routines, ["list"], obj=cli_context(app), catch_exceptions=False)
-    fails_with(result, "database error", "routines migrate")
+    line = fails_with(result, "the schema of", "is missing or older", "routines migrate")
+    assert "does not exist on" not in line and "cannot connect" not in line
+
+
+@pytest.mark.postgres
+def test_a_missing_postgres_database_says_create_it_not_migrate(
+    postgres_url: str, broker_folder: Path
+) -> None:
+    # The server is up (postgres_url's was just created); this name is not.
+    missing = postgres_url.rsplit("/", 1)[0] + "/routines_never_created"
+    app = make_app(broker_folder, missing)
+    for command in ("list", "migrate"):
+        result = CliRunner().invoke(
+            routines, [command], obj=cli_context(app), catch_exceptions=False
+        )
+        line = fails_with(
+            result,
+            "the database 'routines_never_created' does not exist on 127.0.0.1:5432",
+            "createdb",
+        )
+        assert "migrate" not in line, line
+
+
+def test_an_unreachable_server_says_where_and_masks_the_password(broker_folder: Path) -> None:
+    # Port 1 on loopback: nothing listens there, so the connection is refused.
+    app = make_app(broker_folder, "postgresql://app:s3cret-pw@127.0.0.1:1/app")
+    for command in ("list", "migrate"):
+        result = CliRunner().invoke(
+            routines, [command], obj=cli_context(app), catch_exceptions=False
+        )
+        line = fails_with(
+            result, "cannot connect to the database server at 127.0.0.1:1: is it running"
+        )
+        assert "s3cret-pw" not in result.output and "app:***@127.0.0.1:1" in line
+        assert "migrate" not in line and "does not exist" not in line
 
 
 def test_sync_writes_the_routines_declared_in_code_so_they_can_be_listed(
