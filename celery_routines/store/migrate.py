@@ -43,13 +43,16 @@ def head_revision() -> str:
 
 def current_revision(engine: Engine) -> str | None:
     """The schema's revision, or None for a database never migrated."""
-    try:
-        with engine.connect() as connection:
+    # Connecting is outside the try: a server that is down or a database that
+    # does not exist must fail here, with its own error, not pass for "never
+    # migrated" and fail again inside Alembic.
+    with engine.connect() as connection:
+        try:
             return connection.execute(
                 text(f"SELECT version_num FROM {VERSION_TABLE}")
             ).scalar_one_or_none()
-    except DBAPIError:
-        return None  # no version table yet
+        except DBAPIError:
+            return None  # no version table yet
 
 
 def upgrade(engine: Engine) -> None:
