@@ -26,7 +26,7 @@ from .events import RoutineEvents
 from .gate import Gate, OpenGate, RedisGate
 from .metrics import MeasuredPublisher, RoutineMetrics, metrics_for
 from .publish import CeleryPublisher, Publisher
-from .registry import definitions_for
+from .registry import celery_default_entries, definitions_for
 from .store import Store
 from .store.engine import explain_database_error
 from .tick import TickEngine
@@ -76,8 +76,8 @@ class Scheduler(CeleryScheduler):
         definitions = definitions_for(self.app)
         store.routines.upsert_definitions([d.columns() for d in definitions], self._clock())
         logger.info(
-            "celery-routines: %d routine(s) declared in code written to %s",
-            len(definitions),
+            "celery-routines: %s written to %s",
+            _written(self.app, [d.name for d in definitions]),
             _safe_url(self.settings.database_url),
         )
         self._store = store
@@ -169,6 +169,19 @@ class Scheduler(CeleryScheduler):
             f"    . routines db -> {_safe_url(self.settings.database_url)}\n"
             f"    . idempotency gate -> {gate}"
         )
+
+
+def _written(app: Celery, names: list[str]) -> str:
+    """``3 routine(s) declared in code``, naming the ones the user did not
+    declare and why they exist (a routine nobody declared looks like a bug)."""
+    defaults = {d.name for d in celery_default_entries(app)} & set(names)
+    text = f"{len(names) - len(defaults)} routine(s) declared in code"
+    if "celery.backend_cleanup" in defaults:
+        text += (
+            " and celery.backend_cleanup, which Celery's own beat adds too: result_expires "
+            "is set and the result backend does not expire results by itself"
+        )
+    return text
 
 
 def cannot_start(exc: BaseException, database_url: str | None) -> NoReturn:

@@ -356,3 +356,32 @@ def test_each_skip_is_logged_once_with_its_windows_written_like_keys(
         ]
     finally:
         scheduler.close()
+
+
+@pytest.mark.parametrize("result_expires", [None, 3600])
+def test_the_start_up_line_says_why_celery_backend_cleanup_is_there(
+    sqlite_url: str,
+    broker_folder: Path,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+    result_expires: int | None,
+) -> None:
+    register("tasks.report", "0 9 * * *", name="report")
+    with caplog.at_level(logging.INFO, logger="celery_routines.beat"):
+        scheduler = make_scheduler(broker_folder, sqlite_url, clock, result_expires=result_expires)
+    try:
+        names = {r.name for r in scheduler.store.routines.all()}
+    finally:
+        scheduler.close()
+    [line] = [r.getMessage() for r in caplog.records if "written to" in r.getMessage()]
+    # Celery's own rule: its beat adds the clean-up when results expire and
+    # the backend does not expire them by itself (no backend here: it does not).
+    if result_expires:
+        assert names == {"report", "celery.backend_cleanup"}
+        assert line.startswith(
+            "celery-routines: 1 routine(s) declared in code and celery.backend_cleanup, "
+            "which Celery's own beat adds too: result_expires is set"
+        )
+    else:
+        assert names == {"report"}
+        assert line.startswith("celery-routines: 1 routine(s) declared in code written to ")

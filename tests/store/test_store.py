@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
@@ -232,3 +234,23 @@ def test_worker_claim_of_a_run_succeeds_once(store: Store) -> None:
 def test_the_head_revision_constant_names_the_newest_shipped_script() -> None:
     # Beat skips importing Alembic when the schema is at HEAD_REVISION.
     assert migrate.head_revision() == migrate.HEAD_REVISION
+
+
+def test_a_first_migration_logs_one_line_per_revision_and_no_alembic_chatter(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Store.from_url(database_url)
+    try:
+        with caplog.at_level(logging.DEBUG):
+            store.migrate()
+    finally:
+        store.dispose()
+    chatter = [r.getMessage() for r in caplog.records if r.name.startswith("alembic")]
+    assert chatter == []
+    ours = [r.getMessage() for r in caplog.records if r.name == "celery_routines.store"]
+    assert [line.split(" (")[0] for line in ours] == [
+        "celery-routines schema: applied migration 0001_initial",
+        "celery-routines schema: applied migration 0002_run_lifecycle",
+        f"celery-routines schema: applied migration {migrate.HEAD_REVISION}",
+    ]
+    assert logging.getLogger("alembic").level == logging.NOTSET  # left as it was
