@@ -202,7 +202,7 @@ def test_replay_resends_a_failed_run_as_attempt_two(
 ) -> None:
     record = add_routine(store, "report")
     failed = add_run(store, record, "report@w", "failed", NOW, NOW)
-    assert "report@w attempt 2" in ok(invoke("replay", failed))
+    assert "report@w attempt 2 of 5" in ok(invoke("replay", failed))
     assert [m["routine_attempt"] for m in published(broker_folder)] == [2]
     fails_with(invoke("replay", failed), "already has attempt 2")
     fails_with(invoke("replay", "nope"), "no run with id 'nope'")

@@ -68,6 +68,18 @@ def _invalid(expression: object, problem: str) -> ScheduleError:
     return ScheduleError(f"cron expression {expression!r} is invalid: {problem}")
 
 
+def _diagnose(fields: list[str], error: BaseException | None) -> str:
+    """Which field croniter refused, and why. Only on failure: a tick parses
+    the cron of every due routine, and the per-field probes cost five more
+    croniter parses."""
+    for index, field in enumerate(fields):
+        problem = _field_problem(index, field)
+        if problem is not None:
+            return problem
+    reason = (str(error) or type(error).__name__) if error is not None else "croniter rejects it"
+    return f"{reason}; {_EXPECTED}"
+
+
 def _field_problem(index: int, field: str) -> str | None:
     """What is wrong with field ``index`` on its own (the others wildcards),
     in the user's terms: ``minute field '61' is out of range 0-59``."""
@@ -109,17 +121,13 @@ def parse_cron(expression: str) -> CronSpec:
     normalised = " ".join(fields)
     if _RANDOM_OR_HASHED.search(normalised):
         raise _invalid(expression, "random (R) and hashed (H) fields are not supported")
-    for index, field in enumerate(fields):
-        problem = _field_problem(index, field)
-        if problem is not None:
-            raise _invalid(expression, problem)
     try:
         valid = croniter.is_valid(normalised)
         expanded, _nth = croniter.expand(normalised)
     except (CroniterError, ValueError, TypeError, KeyError, IndexError) as exc:
-        raise _invalid(expression, f"{exc or type(exc).__name__}; {_EXPECTED}") from exc
+        raise _invalid(expression, _diagnose(fields, exc)) from exc
     if not valid:
-        raise _invalid(expression, f"croniter rejects it; {_EXPECTED}")
+        raise _invalid(expression, _diagnose(fields, None))
 
     minutes = range(60) if expanded[0] == ["*"] else sorted(int(m) for m in expanded[0])
     hours = range(24) if expanded[1] == ["*"] else sorted(int(h) for h in expanded[1])
