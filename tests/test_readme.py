@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from celery import _state
 
 from celery_routines import registry
 from celery_routines.cli import routines
@@ -68,7 +69,13 @@ def test_the_command_block_shows_every_command_and_names_a_declared_routine(
     (tmp_path / "proj.py").write_text(example)
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("proj", None)
-    importlib.import_module("proj")
+    previous = _state.get_current_app()
+    try:
+        importlib.import_module("proj")
+    finally:
+        # Its Celery("proj") made itself the current app: later tests' shared
+        # tasks would land in it, next to its own proj.* tasks.
+        _state._set_current_app(previous)
     declared = {d.name for d in registry.declared()}
     named = {
         arg
