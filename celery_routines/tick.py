@@ -92,6 +92,9 @@ class _Prepared:
     # Open runs to revoke before sending (overlap="replace").
     replace: list[str] = field(default_factory=list)
     schedule: Schedule | None = None
+    # Why a skip row was written, beyond its reason, by run id (for its one
+    # log line: the open run an overlap skip waited on).
+    skip_notes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -406,12 +409,10 @@ class TickEngine:
                     _count(report.skipped_by_reason, run.reason or "skipped", count)
                     self._skip_event(item.record.name, run)
                     logger.warning(
-                        "skipped %d window(s) of %s from %s to %s: %s",
-                        run.skipped_count,
-                        item.record.name,
-                        run.skipped_first,
-                        run.skipped_last,
-                        run.reason,
+                        "%s",
+                        skip_line(
+                            item.record.name, run, item.timezone, item.skip_notes.get(run.id)
+                        ),
                     )
         return outgoing
 
@@ -538,7 +539,7 @@ class TickEngine:
             run_id=run_id,
         )
         logger.warning(
-            "skipped %s: %.1f s late at send time, max_lateness is %s s",
+            "skipped %s: late (%.1f s late at send time, max_lateness is %s s)",
             run.idempotency_key,
             lateness,
             limit,
@@ -555,6 +556,24 @@ class TickEngine:
             last=run.skipped_last,
             run_id=run.id,
         )
+
+
+def skip_line(routine: str, run: NewRun, timezone: str, note: str | None = None) -> str:
+    """The one log line of a skip row, its windows written like window keys
+    (in the routine's zone, with the offset)."""
+    count = run.skipped_count or 1
+    first = run.skipped_first or run.scheduled_for
+    last = run.skipped_last or run.scheduled_for
+    try:
+        if count == 1:
+            windows = window_key(routine, first, timezone)
+        else:
+            start = window_key(routine, first, timezone).split("@", 1)[1]
+            end = window_key(routine, last, timezone).split("@", 1)[1]
+            windows = f"{count} windows of {routine} from {start} to {end}"
+    except ValueError:  # an unknown zone: the row is written, say it in UTC
+        windows = f"{count} window(s) of {routine} from {first.isoformat()} to {last.isoformat()}"
+    return f"skipped {windows}: {run.reason}" + (f" ({note})" if note else "")
 
 
 def _due(instant: datetime | None, now: datetime) -> bool:
