@@ -116,6 +116,17 @@ def test_the_unique_window_key_lets_one_insert_win(store: Store) -> None:
         assert conn.execute(text("SELECT count(*) FROM routine_runs")).scalar_one() == 2
 
 
+def test_a_takeover_of_thousands_of_windows_finds_them_all(store: Store) -> None:
+    """A beat taking over a thousand routines, 25 catch-up windows each, looks them
+    up in one call; PostgreSQL refuses one row-value IN list that long."""
+    rid = add_routine(store, "poll")
+    runs = [new_run(rid, f"poll@{k}") for k in range(25_000)]
+    store.runs.insert_new(runs, T0)
+    wanted = [(rid, run.idempotency_key, 1) for run in runs] + [(rid, "poll@missing", 1)]
+    found = store.runs.find_windows(wanted)
+    assert sorted(r.id for r in found) == sorted(run.id for run in runs)
+
+
 def test_every_field_of_a_new_run_is_stored_as_written(store: Store) -> None:
     """Both insert paths (PostgreSQL's unnest, SQLite's executemany) write
     every NewRun field, a skipped summary's included."""
