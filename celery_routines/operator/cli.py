@@ -16,15 +16,17 @@ import click
 from sqlalchemy.exc import SQLAlchemyError
 
 from celery_routines.clock import Clock, utc_now
+from celery_routines.config import settings_from
 from celery_routines.errors import RoutinesError
 from celery_routines.operator.admin import (
     MAX_BACKFILL,
     Routines,
     preview,
 )
+from celery_routines.operator.app_errors import install_short_app_errors
 from celery_routines.operator.output import (
     fail_if_not_sent,
-    local,
+    next_run_cells,
     print_detail,
     print_json,
     print_pause,
@@ -35,12 +37,9 @@ from celery_routines.operator.output import (
     utc,
 )
 from celery_routines.policy.states import RUN_STATES
+from celery_routines.store.engine import explain_database_error
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-# How SQLite and PostgreSQL say a table or column is missing: an unmigrated
-# (or older) schema, which `migrate` fixes.
-SCHEMA_MISSING = ("no such table", "no such column", "does not exist")
 
 # The clock the commands read "now" from; tests replace it (never sleep).
 CLOCK: Clock = utc_now
@@ -63,13 +62,21 @@ def _errors(command: F) -> F:
         except (RoutinesError, ValueError, LookupError) as exc:
             raise click.ClickException(_one_line(exc)) from None
         except SQLAlchemyError as exc:
-            # The driver's message is multi-line; its first line names the cause.
-            message = f"database error: {_one_line(getattr(exc, 'orig', None) or exc)}"
-            if any(sign in message for sign in SCHEMA_MISSING):
-                message += "; is the schema up to date? run: celery -A <app> routines migrate"
-            raise click.ClickException(message) from None
+            # "Does not exist" alone could be the database, a user or a table:
+            # each has its own fix, so the message tells them apart.
+            raise click.ClickException(explain_database_error(exc, _database_url())) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _database_url() -> str | None:
+    """The store URL of the app being operated (for naming it in errors)."""
+    ctx = click.get_current_context(silent=True)
+    app = getattr(getattr(ctx, "obj", None), "app", None) if ctx is not None else None
+    try:
+        return settings_from(app).database_url
+    except RoutinesError:
+        return None
 
 
 def _admin(ctx: click.Context) -> Routines:
@@ -105,16 +112,25 @@ def list_(ctx: click.Context, as_json: bool) -> None:
         click.echo("no routines stored (beat writes the ones declared in code when it starts)")
         return
     table(
-        ["NAME", "SCHEDULE", "TIMEZONE", "NEXT RUN (UTC)", "NEXT RUN (LOCAL)", "STATE", "LAST"],
+        [
+            "NAME",
+            "SCHEDULE",
+            "TIMEZONE",
+            "NEXT RUN (UTC)",
+            "NEXT RUN (LOCAL)",
+            "STATE",
+            "LAST",
+            "NEXT RETRY (UTC)",
+        ],
         [
             (
                 s.name,
                 s.schedule,
                 s.timezone,
-                utc(s.next_run_utc),
-                local(s.next_run_local),
+                *next_run_cells(s),
                 s.state,
                 s.last_outcome,
+                utc(s.next_retry_at),
             )
             for s in summaries
         ],
@@ -352,3 +368,6 @@ def preview_(cron: str, timezone: str, start: str | None, count: int, as_json: b
         return
     click.echo(f"{cron!r} in {timezone} (UTC, then local):")
     print_windows(windows)
+
+
+install_short_app_errors()

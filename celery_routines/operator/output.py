@@ -1,4 +1,4 @@
-"""What ``celery routines ...`` prints: tables, JSON and one-line results."""
+"""What ``celery routines ...`` prints: tables, JSON, words and one-line results."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from celery_routines.operator.views import (
     BackfillResult,
     PauseResult,
     RoutineDetail,
+    RoutineSummary,
     RunView,
     SendResult,
     WindowView,
+    attempt_text,
 )
 from celery_routines.sending.dispatch import SEND_FAILED
 
@@ -68,14 +70,15 @@ def runs_table(runs: Sequence[RunView]) -> None:
         click.echo("no runs")
         return
     table(
-        ["RUN ID", "ROUTINE", "WINDOW", "ATTEMPT", "STATE", "REASON", "WRITTEN"],
+        ["RUN ID", "ROUTINE", "WINDOW", "ATTEMPT", "STATE", "RETRY AT", "REASON", "WRITTEN"],
         [
             (
                 r.id,
                 r.routine,
                 r.idempotency_key.split("@", 1)[-1],
-                r.attempt,
+                attempt_text(r.attempt, r.max_attempts),
                 r.state,
+                utc(r.retry_at),
                 r.reason or r.error,
                 utc(r.created_at),
             )
@@ -84,12 +87,29 @@ def runs_table(runs: Sequence[RunView]) -> None:
     )
 
 
+def next_run_cells(s: RoutineSummary) -> tuple[str, str]:
+    """The NEXT RUN cells of ``list``. A bare time would read as "it fires
+    then": for an invalid routine the stored instant is only when beat looks
+    at it again, and a paused or disabled routine fires nothing."""
+    if s.next_run_utc is None:
+        return "-", "-"
+    if s.state == "invalid":
+        return f"invalid, re-checked at {utc(s.next_run_utc)}", "-"
+    if s.state in ("paused", "disabled"):
+        return (
+            f"{s.state} (would be next: {utc(s.next_run_utc)})",
+            f"(would be next: {local(s.next_run_local)})",
+        )
+    return utc(s.next_run_utc), local(s.next_run_local)
+
+
 def send_line(result: SendResult) -> str:
     if result.outcome == SEND_FAILED:
         return f"NOT SENT {result.idempotency_key} (run {result.run_id}): {result.error}"
     if result.outcome == "exists":
         return f"already stored {result.idempotency_key} ({result.existing_state}): not sent again"
-    return f"sent {result.idempotency_key} attempt {result.attempt} as run {result.run_id}"
+    attempt = attempt_text(result.attempt, result.max_attempts)
+    return f"sent {result.idempotency_key} attempt {attempt} as run {result.run_id}"
 
 
 def fail_if_not_sent(results: Sequence[SendResult]) -> None:
@@ -101,31 +121,83 @@ def fail_if_not_sent(results: Sequence[SendResult]) -> None:
         )
 
 
+def words(value: Any) -> str:
+    """A definition value as a person reads it: no JSON ``null``/``true``."""
+    if value is None:
+        return "not set"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | dict) and not value:
+        return "none"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, str | int | float):
+        return str(value)
+    return json.dumps(value)
+
+
+def ceiling_words(value: Any) -> str:
+    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
+        return words(value)
+    return (
+        ", ".join(
+            f"{words(c.get('limit'))} {c.get('unit', 'fires')} per {c.get('per')}" for c in value
+        )
+        or "none"
+    )
+
+
+def field(key: str, value: str) -> None:
+    click.echo(f"  {key + ':':<20} {value}")
+
+
 def print_detail(detail: RoutineDetail) -> None:
     s = detail.summary
     click.echo(f"{s.name}  [{s.state}]")
-    click.echo(f"  schedule:  {s.schedule} ({s.timezone})")
+    field("schedule", s.schedule)
     for key, value in detail.definition.items():
-        click.echo(
-            f"  {key + ':':<20} {json.dumps(value) if not isinstance(value, str) else value}"
-        )
+        if key == "timezone":
+            # The zone the schedule is read in, also when the row leaves it
+            # to routines_timezone.
+            field(key, s.timezone if value else f"{s.timezone} (routines_timezone)")
+        elif key == "ceiling":
+            field(key, ceiling_words(value))
+        else:
+            field(key, words(value))
     last = f"{s.last_outcome} at {utc(s.last_run_at)}" if s.last_outcome else "no runs yet"
-    click.echo(f"  {'last outcome:':<20} {last}")
-    click.echo(f"  {'open runs:':<20} {detail.open_runs}")
+    field("last outcome", last)
+    retrying = len(detail.retrying)
+    field(
+        "open runs",
+        f"{detail.open_runs} ({retrying} retrying)" if retrying else str(detail.open_runs),
+    )
+    for run in detail.retrying:
+        field(
+            "next retry",
+            f"{utc(run.retry_at)}, attempt {attempt_text(run.attempt + 1, run.max_attempts)} "
+            f"of {run.idempotency_key}",
+        )
     if detail.last_error:
-        click.echo(f"  {'invalid:':<20} {detail.last_error}")
+        field("invalid", detail.last_error)
+        if s.next_run_utc is not None:
+            field("re-checked at", utc(s.next_run_utc))
     if detail.suspended_until:
-        click.echo(
-            f"  {'suspended until:':<20} {utc(detail.suspended_until)} "
-            f"({detail.suspended_reason or 'no reason recorded'})"
+        field(
+            "suspended until",
+            f"{utc(detail.suspended_until)} ({detail.suspended_reason or 'no reason recorded'})",
         )
     if detail.schedule_error:
-        click.echo(f"  schedule cannot be computed: {detail.schedule_error}")
+        field("schedule error", detail.schedule_error)
     else:
-        click.echo(f"next {len(detail.next_windows)} windows (UTC, then {s.timezone}):")
+        heading = f"next {len(detail.next_windows)} windows (UTC, then {s.timezone})"
+        if s.state in ("paused", "disabled"):
+            heading += f"; {s.state}: none of them fires until it is " + (
+                "resumed" if s.state == "paused" else "enabled"
+            )
+        click.echo(heading + ":")
         print_windows(detail.next_windows)
     if detail.ceiling_error:
-        click.echo(f"  ceiling cannot be read: {detail.ceiling_error}")
+        field("ceiling error", detail.ceiling_error)
     if detail.ceilings:
         click.echo("spend this period:")
         for c in detail.ceilings:
@@ -143,7 +215,11 @@ def print_pause(result: PauseResult, as_json: bool) -> None:
     if not result.changed:
         click.echo(f"{result.routine} was already {'paused' if result.paused else 'running'}")
         return
-    line = f"{verb} {result.routine}; next window {utc(result.next_run_at)}"
+    if result.paused:
+        # Not "next window": a paused routine fires nothing at that time.
+        line = f"paused {result.routine} (would be next: {utc(result.next_run_at)})"
+    else:
+        line = f"{verb} {result.routine}; next window {utc(result.next_run_at)}"
     if result.skipped_windows:
         line += f"; {result.skipped_windows} window(s) missed while paused recorded as skipped"
     click.echo(line)

@@ -33,16 +33,12 @@ from celery_routines.tick.decide import Claimed, Decision, Facts
 from celery_routines.tick.ledger import Unrecorded
 from celery_routines.tick.report import TickReport
 from celery_routines.tick.sweeps import Sweeps
-from celery_routines.tick.write import Outgoing, Writing
+from celery_routines.tick.write import Writing
 
 logger = logging.getLogger("celery_routines.beat")
 
 # A routine whose schedule cannot be computed is looked at again this often.
 INVALID_RETRY = timedelta(minutes=1)
-# A tick younger than this share of routines_lock_ttl publishes on its claims
-# as they are; an older one confirms them in the database first (the rest of
-# the TTL is the margin for its messages and their bookkeeping).
-CLAIM_TRUSTED_SHARE = 0.25
 
 
 class TickEngine(Writing):
@@ -128,47 +124,38 @@ class TickEngine(Writing):
             outgoing = self._write(decisions, now, report)
         self.sweeps.send_retries(retries, now, report, self.ledger)
         if outgoing is not None:
-            outgoing = self._still_held(outgoing, now)
-            self._send(outgoing, report)
+            held = self._send(outgoing, now, report)
             self.ledger.advanced(
-                [Advance(d.claimed.record.id, d.next_run_at) for d in outgoing.ready]
+                [
+                    Advance(d.claimed.record.id, d.next_run_at)
+                    for d in outgoing.ready
+                    if d.claimed.record.id in held
+                ]
             )
         self._record_published(now)
 
-    def _still_held(self, outgoing: Outgoing, now: datetime) -> Outgoing:
-        """The part of ``outgoing`` whose claims this beat still holds.
+    def _renew_claims(self, ready: list[Decision], held: set[int], checked: datetime) -> set[int]:
+        """The routines of ``held`` whose claims this beat still has, renewed
+        from ``checked`` for the messages still to go out and their bookkeeping.
 
         A claim lets another beat take the routine over once it expires, and
-        that beat sends the routine's ``pending`` rows itself. So a tick that
-        has used more than a trusted share of its claims confirms them in the
-        database before publishing (and renews them for the time the messages
-        and their bookkeeping take); a routine taken over meanwhile is left to
-        its new holder, its rows unpublished by this beat.
+        that beat sends the routine's ``pending`` rows itself; a routine taken
+        over meanwhile is left to its new holder, its rows unpublished here.
         """
         ttl = timedelta(seconds=self.settings.lock_ttl)
-        checked = self.clock()
-        if checked < now + ttl * CLAIM_TRUSTED_SHARE:
-            return outgoing
-        ids = [d.claimed.record.id for d in outgoing.ready]
-        held = self.store.routines.renew_claims(ids, self.holder, checked + ttl)
-        if len(held) == len(ids):
-            return outgoing
-        taken = [d for d in outgoing.ready if d.claimed.record.id not in held]
-        logger.warning(
-            "tick took %.1f s of its %.0f s claims before sending; %d routine(s) were taken "
-            "over meanwhile (%s): their %d pending run(s) are left to the new holder "
-            "(raise routines_lock_ttl or lower routines_batch_size if ticks are this slow)",
-            (checked - now).total_seconds(),
-            self.settings.lock_ttl,
-            len(taken),
-            ", ".join(d.claimed.routine.name for d in taken[:5])
-            + (", ..." if len(taken) > 5 else ""),
-            sum(len(d.sends) for d in taken),
-        )
-        return Outgoing(
-            [d for d in outgoing.ready if d.claimed.record.id in held],
-            [send for send in outgoing.sends if send[0].claimed.record.id in held],
-        )
+        still = self.store.routines.renew_claims(sorted(held), self.holder, checked + ttl)
+        taken = [d for d in ready if d.claimed.record.id in held - still]
+        if taken:
+            logger.warning(
+                "claims of %d routine(s) were taken over before this beat sent their runs "
+                "(%s): their %d pending run(s) are left to the new holder (raise "
+                "routines_lock_ttl or lower routines_batch_size if ticks are this slow)",
+                len(taken),
+                ", ".join(d.claimed.routine.name for d in taken[:5])
+                + (", ..." if len(taken) > 5 else ""),
+                sum(len(d.sends) for d in taken),
+            )
+        return still
 
     def _record_published(self, now: datetime) -> None:
         """Write down what went out: runs marked sent, then routines moved on.

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from celery_routines.clock import Clock
 from celery_routines.config import Settings
 from celery_routines.observe.events import Events
 from celery_routines.policy.runs import QUEUE_RECHECK
 from celery_routines.policy.states import Overlap, Reason, RunState
+from celery_routines.schedules.keys import window_key
 from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
 from celery_routines.sending.gate import Gate
 from celery_routines.sending.publish import Publisher
@@ -29,6 +30,13 @@ from celery_routines.tick.ledger import Unrecorded
 from celery_routines.tick.report import TickReport
 
 logger = logging.getLogger("celery_routines.beat")
+
+# Messages go out on claims taken or renewed less than this share of
+# routines_lock_ttl ago; older claims are renewed in the database first (the
+# rest of the TTL is the margin for a chunk of messages and its bookkeeping).
+CLAIM_TRUSTED_SHARE = 0.25
+# Messages published between two looks at the claims (kombu's Redis batch).
+PUBLISH_CHUNK = 500
 
 
 @dataclass
@@ -51,6 +59,9 @@ class Writing:
     revoker: Revoker
     events: Events
     ledger: Unrecorded
+
+    def _renew_claims(self, ready: list[Decision], held: set[int], checked: datetime) -> set[int]:
+        raise NotImplementedError
 
     def _write(
         self, decisions: list[Decision], now: datetime, report: TickReport
@@ -104,34 +115,55 @@ class Writing:
                     report.skipped_windows += count
                     _count(report.skipped_by_reason, run.reason or RunState.SKIPPED, count)
                     self._skip_event(name, run)
-                    logger.warning(
-                        "skipped %d window(s) of %s from %s to %s: %s",
-                        run.skipped_count,
-                        name,
-                        run.skipped_first,
-                        run.skipped_last,
-                        run.reason,
-                    )
+                    line = skip_line(name, run, item.claimed.timezone, skip_note(item, run))
+                    logger.warning("%s", line)
         return outgoing
 
-    def _send(self, outgoing: Outgoing, report: TickReport) -> None:
+    def _send(self, outgoing: Outgoing, now: datetime, report: TickReport) -> set[int]:
         """Publish the written runs, after their rows are committed (a worker
         claims a run only from its row), in as few broker round trips as the
-        transport allows."""
+        transport allows; the ids of the routines whose claims held to the end.
+
+        Messages go out in chunks, each under claims known to be live: a
+        chunk that starts later than a quarter of ``routines_lock_ttl`` after
+        the claims were taken or last renewed renews them first, so no other
+        beat can take a routine over while its messages are going out.
+        """
+        held = {d.claimed.record.id for d in outgoing.ready}
+        confirmed = now
+        trusted = timedelta(seconds=self.settings.lock_ttl * CLAIM_TRUSTED_SHARE)
         sending = [
             (item, run, run_id)
             for item, run, run_id in self._orphans_still_pending(outgoing.sends, report)
             if not self._too_late(item, run, run_id, report)
         ]
-        messages = [
-            outgoing_run(item.claimed.routine, run, run_id) for item, run, run_id in sending
-        ]
-        errors = publish_runs(self.publisher, messages)
+        for start in range(0, len(sending), PUBLISH_CHUNK):
+            if self.clock() >= confirmed + trusted:
+                confirmed = self.clock()
+                held = self._renew_claims(outgoing.ready, held, confirmed)
+            chunk = [
+                send
+                for send in sending[start : start + PUBLISH_CHUNK]
+                if send[0].claimed.record.id in held
+            ]
+            messages = [
+                outgoing_run(item.claimed.routine, run, run_id) for item, run, run_id in chunk
+            ]
+            self._sent(chunk, publish_runs(self.publisher, messages), report)
+        return held
+
+    def _sent(
+        self,
+        chunk: list[tuple[Decision, NewRun, str]],
+        errors: list[str | None],
+        report: TickReport,
+    ) -> None:
+        """Enter what went out in the ledger; record what the broker refused."""
         published = [
-            run_id for (_, _, run_id), error in zip(sending, errors, strict=True) if error is None
+            run_id for (_, _, run_id), error in zip(chunk, errors, strict=True) if error is None
         ]
         self.ledger.published(published, self.clock())
-        for (item, run, run_id), error in zip(sending, errors, strict=True):
+        for (item, run, run_id), error in zip(chunk, errors, strict=True):
             if error is None:
                 report.sent += 1
             else:
@@ -205,7 +237,7 @@ class Writing:
     ) -> dict[tuple[int, str, int], str]:
         """Rows left ``pending`` by a beat that died between writing and
         sending, or that was still writing when its claims expired and this
-        beat took them over (see ``TickEngine._still_held``).
+        beat took them over (see ``TickEngine._renew_claims``).
 
         We hold the routine's claim now, so the writer's claim expired (or the
         writer is this beat, and it did not publish the row: what it published
@@ -263,7 +295,7 @@ class Writing:
             run_id=run_id,
         )
         logger.warning(
-            "skipped %s: %.1f s late at send time, max_lateness is %s s",
+            "skipped %s: late (%.1f s late at send time, max_lateness is %s s)",
             run.idempotency_key,
             lateness,
             limit,
@@ -291,24 +323,47 @@ def _window(run: NewRun) -> tuple[int, str, int]:
 
 
 def _log_overlap(decision: Decision) -> None:
-    """Say why a window waits or was skipped behind an open run."""
-    holding = ", ".join(f"{run.idempotency_key} ({run.state})" for run in decision.holding)
+    """Say why windows wait behind an open run (a skip says it in its own line)."""
     if decision.verdict == Verdict.QUEUED:
         logger.info(
             "queued %s: previous run still open: %s; looking again in %.0f s",
             decision.sends[0].idempotency_key,
-            holding,
+            _holding(decision),
             QUEUE_RECHECK.total_seconds(),
         )
-    elif decision.holding and decision.skips and decision.skips[-1].reason == Reason.OVERLAP:
-        logger.warning(
-            "skipped %s: previous run still open: %s", decision.skips[-1].idempotency_key, holding
-        )
-    if (
-        decision.claimed.routine.overlap == Overlap.QUEUE
-        and decision.planned > len(decision.sends) > 0
-    ):
+    queue = decision.claimed.routine.overlap == Overlap.QUEUE
+    if queue and decision.verdict == Verdict.FIRE and decision.planned > len(decision.sends) > 0:
         logger.info(
             "%s: sending the oldest queued window; the next waits for it",
             decision.claimed.routine.name,
         )
+
+
+def _holding(decision: Decision) -> str:
+    return ", ".join(f"{run.idempotency_key} ({run.state})" for run in decision.holding)
+
+
+def skip_note(decision: Decision, run: NewRun) -> str | None:
+    """Why a skip row was written, beyond its reason: the open run an
+    overlap skip waited on."""
+    if run.reason == Reason.OVERLAP and decision.holding:
+        return f"previous run still open: {_holding(decision)}"
+    return None
+
+
+def skip_line(routine: str, run: NewRun, timezone: str, note: str | None = None) -> str:
+    """The one log line of a skip row, its windows written like window keys
+    (in the routine's zone, with the offset)."""
+    count = run.skipped_count or 1
+    first = run.skipped_first or run.scheduled_for
+    last = run.skipped_last or run.scheduled_for
+    try:
+        if count == 1:
+            windows = window_key(routine, first, timezone)
+        else:
+            start = window_key(routine, first, timezone).split("@", 1)[1]
+            end = window_key(routine, last, timezone).split("@", 1)[1]
+            windows = f"{count} windows of {routine} from {start} to {end}"
+    except ValueError:  # an unknown zone: the row is written, say it in UTC
+        windows = f"{count} window(s) of {routine} from {first.isoformat()} to {last.isoformat()}"
+    return f"skipped {windows}: {run.reason}" + (f" ({note})" if note else "")
