@@ -135,7 +135,8 @@ def lost_deadline(
     """When an open run that has not reported back is declared lost.
 
     ``routines_run_timeout`` after it was sent or started, or, for a task
-    with its own hard time limit, that limit plus a margin.
+    with its own hard time limit, that limit plus a margin. While the body
+    runs, its worker's heartbeats push the deadline on (never back).
     """
     if time_limit is not None and time_limit > 0:
         return started_at + timedelta(seconds=time_limit + TIME_LIMIT_MARGIN)

@@ -31,6 +31,8 @@ from kombu.exceptions import EncodeError
 ROUTINE_HEADER = "routine"
 WINDOW_HEADER = "routine_window"
 ATTEMPT_HEADER = "routine_attempt"
+# A routine's own run_timeout (seconds without a heartbeat), for the worker.
+RUN_TIMEOUT_HEADER = "routine_run_timeout"
 
 # Bounded: a broker outage must not stall the tick for long per message.
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5}
@@ -53,6 +55,7 @@ class OutgoingRun:
     window: datetime
     idempotency_key: str
     attempt: int
+    run_timeout: float | None = None
 
 
 class NotSent(Exception):
@@ -200,6 +203,8 @@ class CeleryPublisher:
                 "celery_beat_task": True,
             }
         )
+        if run.run_timeout is not None:
+            headers[RUN_TIMEOUT_HEADER] = run.run_timeout
         options.setdefault("retry_policy", PUBLISH_RETRY_POLICY)
         if batched:
             # Nothing goes over the wire until the batch flushes; a failed

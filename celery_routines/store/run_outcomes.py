@@ -8,10 +8,11 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, update
+from sqlalchemy import case, literal, or_, update
 
 from .connections import Connections
 from .models import RoutineRun
+from .types import UTCDateTime
 
 table = RoutineRun.__table__
 c = table.c
@@ -54,6 +55,19 @@ class RunOutcomeQueries:
                 deadline_at=deadline_at,
                 celery_retries=celery_retries,
             )
+        )
+        with self.db.write() as conn:
+            return conn.execute(stmt).rowcount == 1
+
+    def heartbeat(self, run_id: str, deadline_at: datetime) -> bool:
+        """A running body's sign of life: push its ``deadline_at`` to at least
+        ``deadline_at`` (a later one, from a hard time limit, is kept).
+        False: the run is no longer ``running`` (declared lost, replaced)."""
+        new = literal(deadline_at, UTCDateTime())
+        stmt = (
+            update(table)
+            .where(c.id == run_id, c.state == "running")
+            .values(deadline_at=case((c.deadline_at > new, c.deadline_at), else_=new))
         )
         with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1

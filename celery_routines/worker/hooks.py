@@ -35,8 +35,9 @@ from celery_routines.clock import Clock, utc_now
 from celery_routines.config import Settings, settings_from
 from celery_routines.policy.runs import after_failure, lost_deadline, policy_of
 from celery_routines.policy.states import OPEN_STATES, Reason, RunState
-from celery_routines.sending.publish import ROUTINE_HEADER
+from celery_routines.sending.publish import ROUTINE_HEADER, RUN_TIMEOUT_HEADER
 from celery_routines.store import Store
+from celery_routines.worker import heartbeat
 from celery_routines.worker.ceiling import check_after_run
 from celery_routines.worker.spend import begin_run, end_run
 
@@ -147,7 +148,8 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
     try:
         store = store_for(task.app)
         now = clock()
-        deadline = lost_deadline(now, settings_for(task.app).run_timeout, hard_time_limit(task))
+        timeout = run_timeout_of(task)
+        deadline = lost_deadline(now, timeout, hard_time_limit(task))
         claimed = store.runs.claim_start(
             task_id, hostname, now, deadline_at=deadline, celery_retries=retries
         )
@@ -159,6 +161,7 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
         raise
     if claimed:
         request._routines_claimed = task_id
+        heartbeat.start(task_id, timeout, store.runs.heartbeat, clock)
         return
     end_run()
     global _refused
@@ -177,6 +180,20 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
         state or "unknown (no such run row)",
     )
     raise Ignore(f"run {task_id} of {name} is already {state}")
+
+
+def run_timeout_of(task: Task) -> float:
+    """The routine's own ``run_timeout`` (a message header beat sets), else
+    ``routines_run_timeout``: how long the run may show no sign of life."""
+    headers = getattr(task.request, "headers", None) or {}
+    own = headers.get(RUN_TIMEOUT_HEADER) if isinstance(headers, dict) else None
+    own = own or getattr(task.request, RUN_TIMEOUT_HEADER, None)
+    try:
+        if own is not None and float(own) > 0:
+            return float(own)
+    except (TypeError, ValueError):
+        pass
+    return settings_for(task.app).run_timeout
 
 
 def hard_time_limit(task: Task) -> float | None:
@@ -259,6 +276,7 @@ def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
     if sender is None or routine_name_of(sender) is None:
         return
     run_id = sender.request.id
+    heartbeat.stop(run_id)
     ledger = end_run()
     try:
         done = store_for(sender.app).runs.finish(run_id, RunState.SUCCEEDED, clock(), spend=ledger)
@@ -286,6 +304,7 @@ def _on_failure(
         # A hard time limit is reported without the request: the run's
         # deadline (the limit plus a margin) covers it.
         return
+    heartbeat.stop(task_id)
     lost = isinstance(exception, WorkerLostError)
     error = f"{type(exception).__name__}: {exception}" if exception is not None else "unknown"
     try:
@@ -301,6 +320,7 @@ def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: 
     so it goes back to ``sent``; it is not one of our retries."""
     if sender is None or request is None or routine_name_of(sender) is None:
         return
+    heartbeat.stop(request.id)
     end_run()
     now = clock()
     wait = _retry_wait(getattr(reason, "when", None), now)
@@ -319,6 +339,11 @@ def _retry_wait(when: Any, now: datetime) -> timedelta:
     if isinstance(when, datetime) and when.tzinfo is not None:
         return max(timedelta(0), when - now)
     return timedelta(0)
+
+
+def _on_postrun(task_id: str | None = None, **_: Any) -> None:
+    # Whatever ended the body (success, failure, Ignore, a retry), its heartbeat ends too.
+    heartbeat.stop(task_id)
 
 
 def _on_revoked(
@@ -368,6 +393,7 @@ def _after_fork(**_: Any) -> None:
     with _stores_lock:
         for store in _stores.values():
             store.engine.dispose(close=False)
+    heartbeat.forget_all()
     install_in_pool_process()
 
 
@@ -397,6 +423,7 @@ def connect() -> None:
     signals.task_success.connect(_on_success, weak=False)
     signals.task_failure.connect(_on_failure, weak=False)
     signals.task_retry.connect(_on_retry, weak=False)
+    signals.task_postrun.connect(_on_postrun, weak=False)
     signals.task_revoked.connect(_on_revoked, weak=False)
     signals.worker_process_init.connect(_after_fork, weak=False)
     _connected = True

@@ -1,0 +1,124 @@
+"""Heartbeats: while a run's body runs, its worker keeps pushing the run's
+``deadline_at`` forward, so ``routines_run_timeout`` means "no sign of life
+for this long" rather than "the whole body must end within this long".
+
+One small daemon thread per running body, started by the claim (in the
+process that runs the body: the pool child under prefork, the worker under
+solo, the body's own thread under the threads pool) and stopped with the body.
+A killed process takes its thread with it; a frozen one (SIGSTOP, a VM pause)
+freezes it too, so in both cases the deadline stops moving and beat's lost
+sweep declares the run lost one ``run_timeout`` after the last beat.
+
+The thread waits with ``time.sleep`` in short slices, never with a timed
+``Event.wait``/``Lock.acquire``: those hang under libfaketime (see the field
+notes), and the soak steps clocks with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+logger = logging.getLogger("celery_routines.worker")
+
+# The thread checks whether its body ended this often (seconds).
+SLICE = 0.2
+# The fraction of the run timeout between two heartbeats.
+BEATS_PER_TIMEOUT = 3
+
+Beat = Callable[[str, datetime], bool]
+"""``(run_id, deadline_at) -> still running``: one heartbeat's write."""
+
+
+def heartbeat_interval(run_timeout: float) -> float:
+    """Seconds between two heartbeats: a third of the run timeout."""
+    return max(run_timeout / BEATS_PER_TIMEOUT, 0.05)
+
+
+class Heartbeat:
+    """The heartbeat of one run; :meth:`stop` ends it (idempotent)."""
+
+    def __init__(
+        self, run_id: str, run_timeout: float, beat: Beat, clock: Callable[[], datetime]
+    ) -> None:
+        self.run_id = run_id
+        self.run_timeout = run_timeout
+        self.interval = heartbeat_interval(run_timeout)
+        self._beat = beat
+        self._clock = clock
+        self._stopped = threading.Event()  # only ever polled, never waited on
+        self.beats = 0
+        self._thread = threading.Thread(
+            target=self._run, name=f"routines-heartbeat-{run_id[:8]}", daemon=True
+        )
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        next_at = time.monotonic() + self.interval
+        while not self._stopped.is_set():
+            left = next_at - time.monotonic()
+            if left > 0:
+                time.sleep(min(SLICE, left))
+                continue
+            next_at = time.monotonic() + self.interval
+            try:
+                deadline = self._clock() + timedelta(seconds=self.run_timeout)
+                running = self._beat(self.run_id, deadline)
+            except Exception:
+                # A database hiccup costs one heartbeat, not the body: the
+                # next one (a third of the timeout later) tries again.
+                logger.warning("heartbeat of run %s failed", self.run_id, exc_info=True)
+                continue
+            self.beats += 1
+            if not running:
+                logger.warning(
+                    "run %s is no longer running in the database (declared lost or replaced "
+                    "while its body runs); its heartbeat stops",
+                    self.run_id,
+                )
+                return
+
+
+_running: dict[str, Heartbeat] = {}
+_lock = threading.Lock()
+
+
+def start(run_id: str, run_timeout: float, beat: Beat, clock: Callable[[], datetime]) -> Heartbeat:
+    """Start the heartbeat of ``run_id`` (replacing a previous one of it)."""
+    heartbeat = Heartbeat(run_id, run_timeout, beat, clock)
+    with _lock:
+        previous = _running.pop(run_id, None)
+        _running[run_id] = heartbeat
+    if previous is not None:
+        previous.stop()
+    return heartbeat.start()
+
+
+def stop(run_id: str | None) -> None:
+    """Stop the heartbeat of ``run_id`` if this process runs one."""
+    if run_id is None:
+        return
+    with _lock:
+        heartbeat = _running.pop(run_id, None)
+    if heartbeat is not None:
+        heartbeat.stop()
+
+
+def forget_all() -> None:
+    """In a freshly forked pool child: the parent's heartbeats are not ours
+    (their threads did not survive the fork)."""
+    with _lock:
+        _running.clear()
