@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
+import time
 import uuid
+from types import FrameType
 from typing import Any, NoReturn
 
 from celery import Celery
@@ -51,6 +55,9 @@ class Scheduler(CeleryScheduler):
         self._gate: Gate | None = None
         self._closed = False
         self._error_backoff = 0.0
+        self._in_tick = False
+        self._stop_requested: float | None = None
+        self._signals_wrapped = False
         try:
             self.settings: Settings = settings_from(app)
         except RoutinesError as exc:
@@ -114,9 +121,13 @@ class Scheduler(CeleryScheduler):
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """One pass over the database; returns the seconds to sleep."""
+        self._wrap_stop_signals()
+        self._in_tick = True
         try:
             report = self.engine.tick()
         except Exception:
+            self._in_tick = False
+            self._stop_if_requested()
             if self.metrics is not None:
                 self.metrics.observe_tick_error()
             self._error_backoff = min(
@@ -124,6 +135,8 @@ class Scheduler(CeleryScheduler):
             )
             logger.exception("beat tick failed; trying again in %.0f s", self._error_backoff)
             return min(self._error_backoff, self.max_interval)
+        self._in_tick = False
+        self._stop_if_requested()
         if self._error_backoff:
             logger.info("beat tick succeeded again after errors")
             self._error_backoff = 0.0
@@ -136,6 +149,54 @@ class Scheduler(CeleryScheduler):
             return float(self.max_interval)
         until = (report.next_wakeup - self._clock()).total_seconds() + WAKE_SLACK
         return min(max(until, WAKE_SLACK), float(self.max_interval))
+
+    # -- stopping (SIGTERM/SIGINT) ---------------------------------------------
+
+    def _wrap_stop_signals(self) -> None:
+        """Celery's beat answers SIGTERM/SIGINT by closing the scheduler and
+        raising SystemExit from the signal handler, wherever the tick is: it
+        could leave committed runs unpublished until another beat's claims
+        expired. Wrapped, a signal that arrives during a tick only asks it to
+        stop; the tick publishes what it committed (for at most
+        ``STOP_GRACE_SECONDS``), writes it down, and beat stops after it.
+        Between ticks Celery's own handler runs as before."""
+        if self._signals_wrapped or threading.current_thread() is not threading.main_thread():
+            return
+        self._signals_wrapped = True
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(signum)
+            signal.signal(signum, self._stop_handler(previous))
+
+    def _stop_handler(self, previous: Any) -> Any:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            if self._in_tick and self._stop_requested is None:
+                self._stop_requested = time.monotonic()
+                if self._engine is not None:
+                    self._engine.stopping = self._stop_requested
+                logger.info(
+                    "beat told to stop (%s) during a tick: publishing what it committed, "
+                    "then stopping",
+                    signal.Signals(signum).name,
+                )
+                return
+            if previous == signal.SIG_IGN:
+                return
+            if callable(previous):
+                previous(signum, frame)  # Celery's: closes the scheduler, SystemExit
+            self.close()
+            raise SystemExit(0)
+
+        return handler
+
+    def _stop_if_requested(self) -> None:
+        if self._stop_requested is None:
+            return
+        logger.info(
+            "beat stopping after its tick (%.1f s after it was told to)",
+            time.monotonic() - self._stop_requested,
+        )
+        self.close()
+        raise SystemExit(0)
 
     # The stock scheduler's in-memory schedule is unused; keep Celery's own
     # callers (banner, sync) harmless.
@@ -152,6 +213,7 @@ class Scheduler(CeleryScheduler):
         self._closed = True
         if self.metrics is not None:
             self.metrics.close()
+        self._release_claims()
         if self._gate is not None:
             self._gate.close()
         if self._engine is not None:
@@ -160,6 +222,19 @@ class Scheduler(CeleryScheduler):
         if self._store is not None:
             self._store.dispose()
         super().close()
+
+    def _release_claims(self) -> None:
+        """A beat that stops cleanly hands its claims back, so the others
+        take its routines over at once instead of after ``routines_lock_ttl``."""
+        if self._store is None:
+            return
+        try:
+            released = self._store.routines.release_claims(self.holder)
+        except Exception:
+            logger.warning("could not release this beat's claims; they expire", exc_info=True)
+            return
+        if released:
+            logger.info("released %d routine claim(s) for the other beats", released)
 
     @property
     def info(self) -> str:

@@ -231,6 +231,13 @@ class RoutineQueries:
         with self.db.fast_write() as conn:
             return {row.id for row in conn.execute(stmt)}
 
+    def release_claims(self, holder: str) -> int:
+        """Give up every claim ``holder`` has (a beat stopping cleanly): the
+        other beats may take those routines at once, not after the TTL."""
+        stmt = update(table).where(c.locked_by == holder).values(locked_by=None, locked_until=None)
+        with self.db.fast_write() as conn:
+            return conn.execute(stmt).rowcount
+
     def defer(self, routine_ids: Sequence[int], holder: str, until: datetime) -> None:
         """Keep due routines claimed until ``until`` without advancing them
         (``overlap="queue"``): other beats leave them alone, this beat's sleep

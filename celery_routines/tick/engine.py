@@ -68,6 +68,8 @@ class TickEngine(Writing):
         self.sweeps = Sweeps(store, publisher, settings, self.events)
         # What this beat published and has not yet written down.
         self.ledger = Unrecorded()
+        # Set by the beat when told to stop mid-tick: publishing is bounded.
+        self.stopping: float | None = None
 
     def tick(self) -> TickReport:
         """One tick on one database connection.

@@ -11,6 +11,7 @@ worker claims a run from its row.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -37,6 +38,10 @@ logger = logging.getLogger("celery_routines.beat")
 CLAIM_TRUSTED_SHARE = 0.25
 # Messages published between two looks at the claims (kombu's Redis batch).
 PUBLISH_CHUNK = 500
+# A beat told to stop mid-tick (SIGTERM) keeps publishing what it committed
+# for at most this long; what is left stays pending for the next beat, which
+# may take it at once (the stopping beat releases its claims).
+STOP_GRACE_SECONDS = 5.0
 
 
 @dataclass
@@ -59,6 +64,8 @@ class Writing:
     revoker: Revoker
     events: Events
     ledger: Unrecorded
+    # time.monotonic() when beat was told to stop (SIGTERM), else None.
+    stopping: float | None
 
     def _renew_claims(self, ready: list[Decision], held: set[int], checked: datetime) -> set[int]:
         raise NotImplementedError
@@ -138,6 +145,8 @@ class Writing:
             if not self._too_late(item, run, run_id, report)
         ]
         for start in range(0, len(sending), PUBLISH_CHUNK):
+            if self._out_of_grace():
+                return held - self._left_pending(sending[start:])
             if self.clock() >= confirmed + trusted:
                 confirmed = self.clock()
                 held = self._renew_claims(outgoing.ready, held, confirmed)
@@ -151,6 +160,22 @@ class Writing:
             ]
             self._sent(chunk, publish_runs(self.publisher, messages), report)
         return held
+
+    def _out_of_grace(self) -> bool:
+        return self.stopping is not None and time.monotonic() - self.stopping >= STOP_GRACE_SECONDS
+
+    def _left_pending(self, unsent: list[tuple[Decision, NewRun, str]]) -> set[int]:
+        """The routines of runs a stopping beat leaves unpublished: not moved
+        on, so the beat that takes them over sends those same rows."""
+        routines = {item.claimed.record.id for item, _, _ in unsent}
+        logger.warning(
+            "stopping: %d run(s) of %d routine(s) left pending after %.0f s of publishing; "
+            "the next beat sends them",
+            len(unsent),
+            len(routines),
+            STOP_GRACE_SECONDS,
+        )
+        return routines
 
     def _sent(
         self,
