@@ -227,6 +227,15 @@ class TickEngine:
             )
         return still
 
+    def _mark_published(self) -> None:
+        """The ledger's published runs -> ``sent``, oldest batch first."""
+        while self.ledger.sent:
+            run_ids, sent_at = self.ledger.sent[0]
+            self.store.runs.mark_sent(
+                run_ids, sent_at, deadline_at=lost_deadline(sent_at, self.settings.run_timeout)
+            )
+            self.ledger.marked()
+
     def _record_published(self, now: datetime) -> None:
         """Write down what went out: runs marked sent, then routines moved on.
 
@@ -236,12 +245,7 @@ class TickEngine:
         tick writes it before doing anything else, and never publishes it again.
         """
         ledger = self.ledger
-        while ledger.sent:
-            run_ids, sent_at = ledger.sent[0]
-            self.store.runs.mark_sent(
-                run_ids, sent_at, deadline_at=lost_deadline(sent_at, self.settings.run_timeout)
-            )
-            ledger.marked()
+        self._mark_published()
         if ledger.advances:
             advances = sorted(ledger.advances.values(), key=lambda a: a.routine_id)
             advanced = self.store.routines.advance(advances, self.holder, now)
@@ -434,6 +438,9 @@ class TickEngine:
             ]
             errors = publish_runs(self.publisher, [_message(send) for send in chunk])
             self._sent(chunk, errors, report)
+            # Marked sent before the next chunk, while the claims still hold:
+            # a beat that takes a routine over later finds the row sent.
+            self._mark_published()
         return held
 
     def _sent(
