@@ -133,7 +133,9 @@ def words(value: Any) -> str:
         return str(int(value))
     if isinstance(value, str | int | float):
         return str(value)
-    return json.dumps(value)
+    # Arguments as the task receives them, in Python's spelling (as Flower
+    # shows them): ['eu'], {'dry_run': True}.
+    return repr(value)
 
 
 def ceiling_words(value: Any) -> str:

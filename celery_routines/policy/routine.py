@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, TypeVar
 
 from celery_routines.errors import InvalidRoutine, ScheduleError
@@ -78,15 +78,18 @@ class Routine:
     ceilings: tuple[Ceiling, ...] = ()
     enabled: bool = True
     options: Mapping[str, Any] = field(default_factory=dict)
+    # Set by from_columns: args, kwargs and options were just read from JSON,
+    # so serialising them again to check them would only cost time.
+    from_json: InitVar[bool] = False
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, from_json: bool) -> None:
         _check_name(self.name, self.task)
         try:
-            self._check()
+            self._check(from_json)
         except ScheduleError as exc:
             raise InvalidRoutine(self.name, str(exc)) from None
 
-    def _check(self) -> None:
+    def _check(self, from_json: bool) -> None:
         set_ = object.__setattr__  # frozen: normalise once, here
         if self.timezone is not None:
             load_zone(self.timezone)
@@ -106,8 +109,9 @@ class Routine:
             raise ScheduleError(f"kwargs must be a dict, got {kwargs!r}")
         if not isinstance(options, Mapping):
             raise ScheduleError(f"options must be a dict of apply_async options, got {options!r}")
-        for label, value in (("args", list(args)), ("kwargs", kwargs), ("options", options)):
-            _require_json(label, value)
+        if not from_json:
+            for label, value in (("args", list(args)), ("kwargs", kwargs), ("options", options)):
+                _require_json(label, value)
         set_(self, "args", tuple(args))
 
     def columns(self) -> dict[str, Any]:
@@ -210,6 +214,7 @@ def from_columns(row: Any) -> Routine:
         ceilings=ceilings,
         enabled=row.enabled,
         options=options,
+        from_json=True,
     )
 
 
@@ -231,10 +236,10 @@ def _check_name(name: Any, task_name: Any) -> None:
 
 
 def _member(kind: type[E], label: str, value: Any) -> E:
-    try:
-        return kind(value)
-    except ValueError:
-        raise ScheduleError(f"{label} must be {choices(kind)}, got {value!r}") from None
+    member = kind._value2member_map_.get(value) if isinstance(value, str) else None
+    if member is None:
+        raise ScheduleError(f"{label} must be {choices(kind)}, got {value!r}")
+    return member  # type: ignore[return-value]
 
 
 def _ceilings(value: Any) -> tuple[Ceiling, ...]:

@@ -169,55 +169,63 @@ def decide(
         for window in planned.send
     ]
     skips = [skip_row(record.id, name, timezone, summary, new_id) for summary in planned.skipped]
-    fire = Decision(
-        claimed,
-        Verdict.FIRE,
-        planned.next_run_at,
-        suspension=suspension,
-        planned=wanted,
-    )
     if not sends:
-        return replace(fire, skips=tuple(skips))
-    return _overlap(fire, sends, skips, facts, now, new_id)
+        return Decision(
+            claimed,
+            Verdict.FIRE,
+            planned.next_run_at,
+            skips=tuple(skips),
+            suspension=suspension,
+            planned=wanted,
+        )
+    return _overlap(
+        claimed, planned.next_run_at, sends, skips, suspension, wanted, facts, now, new_id
+    )
 
 
 def _overlap(
-    fire: Decision,
+    claimed: Claimed,
+    next_run_at: datetime,
     sends: list[NewRun],
     skips: list[NewRun],
+    suspension: Suspension | None,
+    wanted: int,
     facts: Facts,
     now: datetime,
     new_id: IdFactory,
 ) -> Decision:
-    policy = fire.claimed.routine.overlap
-    planned_keys = {run.idempotency_key for run in sends}
-    holding = tuple(in_progress(facts.open_runs, planned_keys, now))
+    # One Decision built per routine (dataclasses.replace costs as much as
+    # the rest of the decision: this runs for every claimed routine).
+    policy = claimed.routine.overlap
+    holding = ()
+    if facts.open_runs:
+        planned_keys = {run.idempotency_key for run in sends}
+        holding = tuple(in_progress(facts.open_runs, planned_keys, now))
     action = overlap_action(policy, len(holding))
+    verdict, replaced = Verdict.FIRE, ()
     if action == Overlap.SKIP:
-        skips.append(_overlap_skip(fire.claimed, sends, new_id))
-        return replace(fire, skips=tuple(skips), holding=holding)
-    if action == Overlap.QUEUE:
+        skips.append(_overlap_skip(claimed, sends, new_id))
+        sends = []
+    elif action == Overlap.QUEUE:
         # Nothing is written: the routine stays due and the same plan is made
         # again once the open run ends.
-        return replace(
-            fire,
-            verdict=Verdict.QUEUED,
-            next_run_at=now + QUEUE_RECHECK,
-            sends=tuple(sends),
-            holding=holding,
-        )
-    next_run_at = fire.next_run_at
-    if policy == Overlap.QUEUE and len(sends) > 1:
-        # Queued windows go out one at a time: the next stays due and waits
-        # for this one to finish.
-        next_run_at = sends[1].scheduled_for
-        sends = sends[:1]
-    replaced = tuple(run.id for run in holding) if action == Overlap.REPLACE else ()
-    return replace(
-        fire,
-        next_run_at=next_run_at,
+        verdict, next_run_at, skips = Verdict.QUEUED, now + QUEUE_RECHECK, []
+    else:
+        if policy == Overlap.QUEUE and len(sends) > 1:
+            # Queued windows go out one at a time: the next stays due and
+            # waits for this one to finish.
+            next_run_at = sends[1].scheduled_for
+            sends = sends[:1]
+        if action == Overlap.REPLACE:
+            replaced = tuple(run.id for run in holding)
+    return Decision(
+        claimed,
+        verdict,
+        next_run_at,
         sends=tuple(sends),
         skips=tuple(skips),
+        suspension=suspension,
+        planned=wanted,
         replace=replaced,
         holding=holding,
     )

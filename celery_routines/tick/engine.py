@@ -33,12 +33,14 @@ from celery_routines.tick.decide import Claimed, Decision, Facts
 from celery_routines.tick.ledger import Unrecorded
 from celery_routines.tick.report import TickReport
 from celery_routines.tick.sweeps import Sweeps
-from celery_routines.tick.write import Writing
+from celery_routines.tick.write import CLAIM_TRUSTED_SHARE, Writing
 
 logger = logging.getLogger("celery_routines.beat")
 
 # A routine whose schedule cannot be computed is looked at again this often.
 INVALID_RETRY = timedelta(minutes=1)
+# A slow beat's claims shrink to no fewer routines than this per tick.
+MIN_CLAIM_LIMIT = 10
 
 
 class TickEngine(Writing):
@@ -70,6 +72,9 @@ class TickEngine(Writing):
         self.ledger = Unrecorded()
         # Set by the beat when told to stop mid-tick: publishing is bounded.
         self.stopping: float | None = None
+        # The most routines one tick claims: routines_batch_size, less while
+        # ticks take too much of routines_lock_ttl (see _fit_claims_to_ttl).
+        self.claim_limit = settings.batch_size
 
     def tick(self) -> TickReport:
         """One tick on one database connection.
@@ -111,16 +116,17 @@ class TickEngine(Writing):
         # that transaction locks routines before runs, like every other.
         if _due(probe.deadline, now):
             self.sweeps.sweep_lost(now, report)
+        started = time.monotonic()
         with self.store.transaction():
             if probe.unscheduled:
                 report.adopted = self._adopt(now)
             retries = self.sweeps.retries_due(now, report) if _due(probe.retry_at, now) else []
             claimed = self.store.routines.claim_due(
-                now, self.holder, self.settings.lock_ttl, self.settings.batch_size
+                now, self.holder, self.settings.lock_ttl, self.claim_limit
             )
             report.claimed = len(claimed)
             self._lift_ended_suspensions(claimed, now)
-            if len(claimed) >= self.settings.batch_size:
+            if len(claimed) >= self.claim_limit:
                 report.more_due = True
             decisions = self._decide(claimed, now, report)
             outgoing = self._write(decisions, now, report)
@@ -135,6 +141,28 @@ class TickEngine(Writing):
                 ]
             )
         self._record_published(now)
+        if report.claimed:
+            self._fit_claims_to_ttl(time.monotonic() - started, report.claimed)
+
+    def _fit_claims_to_ttl(self, took: float, claimed: int) -> None:
+        """Claim no more routines than this beat carries out well within
+        their claims: a tick that outlives them has its routines taken over
+        mid-tick, and beats that keep doing so to each other thrash instead of
+        sending. Halved after a slow tick, doubled back after fast ones."""
+        budget = self.settings.lock_ttl * CLAIM_TRUSTED_SHARE
+        limit = self.claim_limit
+        if took > budget and claimed >= limit / 2:
+            self.claim_limit = max(MIN_CLAIM_LIMIT, limit // 2)
+        elif took < budget / 4 and claimed >= limit:
+            self.claim_limit = min(self.settings.batch_size, limit * 2)
+        if self.claim_limit != limit:
+            logger.info(
+                "a tick of %d routine(s) took %.2f s of %.0f s claims: claiming at most %d next",
+                claimed,
+                took,
+                self.settings.lock_ttl,
+                self.claim_limit,
+            )
 
     def _renew_claims(self, ready: list[Decision], held: set[int], checked: datetime) -> set[int]:
         """The routines of ``held`` whose claims this beat still has, renewed
@@ -159,6 +187,15 @@ class TickEngine(Writing):
             )
         return still
 
+    def _mark_published(self) -> None:
+        """The ledger's published runs -> ``sent``, oldest batch first."""
+        while self.ledger.sent:
+            run_ids, sent_at = self.ledger.sent[0]
+            self.store.runs.mark_sent(
+                run_ids, sent_at, deadline_at=lost_deadline(sent_at, self.settings.run_timeout)
+            )
+            self.ledger.marked()
+
     def _record_published(self, now: datetime) -> None:
         """Write down what went out: runs marked sent, then routines moved on.
 
@@ -168,12 +205,7 @@ class TickEngine(Writing):
         tick writes it before doing anything else, and never publishes it again.
         """
         ledger = self.ledger
-        while ledger.sent:
-            run_ids, sent_at = ledger.sent[0]
-            self.store.runs.mark_sent(
-                run_ids, sent_at, deadline_at=lost_deadline(sent_at, self.settings.run_timeout)
-            )
-            ledger.marked()
+        self._mark_published()
         if ledger.advances:
             advances = sorted(ledger.advances.values(), key=lambda a: a.routine_id)
             advanced = self.store.routines.advance(advances, self.holder, now)
