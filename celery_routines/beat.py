@@ -40,6 +40,10 @@ logger = logging.getLogger("celery_routines.beat")
 # up to this cap, so a long outage costs a few log lines, not a hot loop.
 ERROR_BACKOFF_START = 1.0
 ERROR_BACKOFF_CAP = 30.0
+# A beat whose clock is off the database's by more than this says so (at
+# start, then at most this often while it lasts).
+SKEW_WARNING_SECONDS = 1.0
+SKEW_WARNING_EVERY = 300.0
 # Wake a little after the due instant, not before it: waking early only to find
 # nothing due is the spin the stock loop suffers from.
 WAKE_SLACK = 0.005
@@ -50,6 +54,10 @@ class Scheduler(CeleryScheduler):
 
     def __init__(self, app: Celery, *args: Any, clock: Clock | None = None, **kwargs: Any) -> None:
         self._clock: Clock = clock or utc_now
+        # Claims and run deadlines follow the database's clock; an injected
+        # clock (tests) stands in for both.
+        self._arbitrate_on_database = clock is None
+        self._skew_said: float | None = None
         self._engine: TickEngine | None = None
         self._store: Store | None = None
         self._gate: Gate | None = None
@@ -88,6 +96,8 @@ class Scheduler(CeleryScheduler):
         self._store = store
         if self.metrics is None:
             self.metrics = metrics_for(self.app, self._clock)
+        if self._arbitrate_on_database:
+            self._say_skew((store.db_now() - utc_now()).total_seconds())
         self._gate = (
             RedisGate(self.settings.redis_url, self.holder, self.settings.lock_ttl)
             if self.settings.redis_url
@@ -111,6 +121,7 @@ class Scheduler(CeleryScheduler):
                 self.holder,
                 self._clock,
                 events=RoutineEvents(self.app, hostname=self.holder),
+                arbiter=self._store.db_now if self._arbitrate_on_database else None,
             )
         return self._engine
 
@@ -140,6 +151,7 @@ class Scheduler(CeleryScheduler):
             logger.info("beat tick succeeded again after errors")
             self._error_backoff = 0.0
         self.last_report = report
+        self._watch_skew()
         if self.metrics is not None:
             self.metrics.observe_tick(report, self._store)
         if report.more_due:
@@ -148,6 +160,34 @@ class Scheduler(CeleryScheduler):
             return float(self.max_interval)
         until = (report.next_wakeup - self._clock()).total_seconds() + WAKE_SLACK
         return min(max(until, WAKE_SLACK), float(self.max_interval))
+
+    def _watch_skew(self) -> None:
+        """The database's clock minus ours, as the tick measured it: a gauge,
+        and a warning above a second (at start, then every few minutes)."""
+        engine = self._engine
+        if engine is None or engine.arbiter is None:
+            return
+        self._say_skew(engine.offset.total_seconds())
+
+    def _say_skew(self, skew: float) -> None:
+        if self.metrics is not None:
+            self.metrics.clock_skew.set(skew)
+        said, now = self._skew_said, time.monotonic()
+        if said is not None and now - said < SKEW_WARNING_EVERY:
+            return
+        if abs(skew) > SKEW_WARNING_SECONDS:
+            self._skew_said = now
+            logger.warning(
+                "this beat's clock is %.1f s %s the database's: windows fire by this beat's "
+                "clock (that much %s), claims and run deadlines by the database's; keep beat "
+                "hosts on NTP",
+                abs(skew),
+                "behind" if skew > 0 else "ahead of",
+                "late" if skew > 0 else "early",
+            )
+        elif said is None:
+            self._skew_said = now
+            logger.info("this beat's clock is %.3f s off the database's", skew)
 
     # -- stopping (SIGTERM/SIGINT) ---------------------------------------------
 

@@ -163,6 +163,12 @@ class RoutineMetrics:
             "Routines suspended by a ceiling (read every refresh).",
             registry=registry,
         )
+        self.clock_skew = gauge(
+            "routines_clock_skew_seconds",
+            "The database's clock minus this beat's, measured every tick (claims and run "
+            "deadlines follow the database's; windows follow the beat's).",
+            registry=registry,
+        )
         self.lateness = histogram(
             "routines_lateness_seconds",
             "Send time minus the window's instant, for first attempts.",

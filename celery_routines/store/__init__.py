@@ -6,8 +6,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, bindparam, select
+from sqlalchemy import Engine, bindparam, func, select
 
+from ..clock import as_utc, utc_now
 from . import migrate
 from .admin_queries import AdminQueries
 from .connections import Connections, connections_for
@@ -49,7 +50,7 @@ class Store:
         self.spend = SpendQueries(engine)
         # Built once: constructing it cost more than running it.
         self._probe = select(
-            *self.routines.probe_columns(bindparam("now"), bindparam("holder")),
+            *self.routines.probe_columns(bindparam("now"), bindparam("holder"), bindparam("arb")),
             *self.runs.instant_columns(),
         )
 
@@ -60,21 +61,36 @@ class Store:
     def migrate(self) -> None:
         migrate.upgrade(self.engine)
 
-    def probe(self, now: datetime, holder: str) -> Probe:
+    def probe(self, now: datetime, holder: str, arbitration: datetime | None = None) -> Probe:
         """Everything a tick needs to know before it does anything, and when
         to wake next, in one round trip (each column reads the first entry of
-        an index)."""
+        an index). Claims and run deadlines are compared on ``arbitration``
+        (the database's clock; ``now`` when not given); every instant returned
+        is on the beat's clock, ``now``'s."""
+        at = now if arbitration is None else arbitration
+        shift = at - now
         with self.connections.fast_read() as conn:
-            row = conn.execute(self._probe, {"now": now, "holder": holder}).one()
-        routine = [_aware(instant) for instant in (row.window, row.expiry) if instant is not None]
+            row = conn.execute(self._probe, {"now": now, "holder": holder, "arb": at}).one()
+        expiry = _aware(row.expiry) - shift if row.expiry is not None else None
+        window = _aware(row.window) if row.window is not None else None
+        routine = [instant for instant in (window, expiry) if instant is not None]
         return Probe(
             routine=min(routine) if routine else None,
-            window=_aware(row.window) if row.window is not None else None,
+            window=window,
             retry_at=_aware(row.retry_at) if row.retry_at is not None else None,
-            deadline=_aware(row.deadline) if row.deadline is not None else None,
+            deadline=_aware(row.deadline) - shift if row.deadline is not None else None,
             unscheduled=bool(row.unscheduled),
             held_due=bool(row.held_due),
         )
+
+    def db_now(self) -> datetime:
+        """The database's clock: what claims and run deadlines are written
+        and compared on. SQLite has none of its own: the process clock."""
+        if self.engine.dialect.name == "sqlite":
+            return utc_now()
+        with self.connections.fast_read() as conn:
+            value = conn.execute(select(func.now())).scalar_one()
+        return as_utc(value)
 
     def session(self) -> AbstractContextManager[None]:
         """One connection for this thread's queries until the block ends."""

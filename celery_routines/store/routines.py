@@ -49,9 +49,12 @@ def _aware(instant: datetime) -> datetime:
     return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
 
 
-def _claimable(now: Any, holder: Any = None) -> ColumnElement[bool]:
-    """Due and free to claim; ``now``/``holder`` are values or bound parameters."""
-    free = or_(c.locked_until.is_(None), c.locked_until < now)
+def _claimable(now: Any, holder: Any = None, arbitration: Any = None) -> ColumnElement[bool]:
+    """Due (``next_run_at <= now``, the beat's clock) and free to claim (no
+    claim, or one expired by ``arbitration``, the database's clock; ``now``
+    when not given); values or bound parameters."""
+    at = now if arbitration is None else arbitration
+    free = or_(c.locked_until.is_(None), c.locked_until < at)
     if holder is not None:
         # A beat may always take back what it holds itself: a routine it
         # deferred (overlap="queue") is rechecked on its very next tick.
@@ -136,7 +139,12 @@ class RoutineQueries:
             return conn.execute(stmt, params).rowcount
 
     def claim_due(
-        self, now: datetime, holder: str, ttl_seconds: float, limit: int
+        self,
+        now: datetime,
+        holder: str,
+        ttl_seconds: float,
+        limit: int,
+        arbitration: datetime | None = None,
     ) -> list[RoutineRecord]:
         """Claim up to ``limit`` due routines, oldest first, for ``ttl_seconds``.
 
@@ -144,10 +152,12 @@ class RoutineQueries:
         another until its claim expires, and on PostgreSQL concurrent beats
         skip each other's locked rows instead of queueing behind them.
         """
+        at = now if arbitration is None else arbitration
         params = {
             "now": now,
+            "arb": at,
             "holder": holder,
-            "until": now + timedelta(seconds=ttl_seconds),
+            "until": at + timedelta(seconds=ttl_seconds),
             "limit": limit,
         }
         with self.db.fast_write() as conn:
@@ -158,8 +168,8 @@ class RoutineQueries:
     def _claim_statement(self) -> Any:
         """:meth:`claim_due`'s statement, built once (parameters: now, holder,
         until, limit): building it afresh cost more than running it."""
-        now, holder = bindparam("now"), bindparam("holder")
-        due = self.due_select(now, bindparam("limit"), holder)
+        now, holder, arb = bindparam("now"), bindparam("holder"), bindparam("arb")
+        due = self.due_select(now, bindparam("limit"), holder, arb)
         if self._postgres:
             # A materialised CTE runs the locking select exactly once; as a
             # plain IN subquery PostgreSQL may re-run it per outer row, and a
@@ -170,14 +180,17 @@ class RoutineQueries:
             due_ids = due.scalar_subquery()
         return (
             update(table)
-            .where(c.id.in_(due_ids), _claimable(now, holder))
+            .where(c.id.in_(due_ids), _claimable(now, holder, arb))
             .values(locked_by=holder, locked_until=bindparam("until"))
             .returning(*RECORD_COLUMNS)
         )
 
-    def due_select(self, now: Any, limit: Any, holder: Any = None) -> Select[Any]:
+    def due_select(
+        self, now: Any, limit: Any, holder: Any = None, arbitration: Any = None
+    ) -> Select[Any]:
         """The due-query: a range scan of the due index from the oldest row."""
-        return select(c.id).where(_claimable(now, holder)).order_by(c.next_run_at).limit(limit)
+        due = _claimable(now, holder, arbitration)
+        return select(c.id).where(due).order_by(c.next_run_at).limit(limit)
 
     def advance(self, advances: Sequence[Advance], holder: str, now: datetime) -> int:
         """Move claimed routines to their next window and release the claims.
@@ -275,29 +288,29 @@ class RoutineQueries:
         with self.db.write() as conn:
             conn.execute(stmt)
 
-    def probe_columns(self, now: Any, holder: Any) -> list[Any]:
+    def probe_columns(self, now: Any, holder: Any, arbitration: Any) -> list[Any]:
         """:meth:`wakeup_columns` plus two flags a tick reads before doing
         anything: routines waiting for adoption, and due routines this beat
         holds itself (``overlap="queue"`` deferrals it rechecks every tick)."""
         unscheduled = select(c.id).where(c.next_run_at.is_(None), c.enabled).exists()
         held_due = select(c.id).where(ACTIVE, c.next_run_at <= now, c.locked_by == holder).exists()
         return [
-            *self.wakeup_columns(now),
+            *self.wakeup_columns(now, arbitration),
             unscheduled.label("unscheduled"),
             held_due.label("held_due"),
         ]
 
-    def wakeup_columns(self, now: Any) -> list[Any]:
+    def wakeup_columns(self, now: Any, arbitration: Any) -> list[Any]:
         """The instants at which this beat may have something to do with a
         routine, as scalar subqueries (the tick reads them in one round trip
         with the runs' own): the oldest window of a routine nobody holds (in
         the past if one fell due while the tick ran), and the expiry of another
         beat's claim on a due routine (so a survivor takes over within the
-        lock TTL)."""
-        unheld = or_(c.locked_until.is_(None), c.locked_until < now)
+        lock TTL; on the database's clock, ``arbitration``)."""
+        unheld = or_(c.locked_until.is_(None), c.locked_until < arbitration)
         earliest_window = select(func.min(c.next_run_at)).where(ACTIVE, unheld)
         claim_expiry = select(func.min(c.locked_until)).where(
-            ACTIVE, c.next_run_at <= now, c.locked_until >= now
+            ACTIVE, c.next_run_at <= now, c.locked_until >= arbitration
         )
         return [
             earliest_window.scalar_subquery().label("window"),

@@ -23,7 +23,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from celery_routines.policy.catch_up import FirePlan, SkippedWindows, plan_due
@@ -71,6 +71,9 @@ class Facts:
     """Ceiling usage in the periods holding now; read when :func:`needs_usage`."""
     open_runs: Sequence[OpenRun] = ()
     """The routine's open runs; read when its plan sends anything."""
+    offset: timedelta = timedelta(0)
+    """The database's clock minus the beat's: run deadlines are written and
+    compared on the database's clock (windows stay on the beat's)."""
 
 
 class Verdict(StrEnum):
@@ -156,7 +159,7 @@ def decide(
         suspension = budget.suspension
         planned = limit_plan(planned, budget, claimed.schedule)
     record, name, timezone = claimed.record, claimed.routine.name, claimed.timezone
-    deadline = lost_deadline(now, run_timeout)
+    deadline = lost_deadline(now + facts.offset, run_timeout)
     sends = [
         NewRun(
             id=new_id(),
@@ -200,7 +203,7 @@ def _overlap(
     holding = ()
     if facts.open_runs:
         planned_keys = {run.idempotency_key for run in sends}
-        holding = tuple(in_progress(facts.open_runs, planned_keys, now))
+        holding = tuple(in_progress(facts.open_runs, planned_keys, now + facts.offset))
     action = overlap_action(policy, len(holding))
     verdict, replaced = Verdict.FIRE, ()
     if action == Overlap.SKIP:

@@ -54,6 +54,7 @@ class TickEngine(Writing):
         clock: Clock,
         revoker: Revoker | None = None,
         events: Events | None = None,
+        arbiter: Clock | None = None,
     ) -> None:
         self.store = store
         self.publisher = publisher
@@ -75,6 +76,13 @@ class TickEngine(Writing):
         # The most routines one tick claims: routines_batch_size, less while
         # ticks take too much of routines_lock_ttl (see _fit_claims_to_ttl).
         self.claim_limit = settings.batch_size
+        # The database's clock (Store.db_now): claims and run deadlines are
+        # written and compared on it, so a beat whose clock is off neither
+        # holds claims longer nor declares runs lost early. Windows stay on
+        # ``clock``. Without one (tests on an injected clock) ``clock`` is both.
+        self.arbiter = arbiter
+        # The arbiter's clock minus ours, measured at the start of each tick.
+        self.offset = timedelta(0)
 
     def tick(self) -> TickReport:
         """One tick on one database connection.
@@ -89,13 +97,17 @@ class TickEngine(Writing):
         report = TickReport()
         now = self.clock()
         with self.store.session():
+            if self.arbiter is not None:
+                self.offset = self.arbiter() - now
+                self.sweeps.offset = self.offset
             if self.ledger:
                 logger.info("writing down %s before anything else", self.ledger.describe())
                 self._record_published(now)
-            probe = self.store.probe(now, self.holder)
+            probe = self.store.probe(now, self.holder, now + self.offset)
             if self._work(probe, now):
                 self._act(probe, now, report)
-                probe = self.store.probe(self.clock(), self.holder)
+                later = self.clock()
+                probe = self.store.probe(later, self.holder, later + self.offset)
             report.next_wakeup = self._next_wakeup(probe, self.clock())
         report.duration = time.monotonic() - started
         return report
@@ -122,7 +134,7 @@ class TickEngine(Writing):
                 report.adopted = self._adopt(now)
             retries = self.sweeps.retries_due(now, report) if _due(probe.retry_at, now) else []
             claimed = self.store.routines.claim_due(
-                now, self.holder, self.settings.lock_ttl, self.claim_limit
+                now, self.holder, self.settings.lock_ttl, self.claim_limit, now + self.offset
             )
             report.claimed = len(claimed)
             self._lift_ended_suspensions(claimed, now)
@@ -173,7 +185,8 @@ class TickEngine(Writing):
         over meanwhile is left to its new holder, its rows unpublished here.
         """
         ttl = timedelta(seconds=self.settings.lock_ttl)
-        still = self.store.routines.renew_claims(sorted(held), self.holder, checked + ttl)
+        until = checked + self.offset + ttl  # on the database's clock
+        still = self.store.routines.renew_claims(sorted(held), self.holder, until)
         taken = [d for d in ready if d.claimed.record.id in held - still]
         if taken:
             logger.warning(
@@ -191,9 +204,8 @@ class TickEngine(Writing):
         """The ledger's published runs -> ``sent``, oldest batch first."""
         while self.ledger.sent:
             run_ids, sent_at = self.ledger.sent[0]
-            self.store.runs.mark_sent(
-                run_ids, sent_at, deadline_at=lost_deadline(sent_at, self.settings.run_timeout)
-            )
+            deadline = lost_deadline(sent_at + self.offset, self.settings.run_timeout)
+            self.store.runs.mark_sent(run_ids, sent_at, deadline_at=deadline)
             self.ledger.marked()
 
     def _record_published(self, now: datetime) -> None:
@@ -296,7 +308,7 @@ class TickEngine(Writing):
         open_runs = self.store.runs.open_runs(sending) if sending else {}
         decisions = []
         for item, planned in drafts:
-            facts = Facts(usage.get(item.record.id), open_runs.get(item.record.id, ()))
+            facts = Facts(usage.get(item.record.id), open_runs.get(item.record.id, ()), self.offset)
             try:
                 decisions.append(
                     decide.decide(item, planned, facts, now, run_timeout=self.settings.run_timeout)

@@ -53,6 +53,9 @@ class Sweeps:
         self.publisher = publisher
         self.settings = settings
         self._last_lost_sweep: datetime | None = None
+        # The database's clock minus the beat's (set by the engine each tick):
+        # run deadlines are written and compared on the database's clock.
+        self.offset = timedelta(0)
 
     # -- lost runs -------------------------------------------------------------
 
@@ -71,7 +74,7 @@ class Sweeps:
         if not self.lost_sweep_due(now):
             return
         self._last_lost_sweep = now
-        overdue = self.store.runs.overdue(now, self.settings.batch_size)
+        overdue = self.store.runs.overdue(now + self.offset, self.settings.batch_size)
         if len(overdue) >= self.settings.batch_size:
             report.more_due = True
         for run in overdue:
@@ -91,7 +94,7 @@ class Sweeps:
             moved = self.store.runs.settle(
                 run.id,
                 from_states=OPEN_STATES,
-                overdue_at=now,
+                overdue_at=now + self.offset,
                 state=decision.state,
                 now=now,
                 retry_at=decision.retry_at,
@@ -160,7 +163,7 @@ class Sweeps:
                 idempotency_key=run.idempotency_key,
                 attempt=attempt,
                 scheduled_for=run.scheduled_for,
-                deadline_at=lost_deadline(now, self.settings.run_timeout),
+                deadline_at=lost_deadline(now + self.offset, self.settings.run_timeout),
             )
             if not self.store.runs.take_retry(run.id, settled, next_run, now):
                 report.conflicts += 1

@@ -66,6 +66,8 @@ class Writing:
     ledger: Unrecorded
     # time.monotonic() when beat was told to stop (SIGTERM), else None.
     stopping: float | None
+    # The database's clock minus the beat's, for claims and run deadlines.
+    offset: timedelta
 
     def _renew_claims(self, ready: list[Decision], held: set[int], checked: datetime) -> set[int]:
         raise NotImplementedError
@@ -90,7 +92,9 @@ class Writing:
         if queued:
             report.queued += len(queued)
             self.store.routines.defer(
-                [d.claimed.record.id for d in queued], self.holder, queued[0].next_run_at
+                [d.claimed.record.id for d in queued],
+                self.holder,
+                queued[0].next_run_at + self.offset,  # a claim: on the database's clock
             )
         firing = [d for d in decisions if d.verdict == Verdict.FIRE]
         for d in (*queued, *firing):

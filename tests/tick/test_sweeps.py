@@ -122,7 +122,7 @@ def test_two_beats_never_both_send_the_same_retry(
         monkeypatch.setattr(
             second.store,
             "probe",
-            lambda now, holder: next(stale_probe, None) or real_probe(now, holder),
+            lambda now, holder, *arb: next(stale_probe, None) or real_probe(now, holder, *arb),
         )
         first.tick()
         second.tick()

@@ -1,0 +1,69 @@
+"""Issue 18, item 2 in process: windows follow the beat's clock, claims and
+run deadlines the database's (the engine's ``arbiter``; here an injected
+clock standing in for the database's). The same with real beats under
+libfaketime is in tests/faults/test_clock_arbitration_real.py."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from celery_routines import Scheduler, register
+from tests.conftest import FakeClock
+from tests.harness import filesystem_app, published, runs_of
+
+TIMEOUT = 600
+
+
+def beat_ten_minutes_fast(
+    tmp_path: Path, database_url: str, db: FakeClock
+) -> tuple[Scheduler, FakeClock]:
+    register("tasks.poll", timedelta(hours=1), name="poll")
+    clock = FakeClock(db.now + timedelta(minutes=10))
+    app = filesystem_app(tmp_path / "broker", database_url, routines_run_timeout=TIMEOUT)
+    scheduler = Scheduler(app, clock=clock)
+    scheduler.engine.arbiter = db
+    return scheduler, clock
+
+
+def test_claims_and_run_deadlines_are_written_on_the_databases_clock(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    db = clock
+    beat, fast = beat_ten_minutes_fast(tmp_path, database_url, db)
+    try:
+        beat.tick()  # adopts: first window an hour after the beat's own now
+        fast.advance(hours=1)
+        db.advance(hours=1)
+        beat.tick()
+        [row] = runs_of(beat.store, "poll")
+        run = beat.store.runs.get(row["id"])
+        assert run.state == "sent"
+        assert run.scheduled_for == fast.now  # the window: the beat's clock
+        assert run.deadline_at == db.now + timedelta(seconds=TIMEOUT)  # the database's
+        assert abs(beat.engine.offset + timedelta(minutes=10)) < timedelta(seconds=1)
+    finally:
+        beat.close()
+
+
+def test_a_beat_clock_jump_longer_than_the_timeout_declares_no_run_lost(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    db = clock
+    beat, fast = beat_ten_minutes_fast(tmp_path, database_url, db)
+    try:
+        beat.tick()
+        fast.advance(hours=1)
+        db.advance(hours=1)
+        beat.tick()
+        fast.advance(seconds=3 * TIMEOUT)  # the beat's clock jumps; the database's does not
+        beat.tick()
+        first = runs_of(beat.store, "poll")[0]
+        assert first["state"] == "sent", first
+        db.advance(seconds=TIMEOUT + 1)  # now it has been silent for the timeout
+        beat.engine.sweeps._last_lost_sweep = None
+        beat.tick()
+        assert runs_of(beat.store, "poll")[0]["reason"] == "lost"
+        assert published(tmp_path / "broker")
+    finally:
+        beat.close()
