@@ -19,6 +19,7 @@ import pytest
 
 from celery_routines.clock import utc_now
 from celery_routines.store import Store
+from tests.e2e import test_lifecycle
 from tests.e2e.processes import CeleryProcess, environment, wait_until
 from tests.e2e.test_lifecycle import lines, runs_of, start_worker
 from tests.harness import insert_routine
@@ -30,12 +31,7 @@ TIMEOUT = 2.0
 ONE_LOOP = 1.0 + 5.0
 
 
-@pytest.fixture
-def pg_store(postgres_url: str) -> Iterator[Store]:
-    store = Store.from_url(postgres_url)
-    store.migrate()
-    yield store
-    store.dispose()
+pg_store = test_lifecycle.pg_store  # the same fixture: a migrated PostgreSQL store
 
 
 @pytest.fixture

@@ -26,16 +26,25 @@ def beat_ten_minutes_fast(
     return scheduler, clock
 
 
+def first_window_sent(
+    tmp_path: Path, database_url: str, db: FakeClock
+) -> tuple[Scheduler, FakeClock]:
+    """The fast beat adopts the routine (first window an hour after its own
+    now), then both clocks move an hour and it sends that window."""
+    beat, fast = beat_ten_minutes_fast(tmp_path, database_url, db)
+    beat.tick()
+    fast.advance(hours=1)
+    db.advance(hours=1)
+    beat.tick()
+    return beat, fast
+
+
 def test_claims_and_run_deadlines_are_written_on_the_databases_clock(
     tmp_path: Path, database_url: str, clock: FakeClock
 ) -> None:
     db = clock
-    beat, fast = beat_ten_minutes_fast(tmp_path, database_url, db)
+    beat, fast = first_window_sent(tmp_path, database_url, db)
     try:
-        beat.tick()  # adopts: first window an hour after the beat's own now
-        fast.advance(hours=1)
-        db.advance(hours=1)
-        beat.tick()
         [row] = runs_of(beat.store, "poll")
         run = beat.store.runs.get(row["id"])
         assert run.state == "sent"
@@ -50,12 +59,8 @@ def test_a_beat_clock_jump_longer_than_the_timeout_declares_no_run_lost(
     tmp_path: Path, database_url: str, clock: FakeClock
 ) -> None:
     db = clock
-    beat, fast = beat_ten_minutes_fast(tmp_path, database_url, db)
+    beat, fast = first_window_sent(tmp_path, database_url, db)
     try:
-        beat.tick()
-        fast.advance(hours=1)
-        db.advance(hours=1)
-        beat.tick()
         fast.advance(seconds=3 * TIMEOUT)  # the beat's clock jumps; the database's does not
         beat.tick()
         first = runs_of(beat.store, "poll")[0]
