@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, case, func, select
 
 from .clock import Clock, utc_now
 from .errors import ConfigurationError
@@ -213,10 +213,11 @@ class RoutineMetrics:
             return
         self._refreshed_at = now
         table = Routine.__table__.c
+        # COUNT(CASE ...), not COUNT(*) FILTER (...): MySQL has no FILTER.
         query = select(
-            func.count().filter(table.suspended_until > now),
-            func.count().filter(
-                and_(table.enabled, ~table.paused, table.next_run_at <= now)
+            func.count(case((table.suspended_until > now, 1))),
+            func.count(
+                case((and_(table.enabled, ~table.paused, table.next_run_at <= now), 1))
             ),
         )  # fmt: skip
         try:

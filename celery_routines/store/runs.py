@@ -20,9 +20,10 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from .connections import connections_for
+from .dialects import is_mysql
 from .models import OPEN_STATES, Routine, RoutineRun
 from .records import (
     ROUTINE_RECORD_FIELDS,
@@ -79,6 +80,7 @@ class RunQueries:
         self.engine = engine
         self.db = connections_for(engine)
         self._postgres = engine.dialect.name == "postgresql"
+        self._mysql = is_mysql(engine)
         # The tick's statements, built once: building them cost more than running them.
         sent = update(table).where(c.id.in_(bindparam("ids", expanding=True)), c.state == "pending")
         self._mark_sent = sent.values(state="sent", sent_at=bindparam("now"))
@@ -103,6 +105,9 @@ class RunQueries:
             return set()
         if self._postgres:
             return self._insert_new_unnest(runs, now)
+        if self._mysql:
+            with self.db.write() as conn:
+                return self._insert_new_mysql(conn, [asdict(run) for run in runs], now)
         # One cached single-row statement executed with a parameter list:
         # SQLAlchemy batches it ("insertmanyvalues") and compiles it once,
         # where a multi-row VALUES would be compiled afresh for every batch.
@@ -135,6 +140,25 @@ class RunQueries:
         }
         with self.db.fast_write() as conn:
             return {row.id for row in conn.execute(UNNEST_INSERT, columns)}
+
+    def _insert_new_mysql(
+        self, conn: Any, rows: Sequence[dict[str, Any]], now: datetime
+    ) -> set[str]:
+        """MySQL: insert what is new and learn which rows went in.
+
+        ``ON DUPLICATE KEY UPDATE id = id`` turns a clash on the unique
+        ``(routine_id, idempotency_key, attempt)`` (or the primary key) into a
+        no-op and nothing else: a row too long, a routine that does not exist,
+        a lost connection still raise (``INSERT IGNORE`` would have turned
+        those into warnings). MySQL has no RETURNING (MariaDB has none on an
+        upsert), so the answer is read back in the same transaction: a run id
+        is fresh, so a stored row with one of ours is one this statement wrote.
+        """
+        stmt = mysql.insert(table).on_duplicate_key_update(id=table.c.id)
+        with_now = [{**row, "created_at": now} for row in rows]
+        conn.execute(stmt, with_now)
+        ours = select(c.id).where(c.id.in_(bindparam("ids", expanding=True)))
+        return {row.id for row in conn.execute(ours, {"ids": [row["id"] for row in rows]})}
 
     def find_windows(self, windows: Sequence[tuple[int, str, int]]) -> list[RunRecord]:
         """The stored runs of ``(routine_id, idempotency_key, attempt)`` triples."""
@@ -309,6 +333,11 @@ class RunQueries:
         backs it up. False: another beat took it (or the row changed).
         """
         claim = update(table).where(c.id == run_id, c.state == "retrying").values(state=settled)
+        if self._mysql:
+            with self.db.write() as conn:
+                if conn.execute(claim).rowcount != 1:
+                    return False
+                return bool(self._insert_new_mysql(conn, [asdict(next_attempt)], now))
         insert = (
             self._insert(table)
             .values([{**asdict(next_attempt), "created_at": now}])
@@ -355,12 +384,22 @@ class RunQueries:
         ``failed`` with reason ``replaced``; the ids actually moved."""
         if not run_ids:
             return []
-        stmt = (
-            update(table)
-            .where(c.id.in_(list(run_ids)), c.state.in_(("sent", "running")))
-            .values(state="failed", reason="replaced", error=f"replaced by {by}", finished_at=now)
-            .returning(c.id)
-        )
+        moved = c.state.in_(("sent", "running"))
+        values = {
+            "state": "failed",
+            "reason": "replaced",
+            "error": f"replaced by {by}",
+            "finished_at": now,
+        }
+        if self._mysql:
+            # No RETURNING: lock the rows that qualify, then move exactly those.
+            with self.db.write() as conn:
+                found = select(c.id).where(c.id.in_(list(run_ids)), moved).with_for_update()
+                ids = [row.id for row in conn.execute(found)]
+                if ids:
+                    conn.execute(update(table).where(c.id.in_(ids)).values(**values))
+                return ids
+        stmt = update(table).where(c.id.in_(list(run_ids)), moved).values(**values).returning(c.id)
         with self.db.write() as conn:
             return [row.id for row in conn.execute(stmt)]
 
@@ -403,14 +442,16 @@ class RunQueries:
 
     def count_duplicate(self, run_id: str) -> str | None:
         """Count a refused delivery on the run; its state, or None if unknown."""
-        stmt = (
-            update(table)
-            .where(c.id == run_id)
-            .values(duplicates=c.duplicates + 1)
-            .returning(c.state)
-        )
+        stmt = update(table).where(c.id == run_id).values(duplicates=c.duplicates + 1)
+        if self._mysql:
+            # No RETURNING: the UPDATE locks the row, so the state read after
+            # it in the same transaction is the one it counted against.
+            with self.db.write() as conn:
+                if conn.execute(stmt).rowcount != 1:
+                    return None
+                return conn.execute(select(c.state).where(c.id == run_id)).scalar_one()
         with self.db.write() as conn:
-            row = conn.execute(stmt).first()
+            row = conn.execute(stmt.returning(c.state)).first()
         return row.state if row is not None else None
 
     def finish(
