@@ -21,6 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
+from . import mysql as mysql_json
 from .connections import connections_for
 from .dialects import is_mysql
 from .models import Routine
@@ -82,11 +83,6 @@ class RoutineQueries:
             .with_only_columns(*RECORD_COLUMNS)
             .with_for_update(skip_locked=True)
         )
-        self._claim_mark = (
-            update(table)
-            .where(c.id.in_(bindparam("ids", expanding=True)))
-            .values(locked_by=bindparam("holder"), locked_until=bindparam("until"))
-        )
 
     # -- definitions ---------------------------------------------------------
 
@@ -143,6 +139,13 @@ class RoutineQueries:
         params = [{"rid": a.routine_id, "nra": a.next_run_at, "now": now} for a in first_windows]
         if not params:
             return 0
+        if self._mysql:
+            rows = mysql_json.windows((p["rid"], p["nra"]) for p in params)
+            with self.db.fast_write() as conn:
+                result = conn.execute(
+                    mysql_json.ADOPT, {"rows": rows, "now": mysql_json.naive(now)}
+                )
+                return result.rowcount
         stmt = (
             update(table)
             .where(c.id == bindparam("rid"), c.next_run_at.is_(None))
@@ -182,8 +185,11 @@ class RoutineQueries:
             # Every locked row is claimable (the select's own condition) and
             # stays so until this transaction ends: no other beat can change it.
             holder, until = params["holder"], params["until"]
-            ids = [r.id for r in locked]
-            conn.execute(self._claim_mark, {"ids": ids, "holder": holder, "until": until})
+            ids = mysql_json.ids([r.id for r in locked])
+            conn.execute(
+                mysql_json.CLAIM,
+                {"ids": ids, "holder": holder, "until": mysql_json.naive(until)},
+            )
         return [replace(r, locked_by=holder, locked_until=until) for r in locked]
 
     def _claim_statement(self) -> Any:
@@ -218,6 +224,12 @@ class RoutineQueries:
         """
         if not advances:
             return 0
+        if self._mysql:
+            # One statement, not one UPDATE per routine (see store/mysql.py).
+            rows = mysql_json.windows((a.routine_id, a.next_run_at) for a in advances)
+            params = {"rows": rows, "holder": holder, "now": mysql_json.naive(now)}
+            with self.db.fast_write() as conn:
+                return conn.execute(mysql_json.ADVANCE, params).rowcount
         stmt = (
             update(table)
             .where(c.id == bindparam("rid"), c.locked_by == holder)

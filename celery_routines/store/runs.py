@@ -20,8 +20,9 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.dialects import postgresql, sqlite
 
+from . import mysql as mysql_json
 from .connections import connections_for
 from .dialects import is_mysql
 from .models import OPEN_STATES, Routine, RoutineRun
@@ -107,7 +108,7 @@ class RunQueries:
             return self._insert_new_unnest(runs, now)
         if self._mysql:
             with self.db.write() as conn:
-                return self._insert_new_mysql(conn, [asdict(run) for run in runs], now)
+                return self._insert_new_mysql(conn, runs, now)
         # One cached single-row statement executed with a parameter list:
         # SQLAlchemy batches it ("insertmanyvalues") and compiles it once,
         # where a multi-row VALUES would be compiled afresh for every batch.
@@ -141,9 +142,7 @@ class RunQueries:
         with self.db.fast_write() as conn:
             return {row.id for row in conn.execute(UNNEST_INSERT, columns)}
 
-    def _insert_new_mysql(
-        self, conn: Any, rows: Sequence[dict[str, Any]], now: datetime
-    ) -> set[str]:
+    def _insert_new_mysql(self, conn: Any, runs: Sequence[NewRun], now: datetime) -> set[str]:
         """MySQL: insert what is new and learn which rows went in.
 
         ``ON DUPLICATE KEY UPDATE id = id`` turns a clash on the unique
@@ -154,11 +153,12 @@ class RunQueries:
         upsert), so the answer is read back in the same transaction: a run id
         is fresh, so a stored row with one of ours is one this statement wrote.
         """
-        stmt = mysql.insert(table).on_duplicate_key_update(id=table.c.id)
-        with_now = [{**row, "created_at": now} for row in rows]
-        conn.execute(stmt, with_now)
-        ours = select(c.id).where(c.id.in_(bindparam("ids", expanding=True)))
-        return {row.id for row in conn.execute(ours, {"ids": [row["id"] for row in rows]})}
+        conn.execute(
+            mysql_json.INSERT_RUNS,
+            {"rows": mysql_json.run_rows(runs), "now": mysql_json.naive(now)},
+        )
+        ours = mysql_json.ids([run.id for run in runs])
+        return {row.id for row in conn.execute(mysql_json.STORED_RUN_IDS, {"ids": ours})}
 
     def find_windows(self, windows: Sequence[tuple[int, str, int]]) -> list[RunRecord]:
         """The stored runs of ``(routine_id, idempotency_key, attempt)`` triples."""
@@ -186,6 +186,17 @@ class RunQueries:
         ``deadline_at``: when the run is declared lost if no worker reports back.
         """
         if not run_ids:
+            return
+        if self._mysql:
+            params = {"ids": mysql_json.ids(run_ids), "now": mysql_json.naive(now)}
+            stmt = mysql_json.MARK_SENT
+            if deadline_at is not None:
+                stmt, params["deadline"] = (
+                    mysql_json.MARK_SENT_WITH_DEADLINE,
+                    mysql_json.naive(deadline_at),
+                )
+            with self.db.fast_write() as conn:
+                conn.execute(stmt, params)
             return
         params = {"ids": list(run_ids), "now": now}
         stmt = self._mark_sent
@@ -337,7 +348,7 @@ class RunQueries:
             with self.db.write() as conn:
                 if conn.execute(claim).rowcount != 1:
                     return False
-                return bool(self._insert_new_mysql(conn, [asdict(next_attempt)], now))
+                return bool(self._insert_new_mysql(conn, [next_attempt], now))
         insert = (
             self._insert(table)
             .values([{**asdict(next_attempt), "created_at": now}])
