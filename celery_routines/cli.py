@@ -36,9 +36,15 @@ from .store.models import RUN_STATES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# How SQLite and PostgreSQL say a table or column is missing: an unmigrated
-# (or older) schema, which `migrate` fixes.
-SCHEMA_MISSING = ("no such table", "no such column", "does not exist")
+# How SQLite, PostgreSQL and MySQL/MariaDB (errors 1146, 1054) say a table or
+# column is missing: an unmigrated (or older) schema, which `migrate` fixes.
+SCHEMA_MISSING = (
+    "no such table",
+    "no such column",
+    "does not exist",
+    "doesn't exist",
+    "Unknown column",
+)
 
 # The clock the commands read "now" from; tests replace it (never sleep).
 CLOCK: Clock = utc_now
