@@ -161,7 +161,11 @@ class Routines:
     def list(self) -> list[RoutineSummary]:
         now = self.clock()
         latest = self.store.admin.latest_runs()
-        return [self._summary(r, latest.get(r.id), now) for r in self.store.routines.all()]
+        retries = self.store.admin.next_retries()
+        return [
+            self._summary(r, latest.get(r.id), now, retries.get(r.id))
+            for r in self.store.routines.all()
+        ]
 
     def show(self, name: str, windows: int = 5) -> RoutineDetail:
         check_count("windows", windows, MAX_PREVIEW)
@@ -192,12 +196,26 @@ class Routines:
         except InvalidRoutine as exc:
             # Show what can be shown; the bad column is named in the error.
             ceilings, ceiling_error = [], exc.problem
+        # A retrying run is not finished: its next attempt is only waiting for
+        # retry_at, so it counts as open here (the overlap rule does not wait
+        # for it, which is why _open_runs leaves it out).
+        retrying = sorted(
+            (
+                run_view(row)
+                for row in self.store.admin.runs(
+                    routine_id=record.id, states=["retrying"], limit=MAX_LIMIT
+                )
+            ),
+            key=lambda run: (run.retry_at is None, run.retry_at or now),
+        )
+        next_retry = retrying[0] if retrying and retrying[0].retry_at is not None else None
         return RoutineDetail(
-            summary=self._summary(record, latest, now),
+            summary=self._summary(record, latest, now, next_retry),
             definition=definition_of(record),
             next_windows=next_windows,
             ceilings=ceilings,
-            open_runs=len(self._open_runs(record, now)),
+            open_runs=len(self._open_runs(record, now)) + len(retrying),
+            retrying=retrying,
             last_error=record.last_error,
             suspended_until=record.suspended_until,
             suspended_reason=record.suspended_reason,
@@ -461,7 +479,11 @@ class Routines:
         return to_instant(since, "UTC", self.clock(), "--since")
 
     def _summary(
-        self, record: RoutineRecord, latest: RunRecord | None, now: datetime
+        self,
+        record: RoutineRecord,
+        latest: RunRecord | None,
+        now: datetime,
+        next_retry: RunRecord | RunView | None = None,
     ) -> RoutineSummary:
         timezone = self._zone_of(record)
         local = None
@@ -485,6 +507,7 @@ class Routines:
             state=routine_state(record, now),
             last_outcome=outcome,
             last_run_at=latest.created_at if latest is not None else None,
+            next_retry_at=next_retry.retry_at if next_retry is not None else None,
         )
 
     def _ceilings(self, record: RoutineRecord) -> tuple[Ceiling, ...]:

@@ -29,6 +29,8 @@ class RoutineSummary:
     last_outcome: str | None
     """State of the newest run row (with its reason for skips), if any."""
     last_run_at: datetime | None
+    next_retry_at: datetime | None = None
+    """When the first pending retry of this routine goes out, if one is pending."""
 
 
 @dataclass(frozen=True)
@@ -57,11 +59,14 @@ class RoutineDetail:
     next_windows: list[WindowView]
     ceilings: list[CeilingUsage]
     open_runs: int
+    """Runs not finished: in flight (pending, sent, running) or retrying."""
     last_error: str | None
     suspended_until: datetime | None
     suspended_reason: str | None
     schedule_error: str | None = None
     ceiling_error: str | None = None
+    retrying: list[RunView] = field(default_factory=list)
+    """The routine's failed attempts waiting for their retry, soonest first."""
 
 
 @dataclass(frozen=True)
@@ -70,9 +75,13 @@ class RunView:
     routine: str
     idempotency_key: str
     attempt: int
+    max_attempts: int | None
+    """``1 + max_retries`` of the routine: attempt 2 of 5."""
     state: str
     reason: str | None
     error: str | None
+    retry_at: datetime | None
+    """When a ``retrying`` run's next attempt goes out."""
     scheduled_for: datetime
     created_at: datetime
     sent_at: datetime | None
@@ -96,6 +105,7 @@ class SendResult:
     """``sent``, ``exists`` (already stored, not sent again) or ``send_failed``."""
     existing_state: str | None = None
     error: str | None = None
+    max_attempts: int | None = None
 
 
 @dataclass(frozen=True)
@@ -214,9 +224,11 @@ def run_view(named: NamedRun) -> RunView:
         routine=named.routine_name,
         idempotency_key=run.idempotency_key,
         attempt=run.attempt,
+        max_attempts=named.max_attempts,
         state=run.state,
         reason=run.reason,
         error=run.error,
+        retry_at=run.retry_at,
         scheduled_for=run.scheduled_for,
         created_at=run.created_at,
         sent_at=run.sent_at,
@@ -240,7 +252,15 @@ def send_result(record: RoutineRecord, done: Dispatched) -> SendResult:
         outcome=done.outcome,
         existing_state=done.existing_state,
         error=done.error,
+        max_attempts=record.max_retries + 1,
     )
+
+
+def attempt_text(attempt: int, max_attempts: int | None) -> str:
+    """``2 of 5``; a manual replay past the retry budget is just its number."""
+    if max_attempts is None or attempt > max_attempts:
+        return str(attempt)
+    return f"{attempt} of {max_attempts}"
 
 
 def iso_utc(instant: datetime | None) -> str:

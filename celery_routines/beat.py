@@ -12,20 +12,23 @@ import logging
 import os
 import socket
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
 from celery import Celery
 from celery.beat import Scheduler as CeleryScheduler
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
+from .errors import RoutinesError
 from .events import RoutineEvents
 from .gate import Gate, OpenGate, RedisGate
 from .metrics import MeasuredPublisher, RoutineMetrics, metrics_for
 from .publish import CeleryPublisher, Publisher
-from .registry import definitions_for
+from .registry import celery_default_entries, definitions_for
 from .store import Store
+from .store.engine import explain_database_error
 from .tick import TickEngine
 
 logger = logging.getLogger("celery_routines.beat")
@@ -49,7 +52,10 @@ class Scheduler(CeleryScheduler):
         self._gate: Gate | None = None
         self._closed = False
         self._error_backoff = 0.0
-        self.settings: Settings = settings_from(app)
+        try:
+            self.settings: Settings = settings_from(app)
+        except RoutinesError as exc:
+            cannot_start(exc, None)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.last_report = None
         # Served from setup_schedule, so the banner's lazy instance serves nothing.
@@ -59,13 +65,19 @@ class Scheduler(CeleryScheduler):
     # Celery calls this from __init__ unless lazy=True (the banner's instance),
     # so the lazy instance never touches the database.
     def setup_schedule(self) -> None:
+        try:
+            self._set_up()
+        except Exception as exc:
+            cannot_start(exc, self.settings.database_url)
+
+    def _set_up(self) -> None:
         store = Store.from_url(self.settings.database_url)
         store.migrate()
         definitions = definitions_for(self.app)
         store.routines.upsert_definitions([d.columns() for d in definitions], self._clock())
         logger.info(
-            "celery-routines: %d routine(s) declared in code written to %s",
-            len(definitions),
+            "celery-routines: %s written to %s",
+            _written(self.app, [d.name for d in definitions]),
             _safe_url(self.settings.database_url),
         )
         self._store = store
@@ -157,6 +169,43 @@ class Scheduler(CeleryScheduler):
             f"    . routines db -> {_safe_url(self.settings.database_url)}\n"
             f"    . idempotency gate -> {gate}"
         )
+
+
+def _written(app: Celery, names: list[str]) -> str:
+    """``3 routine(s) declared in code``, naming the ones the user did not
+    declare and why they exist (a routine nobody declared looks like a bug)."""
+    defaults = {d.name for d in celery_default_entries(app)} & set(names)
+    text = f"{len(names) - len(defaults)} routine(s) declared in code"
+    if "celery.backend_cleanup" in defaults:
+        text += (
+            " and celery.backend_cleanup, which Celery's own beat adds too: result_expires "
+            "is set and the result backend does not expire results by itself"
+        )
+    return text
+
+
+def cannot_start(exc: BaseException, database_url: str | None) -> NoReturn:
+    """End beat on a start-up error with one ERROR line that says what is
+    wrong and how to fix it; the traceback only at DEBUG.
+
+    Raising into Celery instead prints the traceback twice (its critical log,
+    then stderr redirected to the log one fragment per WARNING line: 1,900
+    lines for a missing database). SystemExit passes Celery's ``except
+    Exception`` and ends the process with status 1; under ``worker -B`` it
+    ends the beat child only.
+    """
+    logger.error("celery-routines beat cannot start: %s", explain_start_error(exc, database_url))
+    logger.debug("celery-routines beat start-up error in full", exc_info=exc)
+    raise SystemExit(1) from None
+
+
+def explain_start_error(exc: BaseException, database_url: str | None) -> str:
+    """One line for an error met while starting beat or the CLI."""
+    if isinstance(exc, SQLAlchemyError):
+        return explain_database_error(exc, database_url)
+    if isinstance(exc, RoutinesError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _safe_url(url: str) -> str:

@@ -11,6 +11,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
+import sys
+import traceback
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -29,22 +32,15 @@ from .admin import (
     WindowView,
     preview,
 )
+from .admin_views import RoutineSummary, attempt_text
 from .clock import Clock, utc_now
+from .config import settings_from
 from .dispatch import SEND_FAILED
 from .errors import RoutinesError
+from .store.engine import explain_database_error
 from .store.models import RUN_STATES
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-# How SQLite, PostgreSQL and MySQL/MariaDB (errors 1146, 1054) say a table or
-# column is missing: an unmigrated (or older) schema, which `migrate` fixes.
-SCHEMA_MISSING = (
-    "no such table",
-    "no such column",
-    "does not exist",
-    "doesn't exist",
-    "Unknown column",
-)
 
 # The clock the commands read "now" from; tests replace it (never sleep).
 CLOCK: Clock = utc_now
@@ -67,13 +63,21 @@ def _errors(command: F) -> F:
         except (RoutinesError, ValueError, LookupError) as exc:
             raise click.ClickException(_one_line(exc)) from None
         except SQLAlchemyError as exc:
-            # The driver's message is multi-line; its first line names the cause.
-            message = f"database error: {_one_line(getattr(exc, 'orig', None) or exc)}"
-            if any(sign in message for sign in SCHEMA_MISSING):
-                message += "; is the schema up to date? run: celery -A <app> routines migrate"
-            raise click.ClickException(message) from None
+            # "Does not exist" alone could be the database, a user or a table:
+            # each has its own fix, so the message tells them apart.
+            raise click.ClickException(explain_database_error(exc, _database_url())) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _database_url() -> str | None:
+    """The store URL of the app being operated (for naming it in errors)."""
+    ctx = click.get_current_context(silent=True)
+    app = getattr(getattr(ctx, "obj", None), "app", None) if ctx is not None else None
+    try:
+        return settings_from(app).database_url
+    except RoutinesError:
+        return None
 
 
 def _admin(ctx: click.Context) -> Routines:
@@ -137,14 +141,15 @@ def _runs_table(runs: Sequence[RunView]) -> None:
         click.echo("no runs")
         return
     _table(
-        ["RUN ID", "ROUTINE", "WINDOW", "ATTEMPT", "STATE", "REASON", "WRITTEN"],
+        ["RUN ID", "ROUTINE", "WINDOW", "ATTEMPT", "STATE", "RETRY AT", "REASON", "WRITTEN"],
         [
             (
                 r.id,
                 r.routine,
                 r.idempotency_key.split("@", 1)[-1],
-                r.attempt,
+                attempt_text(r.attempt, r.max_attempts),
                 r.state,
+                _utc(r.retry_at),
                 r.reason or r.error,
                 _utc(r.created_at),
             )
@@ -153,12 +158,29 @@ def _runs_table(runs: Sequence[RunView]) -> None:
     )
 
 
+def _next_run_cells(s: RoutineSummary) -> tuple[str, str]:
+    """The NEXT RUN cells of ``list``. A bare time would read as "it fires
+    then": for an invalid routine the stored instant is only when beat looks
+    at it again, and a paused or disabled routine fires nothing."""
+    if s.next_run_utc is None:
+        return "-", "-"
+    if s.state == "invalid":
+        return f"invalid, re-checked at {_utc(s.next_run_utc)}", "-"
+    if s.state in ("paused", "disabled"):
+        return (
+            f"{s.state} (would be next: {_utc(s.next_run_utc)})",
+            f"(would be next: {_local(s.next_run_local)})",
+        )
+    return _utc(s.next_run_utc), _local(s.next_run_local)
+
+
 def _send_line(result: SendResult) -> str:
     if result.outcome == SEND_FAILED:
         return f"NOT SENT {result.idempotency_key} (run {result.run_id}): {result.error}"
     if result.outcome == "exists":
         return f"already stored {result.idempotency_key} ({result.existing_state}): not sent again"
-    return f"sent {result.idempotency_key} attempt {result.attempt} as run {result.run_id}"
+    attempt = attempt_text(result.attempt, result.max_attempts)
+    return f"sent {result.idempotency_key} attempt {attempt} as run {result.run_id}"
 
 
 def _fail_if_not_sent(results: Sequence[SendResult]) -> None:
@@ -192,16 +214,25 @@ def list_(ctx: click.Context, as_json: bool) -> None:
         click.echo("no routines stored (beat writes the ones declared in code when it starts)")
         return
     _table(
-        ["NAME", "SCHEDULE", "TIMEZONE", "NEXT RUN (UTC)", "NEXT RUN (LOCAL)", "STATE", "LAST"],
+        [
+            "NAME",
+            "SCHEDULE",
+            "TIMEZONE",
+            "NEXT RUN (UTC)",
+            "NEXT RUN (LOCAL)",
+            "STATE",
+            "LAST",
+            "NEXT RETRY (UTC)",
+        ],
         [
             (
                 s.name,
                 s.schedule,
                 s.timezone,
-                _utc(s.next_run_utc),
-                _local(s.next_run_local),
+                *_next_run_cells(s),
                 s.state,
                 s.last_outcome,
+                _utc(s.next_retry_at),
             )
             for s in summaries
         ],
@@ -223,31 +254,83 @@ def show(ctx: click.Context, name: str, windows: int, as_json: bool) -> None:
     _print_detail(detail)
 
 
+def _words(value: Any) -> str:
+    """A definition value as a person reads it: no JSON ``null``/``true``."""
+    if value is None:
+        return "not set"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | dict) and not value:
+        return "none"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, str | int | float):
+        return str(value)
+    return json.dumps(value)
+
+
+def _ceiling_words(value: Any) -> str:
+    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
+        return _words(value)
+    return (
+        ", ".join(
+            f"{_words(c.get('limit'))} {c.get('unit', 'fires')} per {c.get('per')}" for c in value
+        )
+        or "none"
+    )
+
+
+def _field(key: str, value: str) -> None:
+    click.echo(f"  {key + ':':<20} {value}")
+
+
 def _print_detail(detail: RoutineDetail) -> None:
     s = detail.summary
     click.echo(f"{s.name}  [{s.state}]")
-    click.echo(f"  schedule:  {s.schedule} ({s.timezone})")
+    _field("schedule", s.schedule)
     for key, value in detail.definition.items():
-        click.echo(
-            f"  {key + ':':<20} {json.dumps(value) if not isinstance(value, str) else value}"
-        )
+        if key == "timezone":
+            # The zone the schedule is read in, also when the row leaves it
+            # to routines_timezone.
+            _field(key, s.timezone if value else f"{s.timezone} (routines_timezone)")
+        elif key == "ceiling":
+            _field(key, _ceiling_words(value))
+        else:
+            _field(key, _words(value))
     last = f"{s.last_outcome} at {_utc(s.last_run_at)}" if s.last_outcome else "no runs yet"
-    click.echo(f"  {'last outcome:':<20} {last}")
-    click.echo(f"  {'open runs:':<20} {detail.open_runs}")
+    _field("last outcome", last)
+    retrying = len(detail.retrying)
+    _field(
+        "open runs",
+        f"{detail.open_runs} ({retrying} retrying)" if retrying else str(detail.open_runs),
+    )
+    for run in detail.retrying:
+        _field(
+            "next retry",
+            f"{_utc(run.retry_at)}, attempt {attempt_text(run.attempt + 1, run.max_attempts)} "
+            f"of {run.idempotency_key}",
+        )
     if detail.last_error:
-        click.echo(f"  {'invalid:':<20} {detail.last_error}")
+        _field("invalid", detail.last_error)
+        if s.next_run_utc is not None:
+            _field("re-checked at", _utc(s.next_run_utc))
     if detail.suspended_until:
-        click.echo(
-            f"  {'suspended until:':<20} {_utc(detail.suspended_until)} "
-            f"({detail.suspended_reason or 'no reason recorded'})"
+        _field(
+            "suspended until",
+            f"{_utc(detail.suspended_until)} ({detail.suspended_reason or 'no reason recorded'})",
         )
     if detail.schedule_error:
-        click.echo(f"  schedule cannot be computed: {detail.schedule_error}")
+        _field("schedule error", detail.schedule_error)
     else:
-        click.echo(f"next {len(detail.next_windows)} windows (UTC, then {s.timezone}):")
+        heading = f"next {len(detail.next_windows)} windows (UTC, then {s.timezone})"
+        if s.state in ("paused", "disabled"):
+            heading += f"; {s.state}: none of them fires until it is " + (
+                "resumed" if s.state == "paused" else "enabled"
+            )
+        click.echo(heading + ":")
         _windows(detail.next_windows)
     if detail.ceiling_error:
-        click.echo(f"  ceiling cannot be read: {detail.ceiling_error}")
+        _field("ceiling error", detail.ceiling_error)
     if detail.ceilings:
         click.echo("spend this period:")
         for c in detail.ceilings:
@@ -361,7 +444,11 @@ def _print_pause(result: PauseResult, as_json: bool) -> None:
     if not result.changed:
         click.echo(f"{result.routine} was already {'paused' if result.paused else 'running'}")
         return
-    line = f"{verb} {result.routine}; next window {_utc(result.next_run_at)}"
+    if result.paused:
+        # Not "next window": a paused routine fires nothing at that time.
+        line = f"paused {result.routine} (would be next: {_utc(result.next_run_at)})"
+    else:
+        line = f"{verb} {result.routine}; next window {_utc(result.next_run_at)}"
     if result.skipped_windows:
         line += f"; {result.skipped_windows} window(s) missed while paused recorded as skipped"
     click.echo(line)
@@ -487,3 +574,90 @@ def preview_(cron: str, timezone: str, start: str | None, count: int, as_json: b
         return
     click.echo(f"{cron!r} in {timezone} (UTC, then local):")
     _windows(windows)
+
+
+# -- errors while Celery loads the app (-A) --------------------------------------
+
+
+def _routines_error_in(exc: BaseException) -> RoutinesError | None:
+    """Our error behind ``exc``: kombu re-raises an import error as a
+    ValueError whose context is the original."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, RoutinesError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _declared_at(exc: BaseException) -> str | None:
+    """``proj.py, line 6``: the user's line that made the bad declaration
+    (the innermost frame outside celery-routines and the import machinery)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        path = os.path.abspath(frame.filename)
+        if path.startswith(package + os.sep) or frame.filename.startswith("<frozen"):
+            continue
+        found = frame
+    if found is None:
+        return None
+    return f"{os.path.basename(found.filename)}, line {found.lineno}"
+
+
+def _debug_requested(argv: Sequence[str]) -> bool:
+    """True when the command line asks for DEBUG logs (-l DEBUG, --loglevel=debug)."""
+    for index, arg in enumerate(argv):
+        value = None
+        if arg.startswith("--loglevel="):
+            value = arg.split("=", 1)[1]
+        elif arg in ("-l", "--loglevel") and index + 1 < len(argv):
+            value = argv[index + 1]
+        elif arg.startswith("-l") and len(arg) > 2:
+            value = arg[2:]
+        if value is not None and value.strip().upper() == "DEBUG":
+            return True
+    return False
+
+
+def _short_app_errors(find_app: Callable[..., Any]) -> Callable[..., Any]:
+    def find_app_briefly(app: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return find_app(app, *args, **kwargs)
+        except Exception as exc:
+            ours = _routines_error_in(exc)
+            if ours is None:
+                raise
+            where = _declared_at(ours)
+            line = f"ERROR: celery-routines: cannot load {app!r}: {ours}"
+            click.echo(line + (f" ({where})" if where else ""), err=True)
+            if _debug_requested(sys.argv):
+                click.echo("".join(traceback.format_exception(ours)), err=True, nl=False)
+            # SystemExit, not an Exception: Celery would print the traceback
+            # of any Exception twice, around the one line that matters.
+            raise SystemExit(1) from None
+
+    find_app_briefly.routines_wrapped = True  # type: ignore[attr-defined]
+    return find_app_briefly
+
+
+def _install_short_app_errors() -> None:
+    """Make a bad routine declared in the app's code (an invalid cron, an
+    unknown zone: it fails at import) one ERROR line and exit 1 under every
+    ``celery`` command, instead of Celery's 70-line double traceback.
+
+    Celery imports this module through the ``celery.commands`` entry point
+    before it loads ``-A``, so this is the one place that can do it. Only
+    when the ``celery`` command is running: importing this module elsewhere
+    changes nothing.
+    """
+    command = sys.modules.get("celery.bin.celery")
+    find_app = getattr(command, "find_app", None)
+    if find_app is None or getattr(find_app, "routines_wrapped", False):
+        return
+    command.find_app = _short_app_errors(find_app)  # type: ignore[union-attr]
+
+
+_install_short_app_errors()

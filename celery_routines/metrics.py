@@ -133,8 +133,9 @@ class RoutineMetrics:
         )
         self.duplicates = counter(
             "routines_duplicates_refused",
-            "Windows this beat did not send because their run row already existed "
-            "(another beat sent them).",
+            "Beat side: windows this beat did not send because another beat had written "
+            "their run row first (a worker's refused duplicate delivery is counted on the "
+            "run row, column duplicates, not here).",
             registry=registry,
         )
         self.replaced = counter(

@@ -58,12 +58,10 @@ def apply_overlap(
         action = overlap_action(item.record.overlap, len(holding))
         described = ", ".join(f"{run.idempotency_key} ({run.state})" for run in holding)
         if action == "skip":
-            item.skips.append(overlap_skip_row(item))
-            logger.warning(
-                "skipped %s: previous run still open: %s",
-                ", ".join(run.idempotency_key for run in item.sends),
-                described,
-            )
+            row = overlap_skip_row(item)
+            item.skips.append(row)
+            # Said in the tick's one line for the row, once it is written.
+            item.skip_notes[row.id] = f"previous run still open: {described}"
             item.sends = []
         elif action == "queue":
             queued.append(item)

@@ -28,7 +28,7 @@ from .gate import Gate
 from .ledger import Unrecorded
 from .lifecycle import check_overlap, check_retry_policy, lost_deadline
 from .overlap import apply_overlap, replace_open_runs
-from .publish import Publisher
+from .publish import OutgoingRun, Publisher
 from .runrows import skip_row
 from .schedules.base import Schedule
 from .schedules.keys import window_key
@@ -42,10 +42,12 @@ logger = logging.getLogger("celery_routines.beat")
 
 # A routine whose schedule cannot be computed is looked at again this often.
 INVALID_RETRY = timedelta(minutes=1)
-# A tick younger than this share of routines_lock_ttl publishes on its claims
-# as they are; an older one confirms them in the database first (the rest of
-# the TTL is the margin for its messages and their bookkeeping).
+# Messages go out on claims taken or renewed less than this share of
+# routines_lock_ttl ago; older claims are renewed in the database first (the
+# rest of the TTL is the margin for a chunk of messages and its bookkeeping).
 CLAIM_TRUSTED_SHARE = 0.25
+# Messages published between two looks at the claims (kombu's Redis batch).
+PUBLISH_CHUNK = 500
 
 
 @dataclass
@@ -92,6 +94,9 @@ class _Prepared:
     # Open runs to revoke before sending (overlap="replace").
     replace: list[str] = field(default_factory=list)
     schedule: Schedule | None = None
+    # Why a skip row was written, beyond its reason, by run id (for its one
+    # log line: the open run an overlap skip waited on).
+    skip_notes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -189,49 +194,38 @@ class TickEngine:
             outgoing = self._write(prepared, now, report) if prepared else None
         self.sweeps.send_retries(retries, now, report, self.ledger)
         if outgoing is not None:
-            outgoing = self._still_held(outgoing, now)
-            self._send(outgoing, report)
+            held = self._send(outgoing, now, report)
             self.ledger.advanced(
                 [
                     Advance(item.record.id, item.next_run_at or item.plan.next_run_at)
                     for item in outgoing.ready
+                    if item.record.id in held
                 ]
             )
         self._record_published(now)
 
-    def _still_held(self, outgoing: _Outgoing, now: datetime) -> _Outgoing:
-        """The part of ``outgoing`` whose claims this beat still holds.
+    def _renew_claims(self, ready: list[_Prepared], held: set[int], checked: datetime) -> set[int]:
+        """The routines of ``held`` whose claims this beat still has, renewed
+        from ``checked`` for the messages still to go out and their bookkeeping.
 
         A claim lets another beat take the routine over once it expires, and
-        that beat sends the routine's ``pending`` rows itself. So a tick that
-        has used more than a trusted share of its claims confirms them in the
-        database before publishing (and renews them for the time the messages
-        and their bookkeeping take); a routine taken over meanwhile is left to
-        its new holder, its rows unpublished by this beat.
+        that beat sends the routine's ``pending`` rows itself; a routine taken
+        over meanwhile is left to its new holder, its rows unpublished here.
         """
         ttl = timedelta(seconds=self.settings.lock_ttl)
-        checked = self.clock()
-        if checked < now + ttl * CLAIM_TRUSTED_SHARE:
-            return outgoing
-        ids = [item.record.id for item in outgoing.ready]
-        held = self.store.routines.renew_claims(ids, self.holder, checked + ttl)
-        if len(held) == len(ids):
-            return outgoing
-        taken = [item for item in outgoing.ready if item.record.id not in held]
-        logger.warning(
-            "tick took %.1f s of its %.0f s claims before sending; %d routine(s) were taken "
-            "over meanwhile (%s): their %d pending run(s) are left to the new holder "
-            "(raise routines_lock_ttl or lower routines_batch_size if ticks are this slow)",
-            (checked - now).total_seconds(),
-            self.settings.lock_ttl,
-            len(taken),
-            ", ".join(item.record.name for item in taken[:5]) + (", ..." if len(taken) > 5 else ""),
-            sum(len(item.sends) for item in taken),
-        )
-        return _Outgoing(
-            [item for item in outgoing.ready if item.record.id in held],
-            [send for send in outgoing.sends if send[0].record.id in held],
-        )
+        still = self.store.routines.renew_claims(sorted(held), self.holder, checked + ttl)
+        taken = [item for item in ready if item.record.id in held - still]
+        if taken:
+            logger.warning(
+                "claims of %d routine(s) were taken over before this beat sent their runs "
+                "(%s): their %d pending run(s) are left to the new holder (raise "
+                "routines_lock_ttl or lower routines_batch_size if ticks are this slow)",
+                len(taken),
+                ", ".join(item.record.name for item in taken[:5])
+                + (", ..." if len(taken) > 5 else ""),
+                sum(len(item.sends) for item in taken),
+            )
+        return still
 
     def _record_published(self, now: datetime) -> None:
         """Write down what went out: runs marked sent, then routines moved on.
@@ -406,41 +400,54 @@ class TickEngine:
                     _count(report.skipped_by_reason, run.reason or "skipped", count)
                     self._skip_event(item.record.name, run)
                     logger.warning(
-                        "skipped %d window(s) of %s from %s to %s: %s",
-                        run.skipped_count,
-                        item.record.name,
-                        run.skipped_first,
-                        run.skipped_last,
-                        run.reason,
+                        "%s",
+                        skip_line(
+                            item.record.name, run, item.timezone, item.skip_notes.get(run.id)
+                        ),
                     )
         return outgoing
 
-    def _send(self, outgoing: _Outgoing, report: TickReport) -> None:
+    def _send(self, outgoing: _Outgoing, now: datetime, report: TickReport) -> set[int]:
         """Publish the written runs, after their rows are committed (a worker
         claims a run only from its row), in as few broker round trips as the
-        transport allows."""
+        transport allows; the ids of the routines whose claims held to the end.
+
+        Messages go out in chunks, each under claims known to be live: a
+        chunk that starts later than a quarter of ``routines_lock_ttl`` after
+        the claims were taken or last renewed renews them first, so no other
+        beat can take a routine over while its messages are going out.
+        """
+        held = {item.record.id for item in outgoing.ready}
+        confirmed = now
+        trusted = timedelta(seconds=self.settings.lock_ttl * CLAIM_TRUSTED_SHARE)
         sending = [
             (item, run, run_id)
             for item, run, run_id in self._orphans_still_pending(outgoing.sends, report)
             if not self._too_late(item, run, run_id, report)
         ]
-        messages = [
-            outgoing_run(
-                item.record,
-                item.call,
-                run_id=run_id,
-                window=run.scheduled_for,
-                idempotency_key=run.idempotency_key,
-                attempt=run.attempt,
-            )
-            for item, run, run_id in sending
-        ]
-        errors = publish_runs(self.publisher, messages)
+        for start in range(0, len(sending), PUBLISH_CHUNK):
+            if self.clock() >= confirmed + trusted:
+                confirmed = self.clock()
+                held = self._renew_claims(outgoing.ready, held, confirmed)
+            chunk = [
+                send for send in sending[start : start + PUBLISH_CHUNK] if send[0].record.id in held
+            ]
+            errors = publish_runs(self.publisher, [_message(send) for send in chunk])
+            self._sent(chunk, errors, report)
+        return held
+
+    def _sent(
+        self,
+        chunk: list[tuple[_Prepared, NewRun, str]],
+        errors: list[str | None],
+        report: TickReport,
+    ) -> None:
+        """Enter what went out in the ledger; record what the broker refused."""
         published = [
-            run_id for (_, _, run_id), error in zip(sending, errors, strict=True) if error is None
+            run_id for (_, _, run_id), error in zip(chunk, errors, strict=True) if error is None
         ]
         self.ledger.published(published, self.clock())
-        for (item, run, run_id), error in zip(sending, errors, strict=True):
+        for (item, run, run_id), error in zip(chunk, errors, strict=True):
             if error is None:
                 report.sent += 1
             else:
@@ -478,7 +485,7 @@ class TickEngine:
     ) -> dict[tuple[int, str, int], str]:
         """Rows left ``pending`` by a beat that died between writing and
         sending, or that was still writing when its claims expired and this
-        beat took them over (see :meth:`_still_held`).
+        beat took them over (see :meth:`_renew_claims`).
 
         We hold the routine's claim now, so the writer's claim expired (or the
         writer is this beat, and it did not publish the row: what it published
@@ -538,7 +545,7 @@ class TickEngine:
             run_id=run_id,
         )
         logger.warning(
-            "skipped %s: %.1f s late at send time, max_lateness is %s s",
+            "skipped %s: late (%.1f s late at send time, max_lateness is %s s)",
             run.idempotency_key,
             lateness,
             limit,
@@ -557,6 +564,24 @@ class TickEngine:
         )
 
 
+def skip_line(routine: str, run: NewRun, timezone: str, note: str | None = None) -> str:
+    """The one log line of a skip row, its windows written like window keys
+    (in the routine's zone, with the offset)."""
+    count = run.skipped_count or 1
+    first = run.skipped_first or run.scheduled_for
+    last = run.skipped_last or run.scheduled_for
+    try:
+        if count == 1:
+            windows = window_key(routine, first, timezone)
+        else:
+            start = window_key(routine, first, timezone).split("@", 1)[1]
+            end = window_key(routine, last, timezone).split("@", 1)[1]
+            windows = f"{count} windows of {routine} from {start} to {end}"
+    except ValueError:  # an unknown zone: the row is written, say it in UTC
+        windows = f"{count} window(s) of {routine} from {first.isoformat()} to {last.isoformat()}"
+    return f"skipped {windows}: {run.reason}" + (f" ({note})" if note else "")
+
+
 def _due(instant: datetime | None, now: datetime) -> bool:
     return instant is not None and instant <= now
 
@@ -567,3 +592,15 @@ def _count(counts: dict[str, int], key: str, n: int) -> None:
 
 def _window(run: NewRun) -> tuple[int, str, int]:
     return (run.routine_id, run.idempotency_key, run.attempt)
+
+
+def _message(send: tuple[_Prepared, NewRun, str]) -> OutgoingRun:
+    item, run, run_id = send
+    return outgoing_run(
+        item.record,
+        item.call,
+        run_id=run_id,
+        window=run.scheduled_for,
+        idempotency_key=run.idempotency_key,
+        attempt=run.attempt,
+    )

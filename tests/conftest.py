@@ -123,3 +123,20 @@ def _forget_declarations() -> Iterator[None]:
     yield
     registry._declared.clear()
     registry._declared.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def _forget_shared_tasks() -> Iterator[None]:
+    """Tasks a test defines stay with that test.
+
+    ``@app.task`` is shared by default, like ``@shared_task``: Celery adds it
+    to every app finalized later in the process. Without this, a task a test
+    defines (or an example module a test executes again) is added to the
+    apps of later tests, and a later task of the same name warns
+    DuplicateTaskNameWarning (21 of them per run).
+    """
+    from celery import _state
+
+    saved = set(_state._on_app_finalizers)
+    yield
+    _state._on_app_finalizers.intersection_update(saved)

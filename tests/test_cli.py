@@ -92,6 +92,9 @@ def test_list_prints_a_table_and_json(invoke: Invoke, store: Store) -> None:
         "(LOCAL)",
         "STATE",
         "LAST",
+        "NEXT",
+        "RETRY",
+        "(UTC)",
     ]
     assert "2026-12-01 01:30:00 UTC" in table and "2026-12-01 02:30:00 CET" in table
     assert "paused" in table and "succeeded" in table
@@ -199,7 +202,7 @@ def test_replay_resends_a_failed_run_as_attempt_two(
 ) -> None:
     record = add_routine(store, "report")
     failed = add_run(store, record, "report@w", "failed", NOW, NOW)
-    assert "report@w attempt 2" in ok(invoke("replay", failed))
+    assert "report@w attempt 2 of 5" in ok(invoke("replay", failed))
     assert [m["routine_attempt"] for m in published(broker_folder)] == [2]
     fails_with(invoke("replay", failed), "already has attempt 2")
     fails_with(invoke("replay", "nope"), "no run with id 'nope'")
@@ -263,12 +266,13 @@ def test_migrate_creates_the_schema_and_is_idempotent(
     assert report["before"] == report["after"]
 
 
-def test_an_unreachable_database_is_one_line_not_a_traceback(
+def test_a_missing_sqlite_folder_says_which_folder_to_create(
     tmp_path: Path, broker_folder: Path
 ) -> None:
     app = make_app(broker_folder, f"sqlite:///{tmp_path}/missing/dir/routines.db")
     result = CliRunner().invoke(routines, ["list"], obj=cli_context(app), catch_exceptions=False)
-    fails_with(result, "database error")
+    fails_with(result, "cannot be opened", f"mkdir -p {tmp_path}/missing/dir")
+    assert "migrate" not in result.stderr
 
 
 def test_preview_works_without_a_database_or_an_app() -> None:
@@ -352,7 +356,41 @@ def test_a_send_the_broker_refuses_exits_1_with_one_line_and_is_recorded(
 def test_an_unmigrated_database_says_to_run_migrate(database_url: str, broker_folder: Path) -> None:
     app = make_app(broker_folder, database_url)
     result = CliRunner().invoke(routines, ["list"], obj=cli_context(app), catch_exceptions=False)
-    fails_with(result, "database error", "routines migrate")
+    line = fails_with(result, "the schema of", "is missing or older", "routines migrate")
+    assert "does not exist on" not in line and "cannot connect" not in line
+
+
+@pytest.mark.postgres
+def test_a_missing_postgres_database_says_create_it_not_migrate(
+    postgres_url: str, broker_folder: Path
+) -> None:
+    # The server is up (postgres_url's was just created); this name is not.
+    missing = postgres_url.rsplit("/", 1)[0] + "/routines_never_created"
+    app = make_app(broker_folder, missing)
+    for command in ("list", "migrate"):
+        result = CliRunner().invoke(
+            routines, [command], obj=cli_context(app), catch_exceptions=False
+        )
+        line = fails_with(
+            result,
+            "the database 'routines_never_created' does not exist on 127.0.0.1:5432",
+            "createdb",
+        )
+        assert "migrate" not in line, line
+
+
+def test_an_unreachable_server_says_where_and_masks_the_password(broker_folder: Path) -> None:
+    # Port 1 on loopback: nothing listens there, so the connection is refused.
+    app = make_app(broker_folder, "postgresql://app:s3cret-pw@127.0.0.1:1/app")
+    for command in ("list", "migrate"):
+        result = CliRunner().invoke(
+            routines, [command], obj=cli_context(app), catch_exceptions=False
+        )
+        line = fails_with(
+            result, "cannot connect to the database server at 127.0.0.1:1: is it running"
+        )
+        assert "s3cret-pw" not in result.output and "app:***@127.0.0.1:1" in line
+        assert "migrate" not in line and "does not exist" not in line
 
 
 def test_sync_writes_the_routines_declared_in_code_so_they_can_be_listed(
@@ -370,3 +408,91 @@ def test_sync_writes_the_routines_declared_in_code_so_they_can_be_listed(
     )
     assert "declared" in json.loads(ok(invoke("sync", "--json")))["routines"]
     assert "no runs yet" in ok(invoke("show", "declared"))
+
+
+# -- issue 17: retries are visible; words that do not read as "it will fire" ---
+
+
+def test_retrying_runs_show_their_retry_time_and_attempt_everywhere(
+    invoke: Invoke, store: Store
+) -> None:
+    record = add_routine(store, "report", max_retries=4, next_run_at=NOW + timedelta(hours=1))
+    soon, later = NOW + timedelta(minutes=2), NOW + timedelta(minutes=8)
+    add_run(store, record, "report@a", "retrying", NOW, NOW, attempt=2, retry_at=later)
+    first = add_run(store, record, "report@b", "retrying", NOW, NOW, retry_at=soon)
+
+    table = ok(invoke("runs", "report"))
+    assert table.splitlines()[0].split()[:7] == [
+        "RUN",
+        "ID",
+        "ROUTINE",
+        "WINDOW",
+        "ATTEMPT",
+        "STATE",
+        "RETRY",
+    ]
+    assert "2 of 5" in table and "1 of 5" in table
+    assert "2026-11-30 12:02:00 UTC" in table and "2026-11-30 12:08:00 UTC" in table
+    rows = {r["id"]: r for r in json.loads(ok(invoke("runs", "report", "--json")))}
+    assert rows[first]["retry_at"] == soon.isoformat()
+    assert rows[first]["max_attempts"] == 5
+
+    shown = ok(invoke("show", "report"))
+    assert "  open runs:           2 (2 retrying)" in shown.splitlines()
+    assert "  next retry:          2026-11-30 12:02:00 UTC, attempt 2 of 5 of report@b" in shown
+    assert "attempt 3 of 5 of report@a" in shown
+    detail = json.loads(ok(invoke("show", "report", "--json")))
+    assert detail["open_runs"] == 2
+    assert [r["retry_at"] for r in detail["retrying"]] == [soon.isoformat(), later.isoformat()]
+
+    listed = ok(invoke("list"))
+    assert "NEXT RETRY (UTC)" in listed.splitlines()[0]
+    assert listed.splitlines()[1].endswith("2026-11-30 12:02:00 UTC")
+    [summary] = json.loads(ok(invoke("list", "--json")))
+    assert summary["next_retry_at"] == soon.isoformat()
+
+
+def test_pause_and_list_do_not_read_as_it_will_still_fire(
+    invoke: Invoke, store: Store, clock: FakeClock
+) -> None:
+    add_routine(store, "poll", next_run_at=NOW + timedelta(minutes=5))
+    add_routine(
+        store,
+        "broken",
+        cron="61 * * * *",
+        next_run_at=NOW + timedelta(minutes=1),
+        last_error="routine 'broken': minute field '61' is out of range 0-59",
+    )
+    text = ok(invoke("pause", "poll"))
+    assert text.strip() == "paused poll (would be next: 2026-11-30 12:05:00 UTC)"
+    assert "next window" not in text
+
+    lines = {line.split()[0]: line for line in ok(invoke("list")).splitlines()[1:]}
+    assert "invalid, re-checked at 2026-11-30 12:01:00 UTC" in lines["broken"]
+    assert "paused (would be next: 2026-11-30 12:05:00 UTC)" in lines["poll"]
+
+
+def test_show_prints_fields_in_words_with_one_indentation_and_the_effective_zone(
+    invoke: Invoke, store: Store
+) -> None:
+    add_routine(
+        store,
+        "report",
+        cron="0 9 * * *",
+        ceiling=json.dumps([{"limit": 5, "per": "week", "unit": "fires"}]),
+    )
+    text = ok(invoke("show", "report"))
+    fields = [line for line in text.splitlines() if line.startswith("  ") and ":" in line]
+    # (not the window and spend lines, which start with a number)
+    fields = [line for line in fields if not line[2].isdigit()]
+    # Every field at one indentation, its value in one column.
+    assert {(line.index(":") < 22, line[22], line[23] != " ") for line in fields} == {
+        (True, " ", True)
+    }
+    assert {len(line) - len(line.lstrip()) for line in fields} == {2}
+    assert "null" not in text and "true" not in text and "false" not in text
+    assert "  timezone:            UTC (routines_timezone)" in text.splitlines()
+    assert "  enabled:             yes" in text.splitlines()
+    assert "  max_lateness:        not set" in text.splitlines()
+    assert "  args:                none" in text.splitlines()
+    assert "  ceiling:             5 fires per week" in text.splitlines()

@@ -27,7 +27,7 @@ CONDITIONS = {"service_started", "service_healthy", "service_completed_successfu
 TOP_LEVEL = {"services", "volumes", "networks", "configs", "secrets", "name"}
 SERVICE_KEYS = {
     "build", "image", "command", "entrypoint", "environment", "env_file", "depends_on",
-    "healthcheck", "ports", "volumes", "restart", "networks", "deploy", "labels",
+    "healthcheck", "ports", "volumes", "restart", "networks", "deploy", "labels", "pull_policy",
 }  # fmt: skip
 HEALTHCHECK_KEYS = {"test", "interval", "timeout", "retries", "start_period", "start_interval"}
 DURATION = re.compile(r"^\d+(ms|s|m|h)$")
@@ -41,6 +41,11 @@ def compose() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return compose["services"]
+
+
+def app_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The services that run our image (all but PostgreSQL and Redis)."""
+    return {name: s for name, s in services.items() if name not in ("postgres", "redis")}
 
 
 def celery_argv(service: dict[str, Any]) -> list[str]:
@@ -94,7 +99,7 @@ def test_the_services_of_a_production_set_up(services: dict[str, dict[str, Any]]
     }  # fmt: skip
     assert services["postgres"]["image"].startswith("postgres:")
     assert services["redis"]["image"].startswith("redis:")
-    roles = [celery_argv(s)[0] for s in services.values() if s.get("build")]
+    roles = [celery_argv(s)[0] for s in app_services(services).values()]
     assert sorted(roles) == ["beat", "beat", "flower", "routines", "worker", "worker"]
 
 
@@ -164,9 +169,7 @@ def test_every_health_check_is_one_the_e2e_test_runs(
 def test_the_environment_names_are_the_ones_the_e2e_test_sets(
     services: dict[str, dict[str, Any]],
 ) -> None:
-    for name, service in services.items():
-        if not service.get("build"):
-            continue
+    for name, service in app_services(services).items():
         env = service["environment"]
         assert env["CELERY_BROKER_URL"].startswith("redis://redis:6379/")
         assert env["ROUTINES_DATABASE_URL"].startswith("postgresql://")
@@ -200,3 +203,35 @@ def test_the_app_compose_runs_imports_and_declares_routines() -> None:
     assert done.returncode == 0, done.stderr
     main, scheduler, count = done.stdout.split()
     assert (main, scheduler) == (APP, "celery_routines.Scheduler") and int(count) >= 1
+
+
+def test_one_image_built_once_runs_every_app_service(services: dict[str, dict[str, Any]]) -> None:
+    ours = app_services(services)
+    assert {s["image"] for s in ours.values()} == {"celery-routines-production"}
+    # Only migrate builds it (compose builds every image before it starts any
+    # container); the others run that image and never try to pull it.
+    assert [name for name, s in ours.items() if "build" in s] == ["migrate"]
+    for name, service in ours.items():
+        if name != "migrate":
+            assert service["pull_policy"] == "never", name
+
+
+def test_the_image_runs_as_a_non_root_user() -> None:
+    lines = [line.strip() for line in (REPO / "Dockerfile").read_text().splitlines()]
+    users = [line.split()[1] for line in lines if line.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0"), users
+    # The last USER comes after every RUN: nothing runs as root at run time.
+    last_user = max(i for i, line in enumerate(lines) if line.startswith("USER "))
+    assert all(i < last_user for i, line in enumerate(lines) if line.startswith("RUN "))
+
+
+def test_the_build_context_leaves_out_history_environments_and_databases() -> None:
+    ignored = {
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert {".git", ".venv", "venv", "*.db", "examples/var", "**/__pycache__"} <= ignored
+    # What `pip install .` in the Dockerfile needs stays in.
+    for needed in ("pyproject.toml", "README.md", "celery_routines", "examples"):
+        assert needed not in ignored, needed

@@ -3,6 +3,8 @@ by an injected clock (filesystem broker, SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import logging
+import re
 import sys
 import urllib.error
 import urllib.request
@@ -220,12 +222,26 @@ def test_a_bad_port_is_one_clear_error(raw: object, monkeypatch: pytest.MonkeyPa
         metrics_port(app)
 
 
+def assert_one_start_error(caplog: pytest.LogCaptureFixture, pattern: str) -> None:
+    """Beat ended with one ERROR line matching ``pattern`` (the traceback only at DEBUG)."""
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    assert errors[0].getMessage().startswith("celery-routines beat cannot start: ")
+    assert re.search(pattern, errors[0].getMessage()), errors[0].getMessage()
+    assert errors[0].exc_info is None
+
+
 def test_a_set_port_without_prometheus_client_names_the_extra(
-    sqlite_url: str, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    sqlite_url: str,
+    tmp_path: Path,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import fails
-    with pytest.raises(ConfigurationError, match=r"celery-routines\[metrics\]"):
+    with pytest.raises(SystemExit):
         serving_scheduler(tmp_path / "broker", sqlite_url, clock)
+    assert_one_start_error(caplog, r"celery-routines\[metrics\]")
     # Without the port, beat does not need the package.
     scheduler = Scheduler(filesystem_app(tmp_path / "broker", sqlite_url), clock=clock)
     try:
@@ -285,7 +301,7 @@ def test_a_failing_tick_is_counted(
 
 
 def test_a_port_in_use_is_one_clear_error(
-    sqlite_url: str, tmp_path: Path, clock: FakeClock
+    sqlite_url: str, tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     first = serving_scheduler(tmp_path / "broker", sqlite_url, clock)
     try:
@@ -296,7 +312,8 @@ def test_a_port_in_use_is_one_clear_error(
             routines_metrics_port=first.metrics.port,
             routines_metrics_address="127.0.0.1",
         )
-        with pytest.raises(ConfigurationError, match=r"cannot serve metrics on 127\.0\.0\.1:"):
+        with pytest.raises(SystemExit):
             Scheduler(app, clock=clock)
+        assert_one_start_error(caplog, r"cannot serve metrics on 127\.0\.0\.1:")
     finally:
         first.close()

@@ -336,3 +336,64 @@ def test_a_run_is_published_only_after_its_row_is_committed(
     finally:
         outside.dispose()
         scheduler.close()
+
+
+def test_each_skip_is_logged_once_with_its_windows_written_like_keys(
+    database_url: str, broker_folder: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # No worker: the first run stays open, so the next window is an overlap skip.
+    register("tasks.slow", "* * * * *", name="app.slow", timezone="Europe/Rome")
+    register("tasks.poll", "*/5 * * * *", name="poll", catch_up_cap=3, timezone="Europe/Rome")
+    scheduler = make_scheduler(broker_folder, database_url, clock)
+    try:
+        scheduler.tick()  # adopts both
+        clock.advance(minutes=1)
+        scheduler.tick()  # app.slow 12:01 UTC is sent
+        clock.advance(minutes=1)
+        with caplog.at_level(logging.INFO, logger="celery_routines"):
+            scheduler.tick()  # app.slow 12:02 UTC: its 12:01 run is still open
+        overlap = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+        assert overlap == [
+            "skipped app.slow@2026-11-30T13:02:00+01:00: overlap (previous run still open: "
+            "app.slow@2026-11-30T13:01:00+01:00 (sent))"
+        ]
+        caplog.clear()
+        clock.advance(hours=1)  # 13:02 UTC: poll missed 12 windows, 9 over its cap
+        with caplog.at_level(logging.INFO, logger="celery_routines"):
+            scheduler.tick()
+        recovery = [r.getMessage() for r in caplog.records if "of poll" in r.getMessage()]
+        assert recovery == [
+            "skipped 9 windows of poll from 2026-11-30T13:05:00+01:00 "
+            "to 2026-11-30T13:45:00+01:00: catch_up_cap"
+        ]
+    finally:
+        scheduler.close()
+
+
+@pytest.mark.parametrize("result_expires", [None, 3600])
+def test_the_start_up_line_says_why_celery_backend_cleanup_is_there(
+    sqlite_url: str,
+    broker_folder: Path,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+    result_expires: int | None,
+) -> None:
+    register("tasks.report", "0 9 * * *", name="report")
+    with caplog.at_level(logging.INFO, logger="celery_routines.beat"):
+        scheduler = make_scheduler(broker_folder, sqlite_url, clock, result_expires=result_expires)
+    try:
+        names = {r.name for r in scheduler.store.routines.all()}
+    finally:
+        scheduler.close()
+    [line] = [r.getMessage() for r in caplog.records if "written to" in r.getMessage()]
+    # Celery's own rule: its beat adds the clean-up when results expire and
+    # the backend does not expire them by itself (no backend here: it does not).
+    if result_expires:
+        assert names == {"report", "celery.backend_cleanup"}
+        assert line.startswith(
+            "celery-routines: 1 routine(s) declared in code and celery.backend_cleanup, "
+            "which Celery's own beat adds too: result_expires is set"
+        )
+    else:
+        assert names == {"report"}
+        assert line.startswith("celery-routines: 1 routine(s) declared in code written to ")

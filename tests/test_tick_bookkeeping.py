@@ -74,16 +74,16 @@ def test_a_beat_whose_claims_were_taken_over_mid_tick_publishes_none_of_them(
         slow.tick()  # adopts
         clock.advance(minutes=1)
         engine = slow.engine
-        still_held = engine._still_held
+        send = engine._send
 
-        def stalled(outgoing: Any, now: Any) -> Any:
+        def stalled(outgoing: Any, now: Any, report: Any) -> Any:
             # The slow beat's rows are committed; it stalls past its claims,
             # and the other beat takes the routine over and sends the row.
             clock.advance(seconds=40)
             other.tick()
-            return still_held(outgoing, now)
+            return send(outgoing, now, report)
 
-        engine._still_held = stalled  # type: ignore[method-assign]
+        engine._send = stalled  # type: ignore[method-assign]
         slow.tick()
         counts = Counter(m["id"] for m in published(folder))
         assert list(counts.values()) == [1], counts
@@ -93,6 +93,46 @@ def test_a_beat_whose_claims_were_taken_over_mid_tick_publishes_none_of_them(
         record = slow.store.routines.by_name("poll")
         assert record.locked_by is None
         assert record.next_run_at == clock.now.replace(second=0) + timedelta(minutes=1)
+    finally:
+        slow.close()
+        other.close()
+
+
+def test_a_long_publish_renews_its_claims_between_chunks_so_nobody_takes_them_over(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    """1,200 due runs go out in three chunks, each taking 20 s of a 30 s
+    claim; another beat ticks after every chunk. The claims are renewed
+    before each chunk, so the other beat never finds one expired and no run
+    is published twice."""
+    for n in range(1200):
+        register("tasks.poll", timedelta(minutes=1), name=f"poll-{n:04d}")
+    folder = tmp_path / "broker"
+    conf = {"routines_lock_ttl": 30, "routines_batch_size": 5000}
+    slow = make(folder, database_url, clock, **conf)
+    other = make(folder, database_url, clock, **conf)
+    try:
+        slow.tick()  # adopts all: one grid
+        clock.advance(minutes=1)
+        engine = slow.engine
+        inner = engine.publisher
+
+        class SlowPublisher:
+            def publish_many(self, runs: Any) -> Any:
+                errors = inner.publish_many(runs)
+                clock.advance(seconds=20)
+                other.tick()
+                return errors
+
+            def close(self) -> None:
+                inner.close()
+
+        engine.publisher = SlowPublisher()  # type: ignore[assignment]
+        slow.tick()
+        counts = Counter(m["id"] for m in published(folder))
+        assert len(counts) == 1200 and set(counts.values()) == {1}
+        assert other.last_report is not None and other.last_report.sent == 0
+        assert slow.last_report is not None and slow.last_report.sent == 1200
     finally:
         slow.close()
         other.close()

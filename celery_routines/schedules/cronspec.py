@@ -23,6 +23,15 @@ from celery_routines.errors import ScheduleError
 __all__ = ["CronSpec", "days_from", "days_until", "parse_cron"]
 
 _EXPECTED = "expected 5 fields: minute hour day-of-month month day-of-week"
+# (name, lowest, highest, names also accepted) of each field, in order. croniter
+# also reads 7 as Sunday.
+_FIELDS = (
+    ("minute", 0, 59, ""),
+    ("hour", 0, 23, ""),
+    ("day-of-month", 1, 31, ", L, nW"),
+    ("month", 1, 12, " or jan-dec"),
+    ("day-of-week", 0, 7, " or sun-sat, n#k"),
+)
 
 # croniter's non-standard shorthands we refuse: '@daily' and friends hide the
 # fields from anyone reading the database, and 'R' (random) / 'H' (hashed)
@@ -56,7 +65,45 @@ class CronSpec:
 
 
 def _invalid(expression: object, problem: str) -> ScheduleError:
-    return ScheduleError(f"cron expression {expression!r} is invalid: {problem}; {_EXPECTED}")
+    return ScheduleError(f"cron expression {expression!r} is invalid: {problem}")
+
+
+def _diagnose(fields: list[str], error: BaseException | None) -> str:
+    """Which field croniter refused, and why. Only on failure: a tick parses
+    the cron of every due routine, and the per-field probes cost five more
+    croniter parses."""
+    for index, field in enumerate(fields):
+        problem = _field_problem(index, field)
+        if problem is not None:
+            return problem
+    reason = (str(error) or type(error).__name__) if error is not None else "croniter rejects it"
+    return f"{reason}; {_EXPECTED}"
+
+
+def _field_problem(index: int, field: str) -> str | None:
+    """What is wrong with field ``index`` on its own (the others wildcards),
+    in the user's terms: ``minute field '61' is out of range 0-59``."""
+    name, low, high, names = _FIELDS[index]
+    probe = ["*"] * 5
+    probe[index] = field
+    try:
+        croniter.expand(" ".join(probe))
+    except (CroniterError, ValueError, TypeError, KeyError, IndexError):
+        pass
+    else:
+        return None
+    for part in field.split(","):
+        base, _, step = part.partition("/")
+        for value in base.split("-"):
+            if value.isdigit() and not low <= int(value) <= high:
+                where = "" if value == field else f": {value}"
+                return f"{name} field {field!r}{where} is out of range {low}-{high}"
+        if step.isdigit() and int(step) == 0:
+            return f"{name} field {field!r} has a step of 0, which never advances"
+    return (
+        f"{name} field {field!r} is not valid: write numbers {low}-{high}{names}, "
+        "ranges (a-b), lists (a,b) or steps (*/n)"
+    )
 
 
 def parse_cron(expression: str) -> CronSpec:
@@ -68,7 +115,9 @@ def parse_cron(expression: str) -> CronSpec:
         alias = fields[0].lower()
         raise _invalid(expression, f"write {_ALIASES[alias]!r} instead of {alias!r}")
     if len(fields) != 5:
-        raise _invalid(expression, f"it has {len(fields)} fields")
+        # Six fields is most often a seconds field from another cron dialect.
+        seconds = "; a seconds field is not supported" if len(fields) == 6 else ""
+        raise _invalid(expression, f"it has {len(fields)} fields, {_EXPECTED}{seconds}")
     normalised = " ".join(fields)
     if _RANDOM_OR_HASHED.search(normalised):
         raise _invalid(expression, "random (R) and hashed (H) fields are not supported")
@@ -76,9 +125,9 @@ def parse_cron(expression: str) -> CronSpec:
         valid = croniter.is_valid(normalised)
         expanded, _nth = croniter.expand(normalised)
     except (CroniterError, ValueError, TypeError, KeyError, IndexError) as exc:
-        raise _invalid(expression, str(exc) or type(exc).__name__) from exc
+        raise _invalid(expression, _diagnose(fields, exc)) from exc
     if not valid:
-        raise _invalid(expression, "croniter rejects it")
+        raise _invalid(expression, _diagnose(fields, None))
 
     minutes = range(60) if expanded[0] == ["*"] else sorted(int(m) for m in expanded[0])
     hours = range(24) if expanded[1] == ["*"] else sorted(int(h) for h in expanded[1])

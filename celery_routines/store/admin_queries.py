@@ -30,6 +30,8 @@ class NamedRun:
 
     routine_name: str
     run: RunRecord
+    max_attempts: int | None = None
+    """``1 + max_retries`` of the routine as it is stored now."""
 
 
 def _run(row: Any) -> RunRecord:
@@ -37,7 +39,11 @@ def _run(row: Any) -> RunRecord:
 
 
 def _named(row: Any) -> NamedRun:
-    return NamedRun(routine_name=row._mapping["routine_name"], run=_run(row))
+    return NamedRun(
+        routine_name=row._mapping["routine_name"],
+        run=_run(row),
+        max_attempts=row._mapping["routine_max_retries"] + 1,
+    )
 
 
 class AdminQueries:
@@ -59,9 +65,11 @@ class AdminQueries:
         ``ix_routine_runs_created``, or for skips alone of the partial
         ``ix_routine_runs_skipped_created``; for one routine, of
         ``ix_routine_runs_routine_created``."""
-        query = select(routines.c.name.label("routine_name"), *RUN_COLUMNS).join(
-            routines, routines.c.id == runs.c.routine_id
-        )
+        query = select(
+            routines.c.name.label("routine_name"),
+            routines.c.max_retries.label("routine_max_retries"),
+            *RUN_COLUMNS,
+        ).join(routines, routines.c.id == runs.c.routine_id)
         if routine_id is not None:
             query = query.where(runs.c.routine_id == routine_id)
         wanted = list(states or ())
@@ -124,6 +132,23 @@ class AdminQueries:
         query = select(*RUN_COLUMNS).select_from(routines.join(runs, runs.c.id == newest))
         with self.db.read() as conn:
             return {row.routine_id: _run(row) for row in conn.execute(query)}
+
+    def next_retries(self) -> dict[int, RunRecord]:
+        """The ``retrying`` run of each routine whose ``retry_at`` comes first.
+
+        Reads ``ix_routine_runs_retry_due``: retrying rows are few (failed
+        attempts waiting), whatever the size of the run history.
+        """
+        query = (
+            select(*RUN_COLUMNS)
+            .where(runs.c.state == "retrying", runs.c.retry_at.is_not(None))
+            .order_by(runs.c.retry_at, runs.c.id)
+        )
+        found: dict[int, RunRecord] = {}
+        with self.db.read() as conn:
+            for row in conn.execute(query):
+                found.setdefault(row.routine_id, _run(row))
+        return found
 
     def attempts(self, routine_id: int, idempotency_key: str) -> list[RunRecord]:
         """Every attempt of one window, oldest attempt first."""

@@ -3,10 +3,14 @@ is, MySQL/MariaDB in UTC, strict, at READ COMMITTED."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import re
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from ..errors import ConfigurationError
 from .dialects import MYSQL_FAMILY, is_mysql
@@ -36,15 +40,46 @@ def make_engine(url: str) -> Engine:
         )
     if backend in MYSQL_FAMILY:
         return _mysql_engine(parsed)
-    if backend == "sqlite":
-        engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
-        event.listen(engine, "connect", _configure_sqlite)
-        event.listen(engine, "begin", _begin_immediate)
-        return engine
-    # Pre-ping costs a round trip per checkout, but without it every pooled
-    # connection cut by a database restart fails one tick somewhere in its
-    # middle, each followed by a longer back-off.
-    return create_engine(parsed, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    try:
+        if backend == "sqlite":
+            engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+            event.listen(engine, "connect", _configure_sqlite)
+            event.listen(engine, "begin", _begin_immediate)
+            return engine
+        # Pre-ping costs a round trip per checkout, but without it every pooled
+        # connection cut by a database restart fails one tick somewhere in its
+        # middle, each followed by a longer back-off.
+        return create_engine(
+            postgres_driver(parsed), pool_pre_ping=True, pool_size=5, max_overflow=5
+        )
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError(
+            f"routines_database_url {parsed.render_as_string(hide_password=True)!r} needs the "
+            f"driver module {exc.name!r}, which is not installed: install the postgres extra "
+            "(psycopg 3: pip install 'celery-routines[postgres]') and write postgresql:// or "
+            "postgresql+psycopg://"
+        ) from None
+
+
+def postgres_driver(url: URL, importable: Callable[[str], bool] | None = None) -> URL:
+    """``url`` with a bare ``postgresql://`` pinned to psycopg 3 when it is installed.
+
+    SQLAlchemy 2.0 reads a bare ``postgresql://`` as psycopg2 (2.1 as psycopg
+    3), while the ``postgres`` extra installs psycopg 3: without this, the URL
+    the README shows fails with "No module named 'psycopg2'" on 2.0. A URL
+    naming its driver (``postgresql+psycopg2://``) is left alone, and so is a
+    bare one where only psycopg2 is installed.
+    """
+    if url.drivername != "postgresql":
+        return url
+    found = importable or _importable
+    if found("psycopg") or not found("psycopg2"):
+        return url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def _importable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 def _mysql_engine(parsed: Any) -> Engine:
@@ -70,8 +105,10 @@ def _mysql_engine(parsed: Any) -> Engine:
         )
     except ModuleNotFoundError as exc:
         raise ConfigurationError(
-            f"routines_database_url uses {parsed.drivername}, whose driver is not "
-            f"installed ({exc}); pip install 'celery-routines[mysql]'"
+            f"routines_database_url {parsed.render_as_string(hide_password=True)!r} needs the "
+            f"driver module {exc.name!r}, which is not installed: install the mysql extra "
+            "(PyMySQL: pip install 'celery-routines[mysql]') and write mysql:// or "
+            "mysql+pymysql://"
         ) from None
     event.listen(engine, "connect", _configure_mysql)
     return engine
@@ -113,3 +150,138 @@ def fast_engine(engine: Engine) -> Engine:
     if engine.dialect.name == "postgresql" or is_mysql(engine):
         return engine.execution_options(isolation_level="AUTOCOMMIT")
     return engine
+
+
+# -- what a failed connection means, in one line ------------------------------
+
+_MISSING_DATABASE = re.compile(
+    r'database "(?P<name>[^"]+)" does not exist'  # PostgreSQL
+    r"|Unknown database '(?P<mysql_name>[^']+)'"  # MySQL/MariaDB 1049
+)
+_MISSING_ROLE = re.compile(r'role "(?P<name>[^"]+)" does not exist')
+# How PostgreSQL, SQLite and MySQL/MariaDB (1146, 1054) say that a table or a
+# column is missing: a schema that was never migrated, or migrated by an older
+# version.
+_SCHEMA_SIGNS = (
+    "no such table",
+    "no such column",
+    re.compile(r'relation "[^"]+" does not exist'),
+    re.compile(r"column \S+ does not exist"),
+    re.compile(r"Table '[^']+' doesn't exist"),
+    "unknown column",
+)
+_UNREACHABLE_SIGNS = (
+    "connection refused",
+    "could not connect",
+    "failed to resolve host",
+    "could not translate host name",
+    "name or service not known",
+    "timeout expired",
+    "no route to host",
+    "network is unreachable",
+    "no such file or directory",  # a Unix socket path with no server behind it
+    "server closed the connection",
+    "can't connect to mysql server",  # MySQL/MariaDB 2002, 2003
+    "can't connect to local server",
+    "lost connection to server",
+    "server has gone away",
+)
+
+
+def explain_database_error(exc: BaseException, url: str | None) -> str:
+    """One line for a database error a user can act on: which of "the
+    database does not exist", "the schema is old", "cannot reach the server"
+    (or "the login was refused") it is, and the fix. The password of ``url``
+    is masked."""
+    driver_error = getattr(exc, "orig", None) or exc
+    text = " ".join(str(driver_error).split()) or type(driver_error).__name__
+    lowered = text.lower()
+    parsed = _parse(url)
+    where = _where(parsed)
+    shown = parsed.render_as_string(hide_password=True) if parsed is not None else "?"
+    missing = _MISSING_DATABASE.search(text)
+    if missing and missing["mysql_name"]:
+        name = missing["mysql_name"]
+        return (
+            f"the database {name!r} does not exist on {where}: create it (for example "
+            f"`CREATE DATABASE {name} CHARACTER SET utf8mb4`) [routines_database_url {shown}]"
+        )
+    if missing:
+        name = missing["name"]
+        return (
+            f"the database {name!r} does not exist on {where}: create it "
+            f"(for example `createdb {_createdb_flags(parsed)}{name}`) "
+            f"[routines_database_url {shown}]"
+        )
+    sqlite = parsed is not None and parsed.get_backend_name() == "sqlite"
+    if sqlite and parsed is not None and "unable to open database file" in lowered:
+        folder = os.path.dirname(os.path.abspath(parsed.database or "")) or "."
+        return (
+            f"the SQLite database {parsed.database!r} cannot be opened: does its folder "
+            f"exist and can this user write to it? (for example `mkdir -p {folder}`)"
+        )
+    role = _MISSING_ROLE.search(text)
+    if role:
+        return (
+            f"the server at {where} has no user {role['name']!r}: create it (for example "
+            f"`createuser {role['name']}`) or fix routines_database_url {shown}"
+        )
+    if (
+        "password authentication failed" in lowered
+        or "no password supplied" in lowered
+        or "access denied for user" in lowered  # MySQL/MariaDB 1045
+    ):
+        return f"the server at {where} refused the login: check the user and password in {shown}"
+    if any(
+        sign.search(text) if isinstance(sign, re.Pattern) else sign in lowered
+        for sign in _SCHEMA_SIGNS
+    ):
+        return (
+            f"the schema of {shown} is missing or older than this version of "
+            f"celery-routines ({_first_line(driver_error)}): "
+            "run `celery -A <app> routines migrate`"
+        )
+    if any(sign in lowered for sign in _UNREACHABLE_SIGNS):
+        return (
+            f"cannot connect to the database server at {where}: is it running there? "
+            f"({_first_line(driver_error)}) [routines_database_url {shown}]"
+        )
+    return f"database error: {_first_line(driver_error)} [routines_database_url {shown}]"
+
+
+def _parse(url: str | None) -> URL | None:
+    if not url:
+        return None
+    try:
+        return make_url(url)
+    except Exception:
+        return None
+
+
+def _where(parsed: URL | None) -> str:
+    if parsed is None:
+        return "the configured server"
+    if parsed.get_backend_name() == "sqlite":
+        return repr(parsed.database or ":memory:")
+    default_ports = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306}
+    port = parsed.port or default_ports.get(parsed.get_backend_name())
+    host = parsed.host or "localhost (Unix socket)"
+    return f"{host}:{port}" if port else host
+
+
+def _createdb_flags(parsed: URL | None) -> str:
+    if parsed is None or parsed.get_backend_name() != "postgresql":
+        return ""
+    flags = ""
+    if parsed.host:
+        flags += f"-h {parsed.host} "
+    if parsed.port:
+        flags += f"-p {parsed.port} "
+    if parsed.username:
+        flags += f"-U {parsed.username} "
+    return flags
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0].strip()

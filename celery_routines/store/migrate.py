@@ -8,6 +8,8 @@ which keeps about 10 MB of imports out of every beat process.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,33 +50,63 @@ def head_revision() -> str:
 
 def current_revision(engine: Engine) -> str | None:
     """The schema's revision, or None for a database never migrated."""
-    try:
-        with engine.connect() as connection:
+    # Connecting is outside the try: a server that is down or a database that
+    # does not exist must fail here, with its own error, not pass for "never
+    # migrated" and fail again inside Alembic.
+    with engine.connect() as connection:
+        try:
             return connection.execute(
                 text(f"SELECT version_num FROM {VERSION_TABLE}")
             ).scalar_one_or_none()
-    except DBAPIError:
-        return None  # no version table yet
+        except DBAPIError:
+            return None  # no version table yet
 
 
 def upgrade(engine: Engine) -> None:
     """Bring the schema to the newest revision; safe when several beats start at once."""
     if current_revision(engine) == HEAD_REVISION:
         return
-    from alembic import command
+    with _quiet_alembic():
+        from alembic import command
 
-    config = _alembic_config()
-    if is_mysql(engine):
-        _upgrade_mysql(engine, config)
-        logger.info("celery-routines schema migrated to %s", HEAD_REVISION)
-        return
-    with engine.begin() as connection:
-        if connection.dialect.name == "postgresql":
-            # Serialise concurrent start-ups; released at commit.
-            connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATION_LOCK})
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
-    logger.info("celery-routines schema migrated to %s", HEAD_REVISION)
+        config = _alembic_config()
+        # env.py calls this once per revision applied: our one line each.
+        config.attributes["on_version_apply"] = _log_applied
+        if is_mysql(engine):
+            _upgrade_mysql(engine, config)
+            return
+        with engine.begin() as connection:
+            if connection.dialect.name == "postgresql":
+                # Serialise concurrent start-ups; released at commit.
+                connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATION_LOCK}
+                )
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+
+@contextmanager
+def _quiet_alembic() -> Iterator[None]:
+    """Alembic logs nine lines at INFO on a first start (its plugins, its
+    DDL mode, each step); the user needs one line per revision applied,
+    which :func:`_log_applied` writes. Its warnings and errors still show."""
+    alembic_logger = logging.getLogger("alembic")
+    level = alembic_logger.level
+    alembic_logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        alembic_logger.setLevel(level)
+
+
+def _log_applied(*, step: Any, **_: Any) -> None:
+    revision = getattr(step, "up_revision", None)
+    doc = " ".join(str(getattr(revision, "doc", "") or "").split())
+    logger.info(
+        "celery-routines schema: applied migration %s%s",
+        step.up_revision_id,
+        f" ({doc.rstrip('.')})" if doc else "",
+    )
 
 
 def _upgrade_mysql(engine: Engine, config: Any) -> None:

@@ -11,7 +11,9 @@ from typing import Any
 from sqlalchemy import (
     BindParameter,
     Engine,
+    Integer,
     Select,
+    String,
     bindparam,
     func,
     or_,
@@ -47,6 +49,9 @@ STARTABLE_STATES = ("pending", "sent")
 OPEN = text("routine_runs.state IN ('pending', 'sent', 'running')")
 RETRYING = text("routine_runs.state = 'retrying'")
 
+
+# Most (routine_id, idempotency_key, attempt) triples one SQLite query looks up.
+FIND_WINDOWS_SLICE = 1000
 
 # insert_new on PostgreSQL; the column list must follow NewRun's fields.
 UNNEST_INSERT = text(
@@ -164,11 +169,45 @@ class RunQueries:
         """The stored runs of ``(routine_id, idempotency_key, attempt)`` triples."""
         if not windows:
             return []
-        query = select(*RECORD_COLUMNS).where(
-            tuple_(c.routine_id, c.idempotency_key, c.attempt).in_(list(windows))
+        if self._postgres:
+            return self._find_windows_unnest(windows)
+        found: list[RunRecord] = []
+        windows = list(windows)
+        for start in range(0, len(windows), FIND_WINDOWS_SLICE):
+            query = select(*RECORD_COLUMNS).where(
+                tuple_(c.routine_id, c.idempotency_key, c.attempt).in_(
+                    windows[start : start + FIND_WINDOWS_SLICE]
+                )
+            )
+            with self.db.read() as conn:
+                found.extend(_record(row) for row in conn.execute(query))
+        return found
+
+    def _find_windows_unnest(self, windows: Sequence[tuple[int, str, int]]) -> list[RunRecord]:
+        """PostgreSQL: the triples as three arrays joined on the unique index.
+        A row-value IN list is parsed recursively (25,000 triples, as a
+        takeover with catch-up can ask for, exceed the stack depth limit) and
+        planned as one index probe per triple."""
+        wanted = (
+            select(
+                func.unnest(bindparam("rids", type_=postgresql.ARRAY(Integer))).label("rid"),
+                func.unnest(bindparam("keys", type_=postgresql.ARRAY(String))).label("key"),
+                func.unnest(bindparam("attempts", type_=postgresql.ARRAY(Integer))).label("att"),
+            )
+        ).subquery("wanted")
+        query = select(*RECORD_COLUMNS).join(
+            wanted,
+            (c.routine_id == wanted.c.rid)
+            & (c.idempotency_key == wanted.c.key)
+            & (c.attempt == wanted.c.att),
         )
+        params = {
+            "rids": [w[0] for w in windows],
+            "keys": [w[1] for w in windows],
+            "attempts": [w[2] for w in windows],
+        }
         with self.db.read() as conn:
-            return [_record(row) for row in conn.execute(query)]
+            return [_record(row) for row in conn.execute(query, params)]
 
     def still_pending(self, run_ids: Sequence[str]) -> set[str]:
         """Which of these runs are still ``pending`` (written, not yet sent)."""

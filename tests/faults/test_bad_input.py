@@ -82,8 +82,13 @@ def test_an_injection_looking_name_is_declared_as_a_plain_name() -> None:
 
 # (routine name, columns, a fragment its last_error must contain)
 BAD_ROWS: list[tuple[str, dict[str, Any], str]] = [
-    ("bad-cron", {"cron": "61 * * * *"}, "61 * * * *"),
-    ("six-fields", {"cron": "0 3 * * * *"}, "0 3 * * * *"),
+    ("bad-cron", {"cron": "61 * * * *"}, "'61 * * * *' is invalid: minute field '61' is out of "),
+    ("bad-hour", {"cron": "0 24 * * *"}, "hour field '24' is out of range 0-23"),
+    (
+        "six-fields",
+        {"cron": "0 3 * * * *"},
+        "'0 3 * * * *' is invalid: it has 6 fields, expected 5",
+    ),
     ("bad-zone", {"cron": "0 3 * * *", "timezone": "Mars/Olympus"}, "Mars/Olympus"),
     ("negative-interval", {"interval_seconds": -5.0}, "-5"),
     ("zero-interval", {"interval_seconds": 0.0}, "0"),

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
+from sqlalchemy.engine import make_url
 
 from celery_routines.store import Advance, NewRun, Store, migrate
 from celery_routines.store.dialects import MYSQL_INDEX_COLUMNS, is_mysql
+from celery_routines.store.engine import postgres_driver
 from celery_routines.store.models import Base
 
 T0 = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
@@ -135,6 +139,17 @@ def test_the_unique_window_key_lets_one_insert_win(store: Store) -> None:
         assert conn.execute(text("SELECT count(*) FROM routine_runs")).scalar_one() == 2
 
 
+def test_a_takeover_of_thousands_of_windows_finds_them_all(store: Store) -> None:
+    """A beat taking over a thousand routines, 25 catch-up windows each, looks them
+    up in one call; PostgreSQL refuses one row-value IN list that long."""
+    rid = add_routine(store, "poll")
+    runs = [new_run(rid, f"poll@{k}") for k in range(25_000)]
+    store.runs.insert_new(runs, T0)
+    wanted = [(rid, run.idempotency_key, 1) for run in runs] + [(rid, "poll@missing", 1)]
+    found = store.runs.find_windows(wanted)
+    assert sorted(r.id for r in found) == sorted(run.id for run in runs)
+
+
 def test_every_field_of_a_new_run_is_stored_as_written(store: Store) -> None:
     """Both insert paths (PostgreSQL's unnest, SQLite's executemany) write
     every NewRun field, a skipped summary's included."""
@@ -255,3 +270,58 @@ def test_worker_claim_of_a_run_succeeds_once(store: Store) -> None:
 def test_the_head_revision_constant_names_the_newest_shipped_script() -> None:
     # Beat skips importing Alembic when the schema is at HEAD_REVISION.
     assert migrate.head_revision() == migrate.HEAD_REVISION
+
+
+def test_a_first_migration_logs_one_line_per_revision_and_no_alembic_chatter(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Store.from_url(database_url)
+    try:
+        with caplog.at_level(logging.DEBUG):
+            store.migrate()
+    finally:
+        store.dispose()
+    chatter = [r.getMessage() for r in caplog.records if r.name.startswith("alembic")]
+    assert chatter == []
+    ours = [r.getMessage() for r in caplog.records if r.name == "celery_routines.store"]
+    assert [line.split(" (")[0] for line in ours] == [
+        "celery-routines schema: applied migration 0001_initial",
+        "celery-routines schema: applied migration 0002_run_lifecycle",
+        f"celery-routines schema: applied migration {migrate.HEAD_REVISION}",
+    ]
+    assert logging.getLogger("alembic").level == logging.NOTSET  # left as it was
+
+
+# -- the URL the README shows (issue 17) -----------------------------------------
+
+
+def test_a_bare_postgresql_url_means_psycopg_3_whatever_sqlalchemy_defaults_to() -> None:
+    bare = make_url("postgresql://app:pw@db/app")
+    # SQLAlchemy 2.0 maps the bare scheme to psycopg2; the postgres extra
+    # installs psycopg 3 only.
+    only_psycopg3 = postgres_driver(bare, importable=lambda module: module == "psycopg")
+    assert only_psycopg3.drivername == "postgresql+psycopg"
+    assert only_psycopg3.render_as_string(hide_password=False) == (
+        "postgresql+psycopg://app:pw@db/app"
+    )
+    # Only psycopg2 installed: SQLAlchemy's own choice stands.
+    only_psycopg2 = postgres_driver(bare, importable=lambda module: module == "psycopg2")
+    assert only_psycopg2.drivername == "postgresql"
+    # A URL that names its driver is left alone.
+    named = make_url("postgresql+psycopg2://app@db/app")
+    assert postgres_driver(named, importable=lambda module: True) is named
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("scheme", ["postgresql", "postgresql+psycopg"])
+def test_both_postgres_url_forms_work_with_the_postgres_extra(
+    postgres_url: str, scheme: str
+) -> None:
+    url = f"{scheme}://{postgres_url.split('://', 1)[1]}"
+    store = Store.from_url(url)
+    try:
+        store.migrate()
+        assert store.engine.dialect.driver == "psycopg"
+        assert store.routines.all() == []
+    finally:
+        store.dispose()

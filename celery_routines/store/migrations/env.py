@@ -19,6 +19,7 @@ context.configure(
     target_metadata=Base.metadata,
     version_table=VERSION_TABLE,
     render_as_batch=connection.dialect.name == "sqlite",
+    on_version_apply=context.config.attributes.get("on_version_apply"),
 )
 with context.begin_transaction():
     context.run_migrations()
