@@ -12,17 +12,38 @@ from sqlalchemy import Dialect, Engine
 
 MYSQL_FAMILY = frozenset({"mysql", "mariadb"})
 
-# Every table on MySQL/MariaDB: InnoDB (row locks, SKIP LOCKED, foreign keys),
-# utf8mb4 for names in any script, and a binary collation so that names and
-# keys compare as on PostgreSQL and SQLite: the server's default collation
-# would make "Nightly" and "nightly" one unique name, and "a" equal "a ".
-# SQLAlchemy reads each option under the prefix of the URL's dialect.
-_MYSQL_TABLE_OPTIONS = {"engine": "InnoDB", "charset": "utf8mb4", "collate": "utf8mb4_bin"}
-TABLE_OPTIONS: dict[str, Any] = {
-    f"{prefix}_{option}": value
-    for prefix in sorted(MYSQL_FAMILY)
-    for option, value in _MYSQL_TABLE_OPTIONS.items()
-}
+# Every table on MySQL/MariaDB: InnoDB (row locks, SKIP LOCKED, foreign keys)
+# and utf8mb4 for names in any script. SQLAlchemy reads each option under the
+# prefix of the URL's dialect. The migrations add the collation (see
+# ``table_options``), which depends on the server.
+_MYSQL_TABLE_OPTIONS = {"engine": "InnoDB", "charset": "utf8mb4"}
+
+
+def _prefixed(options: dict[str, str]) -> dict[str, Any]:
+    return {
+        f"{prefix}_{option}": value
+        for prefix in sorted(MYSQL_FAMILY)
+        for option, value in options.items()
+    }
+
+
+TABLE_OPTIONS: dict[str, Any] = _prefixed(_MYSQL_TABLE_OPTIONS)
+
+
+def binary_collation(dialect: Dialect) -> str:
+    """A binary collation without padding: names and keys compare byte for
+    byte, as on PostgreSQL and SQLite. A server's default collation makes
+    "Nightly" and "nightly" one unique name; utf8mb4_bin still makes "a"
+    equal "a " (PAD SPACE). The no-pad binary one is named differently on
+    each server."""
+    return "utf8mb4_nopad_bin" if getattr(dialect, "is_mariadb", False) else "utf8mb4_0900_bin"
+
+
+def table_options(dialect: Dialect) -> dict[str, Any]:
+    """The options of a table created on ``dialect`` (none off MySQL)."""
+    if not is_mysql(dialect):
+        return {}
+    return _prefixed({**_MYSQL_TABLE_OPTIONS, "collate": binary_collation(dialect)})
 
 
 def is_mysql(on: Engine | Dialect | Any) -> bool:

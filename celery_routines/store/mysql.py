@@ -43,13 +43,15 @@ INSERT_RUNS = text(
     "ON DUPLICATE KEY UPDATE id = routine_runs.id"
 )
 # Which of these run ids are stored (a fresh id stored was written by us).
-STORED_RUN_IDS = text(f"SELECT r.id FROM {IDS} STRAIGHT_JOIN routine_runs r ON r.id = j.id")
+STORED_RUN_IDS = text(
+    f"SELECT r.id FROM {IDS} STRAIGHT_JOIN routine_runs r FORCE INDEX (PRIMARY) ON r.id = j.id"
+)
 MARK_SENT = text(
-    f"UPDATE {IDS} STRAIGHT_JOIN routine_runs r ON r.id = j.id"
+    f"UPDATE {IDS} STRAIGHT_JOIN routine_runs r FORCE INDEX (PRIMARY) ON r.id = j.id"
     " SET r.state = 'sent', r.sent_at = :now WHERE r.state = 'pending'"
 )
 MARK_SENT_WITH_DEADLINE = text(
-    f"UPDATE {IDS} STRAIGHT_JOIN routine_runs r ON r.id = j.id"
+    f"UPDATE {IDS} STRAIGHT_JOIN routine_runs r FORCE INDEX (PRIMARY) ON r.id = j.id"
     " SET r.state = 'sent', r.sent_at = :now, r.deadline_at = :deadline"
     " WHERE r.state = 'pending'"
 )
@@ -57,19 +59,20 @@ _WINDOWS = (
     "JSON_TABLE(:rows, '$[*]' COLUMNS (rid INT PATH '$[0]', nra DATETIME(6) PATH '$[1]')) AS j"
 )
 ADVANCE = text(
-    f"UPDATE {_WINDOWS} STRAIGHT_JOIN routines r ON r.id = j.rid"
+    f"UPDATE {_WINDOWS} STRAIGHT_JOIN routines r FORCE INDEX (PRIMARY) ON r.id = j.rid"
     " SET r.next_run_at = j.nra, r.locked_by = NULL, r.locked_until = NULL,"
     " r.last_error = NULL, r.updated_at = :now"
     " WHERE r.locked_by = :holder"
 )
 ADOPT = text(
-    f"UPDATE {_WINDOWS} STRAIGHT_JOIN routines r ON r.id = j.rid"
+    f"UPDATE {_WINDOWS} STRAIGHT_JOIN routines r FORCE INDEX (PRIMARY) ON r.id = j.rid"
     " SET r.next_run_at = j.nra, r.last_error = NULL, r.updated_at = :now"
     " WHERE r.next_run_at IS NULL"
 )
 CLAIM = text(
-    "UPDATE JSON_TABLE(:ids, '$[*]' COLUMNS (id INT PATH '$')) AS j STRAIGHT_JOIN routines r"
-    " ON r.id = j.id SET r.locked_by = :holder, r.locked_until = :until"
+    "UPDATE JSON_TABLE(:ids, '$[*]' COLUMNS (id INT PATH '$')) AS j"
+    " STRAIGHT_JOIN routines r FORCE INDEX (PRIMARY) ON r.id = j.id"
+    " SET r.locked_by = :holder, r.locked_until = :until"
 )
 
 

@@ -13,7 +13,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 
 from celery_routines.store import Advance, NewRun, Store, migrate
-from celery_routines.store.dialects import MYSQL_INDEX_COLUMNS, is_mysql
+from celery_routines.store.dialects import MYSQL_INDEX_COLUMNS, binary_collation, is_mysql
 from celery_routines.store.engine import postgres_driver
 from celery_routines.store.models import Base
 
@@ -95,7 +95,8 @@ def test_migrations_create_the_contract_tables_and_match_the_models(store: Store
             assert found.get(name) == columns, (name, found.get(name))
         # Names and keys compare byte for byte, as on PostgreSQL and SQLite.
         for table in ("routines", "routine_runs"):
-            assert inspector.get_table_options(table)["mysql_collate"] == "utf8mb4_bin"
+            collation = binary_collation(store.engine.dialect)
+            assert inspector.get_table_options(table)["mysql_collate"] == collation
 
 
 def _replaced_on_mysql(difference: object) -> bool:

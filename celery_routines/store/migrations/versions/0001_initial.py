@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from celery_routines.store.dialects import TABLE_OPTIONS
+from celery_routines.store.dialects import table_options
 from celery_routines.store.migrations.indexes import create_index, text_default
 from celery_routines.store.types import Seconds, UTCDateTime
 
@@ -54,7 +54,7 @@ def upgrade() -> None:
         sa.Column("source", sa.String(16), nullable=True),
         sa.Column("created_at", UTCDateTime(), nullable=True),
         sa.Column("updated_at", UTCDateTime(), nullable=True),
-        **TABLE_OPTIONS,
+        **table_options(op.get_bind().dialect),
     )
     create_index("ix_routines_due", "routines", ["next_run_at"], ENABLED_NOT_PAUSED)
     create_index("ix_routines_unscheduled", "routines", ["id"], UNSCHEDULED)
@@ -86,7 +86,7 @@ def upgrade() -> None:
         sa.UniqueConstraint(
             "routine_id", "idempotency_key", "attempt", name="uq_routine_runs_window_attempt"
         ),
-        **TABLE_OPTIONS,
+        **table_options(op.get_bind().dialect),
     )
     op.create_index("ix_routine_runs_routine_created", "routine_runs", ["routine_id", "created_at"])
     create_index("ix_routine_runs_open", "routine_runs", ["routine_id"], OPEN)
