@@ -11,6 +11,7 @@ from .peers import PEERS
 FINDINGS = Path(__file__).with_name("findings.md")
 SHORT = {
     "routines": "celery-routines",
+    "routines-mariadb": "celery-routines (MariaDB)",
     "celery": "Celery beat",
     "redbeat": "RedBeat",
     "django": "django-celery-beat",
