@@ -76,9 +76,8 @@ class Scheduler(CeleryScheduler):
         definitions = definitions_for(self.app)
         store.routines.upsert_definitions([d.columns() for d in definitions], self._clock())
         logger.info(
-            "celery-routines: %s written to %s",
-            _written(self.app, [d.name for d in definitions]),
-            _safe_url(self.settings.database_url),
+            "celery-routines: %s",
+            _written(self.app, [d.name for d in definitions], self.settings.database_url),
         )
         self._store = store
         if self.metrics is None:
@@ -171,15 +170,19 @@ class Scheduler(CeleryScheduler):
         )
 
 
-def _written(app: Celery, names: list[str]) -> str:
-    """``3 routine(s) declared in code``, naming the ones the user did not
-    declare and why they exist (a routine nobody declared looks like a bug)."""
+def _written(app: Celery, names: list[str], database_url: str) -> str:
+    """``wrote 3 routine(s) declared in code to <url>``, naming the ones the
+    user did not declare and why they exist (a routine nobody declared looks
+    like a bug)."""
     defaults = {d.name for d in celery_default_entries(app)} & set(names)
-    text = f"{len(names) - len(defaults)} routine(s) declared in code"
+    text = f"wrote {len(names) - len(defaults)} routine(s) declared in code"
+    if "celery.backend_cleanup" in defaults:
+        text += " and celery.backend_cleanup"
+    text += f" to {_safe_url(database_url)}"
     if "celery.backend_cleanup" in defaults:
         text += (
-            " and celery.backend_cleanup, which Celery's own beat adds too: result_expires "
-            "is set and the result backend does not expire results by itself"
+            " (celery.backend_cleanup is Celery's own: its beat adds it too, because "
+            "result_expires is set and the result backend does not expire results by itself)"
         )
     return text
 

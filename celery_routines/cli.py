@@ -266,7 +266,9 @@ def _words(value: Any) -> str:
         return str(int(value))
     if isinstance(value, str | int | float):
         return str(value)
-    return json.dumps(value)
+    # Arguments as the task receives them, in Python's spelling (as Flower
+    # shows them): ['eu'], {'dry_run': True}.
+    return repr(value)
 
 
 def _ceiling_words(value: Any) -> str:

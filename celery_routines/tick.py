@@ -48,6 +48,8 @@ INVALID_RETRY = timedelta(minutes=1)
 CLAIM_TRUSTED_SHARE = 0.25
 # Messages published between two looks at the claims (kombu's Redis batch).
 PUBLISH_CHUNK = 500
+# A slow beat's claims shrink to no fewer routines than this per tick.
+MIN_CLAIM_LIMIT = 10
 
 
 @dataclass
@@ -134,6 +136,9 @@ class TickEngine:
         self.sweeps = Sweeps(store, publisher, settings, self.events)
         # What this beat published and has not yet written down.
         self.ledger = Unrecorded()
+        # The most routines one tick claims: routines_batch_size, less while
+        # ticks take too much of routines_lock_ttl (see _fit_claims_to_ttl).
+        self.claim_limit = settings.batch_size
 
     def tick(self) -> TickReport:
         """One tick on one database connection.
@@ -175,16 +180,17 @@ class TickEngine:
         # that transaction locks routines before runs, like every other.
         if _due(probe.deadline, now):
             self.sweeps.sweep_lost(now, report)
+        started = time.monotonic()
         with self.store.transaction():
             if probe.unscheduled:
                 report.adopted = self._adopt(now)
             retries = self.sweeps.retries_due(now, report) if _due(probe.retry_at, now) else []
             claimed = self.store.routines.claim_due(
-                now, self.holder, self.settings.lock_ttl, self.settings.batch_size
+                now, self.holder, self.settings.lock_ttl, self.claim_limit
             )
             report.claimed = len(claimed)
             self._lift_ended_suspensions(claimed, now)
-            if len(claimed) >= self.settings.batch_size:
+            if len(claimed) >= self.claim_limit:
                 report.more_due = True
             prepared = []
             for record in claimed:
@@ -203,6 +209,28 @@ class TickEngine:
                 ]
             )
         self._record_published(now)
+        if report.claimed:
+            self._fit_claims_to_ttl(time.monotonic() - started, report.claimed)
+
+    def _fit_claims_to_ttl(self, took: float, claimed: int) -> None:
+        """Claim no more routines than this beat carries out well within
+        their claims: a tick that outlives them has its routines taken over
+        mid-tick, and beats that keep doing so to each other thrash instead of
+        sending. Halved after a slow tick, doubled back after fast ones."""
+        budget = self.settings.lock_ttl * CLAIM_TRUSTED_SHARE
+        limit = self.claim_limit
+        if took > budget and claimed >= limit / 2:
+            self.claim_limit = max(MIN_CLAIM_LIMIT, limit // 2)
+        elif took < budget / 4 and claimed >= limit:
+            self.claim_limit = min(self.settings.batch_size, limit * 2)
+        if self.claim_limit != limit:
+            logger.info(
+                "a tick of %d routine(s) took %.2f s of %.0f s claims: claiming at most %d next",
+                claimed,
+                took,
+                self.settings.lock_ttl,
+                self.claim_limit,
+            )
 
     def _renew_claims(self, ready: list[_Prepared], held: set[int], checked: datetime) -> set[int]:
         """The routines of ``held`` whose claims this beat still has, renewed
@@ -227,6 +255,15 @@ class TickEngine:
             )
         return still
 
+    def _mark_published(self) -> None:
+        """The ledger's published runs -> ``sent``, oldest batch first."""
+        while self.ledger.sent:
+            run_ids, sent_at = self.ledger.sent[0]
+            self.store.runs.mark_sent(
+                run_ids, sent_at, deadline_at=lost_deadline(sent_at, self.settings.run_timeout)
+            )
+            self.ledger.marked()
+
     def _record_published(self, now: datetime) -> None:
         """Write down what went out: runs marked sent, then routines moved on.
 
@@ -236,12 +273,7 @@ class TickEngine:
         tick writes it before doing anything else, and never publishes it again.
         """
         ledger = self.ledger
-        while ledger.sent:
-            run_ids, sent_at = ledger.sent[0]
-            self.store.runs.mark_sent(
-                run_ids, sent_at, deadline_at=lost_deadline(sent_at, self.settings.run_timeout)
-            )
-            ledger.marked()
+        self._mark_published()
         if ledger.advances:
             advances = sorted(ledger.advances.values(), key=lambda a: a.routine_id)
             advanced = self.store.routines.advance(advances, self.holder, now)
@@ -434,6 +466,9 @@ class TickEngine:
             ]
             errors = publish_runs(self.publisher, [_message(send) for send in chunk])
             self._sent(chunk, errors, report)
+            # Marked sent before the next chunk, while the claims still hold:
+            # a beat that takes a routine over later finds the row sent.
+            self._mark_published()
         return held
 
     def _sent(

@@ -480,6 +480,7 @@ def test_show_prints_fields_in_words_with_one_indentation_and_the_effective_zone
         "report",
         cron="0 9 * * *",
         ceiling=json.dumps([{"limit": 5, "per": "week", "unit": "fires"}]),
+        kwargs=json.dumps({"dry_run": True, "region": None}),
     )
     text = ok(invoke("show", "report"))
     fields = [line for line in text.splitlines() if line.startswith("  ") and ":" in line]
@@ -495,4 +496,5 @@ def test_show_prints_fields_in_words_with_one_indentation_and_the_effective_zone
     assert "  enabled:             yes" in text.splitlines()
     assert "  max_lateness:        not set" in text.splitlines()
     assert "  args:                none" in text.splitlines()
+    assert "  kwargs:              {'dry_run': True, 'region': None}" in text.splitlines()
     assert "  ceiling:             5 fires per week" in text.splitlines()

@@ -98,3 +98,10 @@ def test_the_install_line_works_without_pypi_and_limitations_are_stated() -> Non
     assert "pip install './celery-routines[postgres,redis]'" in usage
     assert "not published on PyPI" in usage
     assert "## Limitations" in README
+
+
+def test_the_flower_section_says_what_its_api_needs() -> None:
+    listed = section("## Metrics, Flower and Celery events")
+    assert "answers 401" in listed and "FLOWER_UNAUTHENTICATED_API=true" in listed
+    assert "FLOWER_BASIC_AUTH=user:password" in listed
+    assert "/api/tasks?search=kwargs:routine=nightly" in listed

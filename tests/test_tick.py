@@ -385,15 +385,16 @@ def test_the_start_up_line_says_why_celery_backend_cleanup_is_there(
         names = {r.name for r in scheduler.store.routines.all()}
     finally:
         scheduler.close()
-    [line] = [r.getMessage() for r in caplog.records if "written to" in r.getMessage()]
+    [line] = [r.getMessage() for r in caplog.records if "celery-routines: wrote" in r.getMessage()]
     # Celery's own rule: its beat adds the clean-up when results expire and
     # the backend does not expire them by itself (no backend here: it does not).
     if result_expires:
         assert names == {"report", "celery.backend_cleanup"}
         assert line.startswith(
-            "celery-routines: 1 routine(s) declared in code and celery.backend_cleanup, "
-            "which Celery's own beat adds too: result_expires is set"
+            "celery-routines: wrote 1 routine(s) declared in code and celery.backend_cleanup "
+            f"to {sqlite_url} (celery.backend_cleanup is Celery's own: its beat adds it too, "
+            "because result_expires is set"
         )
     else:
         assert names == {"report"}
-        assert line.startswith("celery-routines: 1 routine(s) declared in code written to ")
+        assert line == f"celery-routines: wrote 1 routine(s) declared in code to {sqlite_url}"

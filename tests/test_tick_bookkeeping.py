@@ -136,3 +136,27 @@ def test_a_long_publish_renews_its_claims_between_chunks_so_nobody_takes_them_ov
     finally:
         slow.close()
         other.close()
+
+
+def test_a_beat_claims_fewer_routines_while_its_ticks_outlast_a_quarter_of_the_ttl(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    scheduler = make(
+        tmp_path / "broker", database_url, clock, routines_lock_ttl=60, routines_batch_size=1000
+    )
+    try:
+        engine = scheduler.engine
+        engine._fit_claims_to_ttl(took=20.0, claimed=1000)  # over 15 s: halve
+        assert engine.claim_limit == 500
+        engine._fit_claims_to_ttl(took=20.0, claimed=3)  # slow with few: not the batch's fault
+        assert engine.claim_limit == 500
+        for _ in range(10):
+            engine._fit_claims_to_ttl(took=30.0, claimed=engine.claim_limit)
+        assert engine.claim_limit == 10  # the floor
+        engine._fit_claims_to_ttl(took=1.0, claimed=10)  # well within: double back
+        assert engine.claim_limit == 20
+        for _ in range(10):
+            engine._fit_claims_to_ttl(took=1.0, claimed=engine.claim_limit)
+        assert engine.claim_limit == 1000  # never above routines_batch_size
+    finally:
+        scheduler.close()

@@ -101,7 +101,7 @@ def _quiet_alembic() -> Iterator[None]:
 
 def _log_applied(*, step: Any, **_: Any) -> None:
     revision = getattr(step, "up_revision", None)
-    doc = " ".join(str(getattr(revision, "doc", "") or "").split())
+    doc = " ".join(str(getattr(revision, "doc", "") or "").replace("``", "").split())
     logger.info(
         "celery-routines schema: applied migration %s%s",
         step.up_revision_id,
