@@ -8,11 +8,13 @@ seconds, DDL that commits by itself, errors that INSERT IGNORE would hide.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -180,3 +182,49 @@ def test_mysql_errors_are_explained_in_one_line(mariadb_url: str) -> None:
         line = explain_database_error(caught.value, url)
         assert expected in line, line
         assert ":pw@" not in line
+
+
+def test_the_idle_probe_reads_a_few_index_entries_not_every_routine(mariadb: Store) -> None:
+    """MySQL computes MIN() under conditions on other columns by reading
+    every row; the probe's earliest window is the first entry of the due
+    index that passes them instead. ANALYZE runs the probe and counts rows."""
+    stored = 20_000
+    start = T0.replace(tzinfo=None) + timedelta(days=1)
+    with mariadb.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO routines (name, task, interval_seconds, next_run_at, paused)"
+                " VALUES (:n, 't', 60, :at, :paused)"
+            ),
+            [
+                {"n": f"r{i}", "at": start + timedelta(seconds=i), "paused": i % 10 == 0}
+                for i in range(stored)
+            ],
+        )
+        conn.execute(text("ANALYZE TABLE routines"))
+    compiled = mariadb._probe.compile(mariadb.engine)
+    params = {
+        k: v.replace(tzinfo=None) if isinstance(v, datetime) else v
+        for k, v in compiled.construct_params({"now": T0, "holder": "beat-a"}).items()
+    }
+    with mariadb.engine.connect() as conn:
+        plan = json.loads(
+            conn.exec_driver_sql("ANALYZE FORMAT=JSON " + str(compiled), params).scalar()
+        )
+    read = [step.get("r_rows", 0) for step in _tables(plan) if step["table_name"] == "routines"]
+    assert read and max(read) <= 10, read  # not 20,000
+    assert mariadb.probe(T0, "beat-a").window == start.replace(tzinfo=UTC) + timedelta(seconds=1)
+
+
+def _tables(plan: object) -> list[dict[str, Any]]:
+    """Every table access in MariaDB's JSON plan, however deeply nested."""
+    found: list[dict[str, Any]] = []
+    if isinstance(plan, dict):
+        if "table_name" in plan:
+            found.append(plan)
+        for value in plan.values():
+            found.extend(_tables(value))
+    elif isinstance(plan, list):
+        for value in plan:
+            found.extend(_tables(value))
+    return found
