@@ -5,9 +5,7 @@ Run it with ``celery -A proj beat -S celery_routines.Scheduler``.
 
 from __future__ import annotations
 
-from . import worker as _worker
 from .beat import Scheduler
-from .ceilings import Ceiling
 from .errors import (
     ConfigurationError,
     InvalidRoutine,
@@ -15,8 +13,10 @@ from .errors import (
     ScheduleError,
     UnknownRoutine,
 )
+from .policy.ceilings import Ceiling
 from .registry import register, routine
-from .spend import spend
+from .worker import hooks as _worker
+from .worker.spend import spend
 
 __all__ = [
     "Ceiling",

@@ -16,20 +16,19 @@ from typing import Any, NoReturn
 
 from celery import Celery
 from celery.beat import Scheduler as CeleryScheduler
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
 from .errors import RoutinesError
-from .events import RoutineEvents
-from .gate import Gate, OpenGate, RedisGate
-from .metrics import MeasuredPublisher, RoutineMetrics, metrics_for
-from .publish import CeleryPublisher, Publisher
+from .observe.events import RoutineEvents
+from .observe.metrics import MeasuredPublisher, RoutineMetrics, metrics_for
 from .registry import celery_default_entries, definitions_for
+from .sending.gate import Gate, OpenGate, RedisGate
+from .sending.publish import CeleryPublisher, Publisher
 from .store import Store
-from .store.engine import explain_database_error
-from .tick import TickEngine
+from .store.engine import explain_database_error, safe_url
+from .tick.engine import TickEngine
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -165,7 +164,7 @@ class Scheduler(CeleryScheduler):
     def info(self) -> str:
         gate = "redis" if self.settings.redis_url else "database only"
         return (
-            f"    . routines db -> {_safe_url(self.settings.database_url)}\n"
+            f"    . routines db -> {safe_url(self.settings.database_url)}\n"
             f"    . idempotency gate -> {gate}"
         )
 
@@ -178,7 +177,7 @@ def _written(app: Celery, names: list[str], database_url: str) -> str:
     text = f"wrote {len(names) - len(defaults)} routine(s) declared in code"
     if "celery.backend_cleanup" in defaults:
         text += " and celery.backend_cleanup"
-    text += f" to {_safe_url(database_url)}"
+    text += f" to {safe_url(database_url)}"
     if "celery.backend_cleanup" in defaults:
         text += (
             " (celery.backend_cleanup is Celery's own: its beat adds it too, because "
@@ -209,10 +208,3 @@ def explain_start_error(exc: BaseException, database_url: str | None) -> str:
     if isinstance(exc, RoutinesError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
-
-
-def _safe_url(url: str) -> str:
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return "<unparseable url>"

@@ -13,15 +13,15 @@ from typing import Any, TypeVar
 from celery import Celery
 from celery.schedules import crontab
 
-from . import worker
-from .definition import RoutineDefinition, define
 from .errors import InvalidRoutine
+from .policy.routine import Routine, define
+from .worker import hooks as worker
 
 logger = logging.getLogger("celery_routines.registry")
 
 TaskT = TypeVar("TaskT")
 
-_declared: dict[str, RoutineDefinition] = {}
+_declared: dict[str, Routine] = {}
 
 
 def routine(schedule: Any, **options: Any) -> Callable[[TaskT], TaskT]:
@@ -34,7 +34,7 @@ def routine(schedule: Any, **options: Any) -> Callable[[TaskT], TaskT]:
     return decorate
 
 
-def register(task_or_task_name: Any, schedule: Any, **options: Any) -> RoutineDefinition:
+def register(task_or_task_name: Any, schedule: Any, **options: Any) -> Routine:
     """Declare a routine for a task object or a task name defined elsewhere."""
     task_name = _task_name(task_or_task_name, options.get("name"))
     definition = define(task_name, schedule, **options)
@@ -48,7 +48,7 @@ def register(task_or_task_name: Any, schedule: Any, **options: Any) -> RoutineDe
     return definition
 
 
-def declared() -> list[RoutineDefinition]:
+def declared() -> list[Routine]:
     """Every routine declared in this process, in declaration order."""
     return list(_declared.values())
 
@@ -71,7 +71,7 @@ def _task_name(task: Any, routine_name: str | None) -> str:
     return name
 
 
-def from_beat_schedule(beat_schedule: Mapping[str, Any] | None) -> list[RoutineDefinition]:
+def from_beat_schedule(beat_schedule: Mapping[str, Any] | None) -> list[Routine]:
     """Entries of ``app.conf.beat_schedule`` as routine definitions.
 
     crontab, schedule and timedelta entries keep their meaning; the entry's
@@ -91,7 +91,7 @@ def from_beat_schedule(beat_schedule: Mapping[str, Any] | None) -> list[RoutineD
     return definitions
 
 
-def celery_default_entries(app: Celery) -> list[RoutineDefinition]:
+def celery_default_entries(app: Celery) -> list[Routine]:
     """The backend clean-up Celery's own beat installs when results do not expire
     by themselves; users of the stock beat get it, so ours keeps it."""
     if not app.conf.result_expires or app.backend.supports_autoexpire:
@@ -105,10 +105,10 @@ def celery_default_entries(app: Celery) -> list[RoutineDefinition]:
     ]
 
 
-def definitions_for(app: Celery) -> list[RoutineDefinition]:
+def definitions_for(app: Celery) -> list[Routine]:
     """Everything beat writes to the store at start-up, by name (code wins
     over beat_schedule when both name the same routine)."""
-    merged: dict[str, RoutineDefinition] = {}
+    merged: dict[str, Routine] = {}
     for definition in [
         *celery_default_entries(app),
         *from_beat_schedule(app.conf.beat_schedule),

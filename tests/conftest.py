@@ -8,6 +8,7 @@ import pytest
 
 from celery_routines.store import Store
 from tests import services
+from tests.work import ScheduleWork, count_schedule_work
 
 pytest_plugins = ("celery.contrib.pytest",)
 
@@ -140,3 +141,9 @@ def _forget_shared_tasks() -> Iterator[None]:
     saved = set(_state._on_app_finalizers)
     yield
     _state._on_app_finalizers.intersection_update(saved)
+
+
+@pytest.fixture
+def schedule_work(monkeypatch: pytest.MonkeyPatch) -> ScheduleWork:
+    """What schedules did during the test: days listed, croniter steps."""
+    return count_schedule_work(monkeypatch)

@@ -16,7 +16,7 @@ from celery import Celery
 from sqlalchemy import text
 
 from celery_routines import Scheduler
-from celery_routines.store import Store
+from celery_routines.store import RunRecord, Store
 
 
 def filesystem_app(folder: Path, database_url: str, **conf: Any) -> Celery:
@@ -85,3 +85,8 @@ def closing(scheduler: Scheduler) -> Iterator[Scheduler]:
         yield scheduler
     finally:
         scheduler.close()
+
+
+def runs_for(store: Store, routine_id: int, limit: int = 100) -> list[RunRecord]:
+    """A routine's run rows, newest first (the operator's listing query)."""
+    return [named.run for named in store.admin.runs(routine_id=routine_id, limit=limit)]

@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 
 from celery_routines import Scheduler, registry
-from celery_routines.admin import Routines
+from celery_routines.operator.admin import Routines
 from tests.conftest import FakeClock
 from tests.e2e.processes import REPO
 from tests.harness import published

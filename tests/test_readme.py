@@ -12,9 +12,9 @@ import pytest
 from celery import _state
 
 from celery_routines import registry
-from celery_routines.cli import routines
 from celery_routines.config import Settings
-from celery_routines.metrics import ADDRESS_SETTING, PORT_SETTING
+from celery_routines.observe.metrics import ADDRESS_SETTING, PORT_SETTING
+from celery_routines.operator.cli import routines
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
@@ -47,7 +47,7 @@ def test_the_settings_table_lists_every_setting() -> None:
 
 def test_the_metrics_list_names_every_metric() -> None:
     pytest.importorskip("prometheus_client")
-    from celery_routines.metrics import RoutineMetrics
+    from celery_routines.observe.metrics import RoutineMetrics
 
     listed = section("## Metrics, Flower and Celery events")
     for family in RoutineMetrics().registry.collect():

@@ -12,10 +12,21 @@ from datetime import datetime
 
 from celery_routines.schedules.zones import aware_utc, load_zone
 
-__all__ = ["window_key"]
+__all__ = ["skip_key", "window_key"]
 
 
 def window_key(routine_name: str, window_utc: datetime, timezone: str) -> str:
     """``<routine_name>@<window in timezone, ISO 8601 with offset>``."""
     local = aware_utc(window_utc, "window_utc").astimezone(load_zone(timezone))
     return f"{routine_name}@{local.isoformat()}"
+
+
+def skip_key(routine_name: str, first: datetime, last: datetime, count: int, timezone: str) -> str:
+    """The key of a ``skipped`` row summarising ``count`` windows from
+    ``first`` to ``last``: the first window's key (``name@first``), or
+    ``name@first..last`` for several, so it never collides with a window
+    that was sent."""
+    key = window_key(routine_name, first, timezone)
+    if count > 1:
+        key += ".." + window_key(routine_name, last, timezone).split("@", 1)[1]
+    return key

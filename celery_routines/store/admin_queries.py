@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Select, select, update
+from sqlalchemy import Engine, Select, and_, case, func, select, update
 
 from .connections import connections_for
 from .dialects import is_mysql
@@ -190,3 +190,16 @@ class AdminQueries:
         )
         with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1
+
+    def routine_counts(self, now: datetime) -> tuple[int, int]:
+        """How many routines are suspended, and how many are due, at ``now``
+        (the metrics gauges): one scan of ``routines``."""
+        # COUNT(CASE ...), not COUNT(*) FILTER (...): MySQL has no FILTER.
+        due = and_(routines.c.enabled, ~routines.c.paused, routines.c.next_run_at <= now)
+        query = select(
+            func.count(case((routines.c.suspended_until > now, 1))),
+            func.count(case((due, 1))),
+        )
+        with self.db.read() as conn:
+            suspended, due = conn.execute(query).one()
+        return suspended, due

@@ -285,3 +285,11 @@ def _createdb_flags(parsed: URL | None) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0].strip()
+
+
+def safe_url(url: str) -> str:
+    """The URL with its password hidden, for logs and answers."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable url>"

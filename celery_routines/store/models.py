@@ -19,14 +19,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from ..policy.routine import NAME_MAX_LENGTH
 from .dialects import TABLE_OPTIONS
 from .types import Seconds, UTCDateTime
 
-NAME_MAX_LENGTH = 200
 KEY_MAX_LENGTH = 500
-
-RUN_STATES = ("pending", "sent", "running", "succeeded", "failed", "retrying", "skipped", "lost")
-OPEN_STATES = ("pending", "sent", "running")
 
 
 class Base(DeclarativeBase):

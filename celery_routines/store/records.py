@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from ..policy.states import RunState
+
 
 @dataclass(frozen=True)
 class RoutineRecord:
@@ -46,7 +48,7 @@ class NewRun:
     idempotency_key: str
     attempt: int
     scheduled_for: datetime
-    state: str = "pending"
+    state: str = RunState.PENDING
     reason: str | None = None
     skipped_count: int | None = None
     skipped_first: datetime | None = None

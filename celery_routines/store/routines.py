@@ -21,7 +21,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from . import mysql as mysql_json
+import celery_routines.store.mysql as mysql_json
+
 from .connections import connections_for
 from .dialects import is_mysql
 from .models import Routine
@@ -308,18 +309,6 @@ class RoutineQueries:
         with self.db.write() as conn:
             conn.execute(stmt)
 
-    def release(self, routine_ids: Sequence[int], holder: str) -> None:
-        """Give up claims without advancing: the routines stay due."""
-        if not routine_ids:
-            return
-        stmt = (
-            update(table)
-            .where(c.id.in_(routine_ids), c.locked_by == holder)
-            .values(locked_by=None, locked_until=None)
-        )
-        with self.db.write() as conn:
-            conn.execute(stmt)
-
     def mark_invalid(
         self, routine_id: int, error: str, retry_at: datetime, holder: str | None, now: datetime
     ) -> None:
@@ -382,13 +371,6 @@ class RoutineQueries:
             earliest_window.scalar_subquery().label("window"),
             claim_expiry.scalar_subquery().label("expiry"),
         ]
-
-    def next_wakeup(self, now: datetime) -> datetime | None:
-        """The earlier of :meth:`wakeup_columns`."""
-        with self.db.fast_read() as conn:
-            row = conn.execute(select(*self.wakeup_columns(now))).one()
-        present = [_aware(instant) for instant in row if instant is not None]
-        return min(present) if present else None
 
     # -- lookups -------------------------------------------------------------
 

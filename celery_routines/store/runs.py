@@ -16,7 +16,6 @@ from sqlalchemy import (
     String,
     bindparam,
     func,
-    or_,
     select,
     text,
     tuple_,
@@ -24,10 +23,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from . import mysql as mysql_json
+import celery_routines.store.mysql as mysql_json
+
 from .connections import connections_for
 from .dialects import is_mysql
-from .models import OPEN_STATES, Routine, RoutineRun
+from .models import Routine, RoutineRun
 from .records import (
     ROUTINE_RECORD_FIELDS,
     RUN_RECORD_FIELDS,
@@ -37,13 +37,13 @@ from .records import (
     RoutineRecord,
     RunRecord,
 )
+from .run_outcomes import RunOutcomeQueries
 from .types import UTCDateTime
 
 table = RoutineRun.__table__
 c = table.c
 routines = Routine.__table__
 RECORD_COLUMNS = [c[name] for name in RUN_RECORD_FIELDS]
-STARTABLE_STATES = ("pending", "sent")
 # Spelled exactly like the partial indexes' predicates: SQLite uses a partial
 # index only for a query whose WHERE contains the same term.
 OPEN = text("routine_runs.state IN ('pending', 'sent', 'running')")
@@ -72,16 +72,11 @@ def _naive_utc(instant: datetime | None) -> datetime | None:
     return UTCDateTime().process_bind_param(instant, None)  # type: ignore[arg-type]
 
 
-def _aware(value: Any) -> datetime | None:
-    """A bare scalar subquery loses the column type: attach UTC as the type would."""
-    return UTCDateTime().process_result_value(value, None)  # type: ignore[arg-type]
-
-
 def _record(row: Any) -> RunRecord:
     return RunRecord(**{name: row._mapping[name] for name in RUN_RECORD_FIELDS})
 
 
-class RunQueries:
+class RunQueries(RunOutcomeQueries):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.db = connections_for(engine)
@@ -261,15 +256,6 @@ class RunQueries:
         )
         with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1
-
-    def mark_send_failed(self, run_id: str, error: str, now: datetime) -> None:
-        stmt = (
-            update(table)
-            .where(c.id == run_id, c.state == "pending")
-            .values(state="failed", reason="send_failed", error=error, finished_at=now)
-        )
-        with self.db.write() as conn:
-            conn.execute(stmt)
 
     def settle(
         self,
@@ -453,124 +439,9 @@ class RunQueries:
         with self.db.write() as conn:
             return [row.id for row in conn.execute(stmt)]
 
-    # -- worker --------------------------------------------------------------
-
-    def claim_start(
-        self,
-        run_id: str,
-        worker: str,
-        now: datetime,
-        *,
-        deadline_at: datetime | None = None,
-        celery_retries: int = 0,
-    ) -> bool:
-        """``pending``/``sent`` -> ``running``; False means someone else has it.
-
-        A delivery of Celery's own ``self.retry()`` carries a higher
-        ``request.retries`` than the one holding the run, so it may take over
-        a ``running`` row; a duplicate of the same delivery may not.
-        """
-        stmt = (
-            update(table)
-            .where(
-                c.id == run_id,
-                or_(
-                    c.state.in_(STARTABLE_STATES),
-                    (c.state == "running") & (c.celery_retries < celery_retries),
-                ),
-            )
-            .values(
-                state="running",
-                started_at=now,
-                worker=worker,
-                deadline_at=deadline_at,
-                celery_retries=celery_retries,
-            )
-        )
-        with self.db.write() as conn:
-            return conn.execute(stmt).rowcount == 1
-
-    def count_duplicate(self, run_id: str) -> str | None:
-        """Count a refused delivery on the run; its state, or None if unknown."""
-        stmt = update(table).where(c.id == run_id).values(duplicates=c.duplicates + 1)
-        if self._mysql:
-            # No RETURNING: the UPDATE locks the row, so the state read after
-            # it in the same transaction is the one it counted against.
-            with self.db.write() as conn:
-                if conn.execute(stmt).rowcount != 1:
-                    return None
-                return conn.execute(select(c.state).where(c.id == run_id)).scalar_one()
-        with self.db.write() as conn:
-            row = conn.execute(stmt.returning(c.state)).first()
-        return row.state if row is not None else None
-
-    def finish(
-        self,
-        run_id: str,
-        state: str,
-        now: datetime,
-        *,
-        error: str | None = None,
-        spend: dict[str, float] | None = None,
-    ) -> bool:
-        """``running`` -> ``succeeded``/``failed`` with the outcome.
-
-        A success also lands on a run the lost sweep gave up on but whose retry
-        has not gone out yet (``retrying``, reason ``lost``): it did finish, and
-        taking it out of ``retrying`` cancels the retry.
-        """
-        values: dict[str, Any] = {
-            "state": state,
-            "finished_at": now,
-            "error": error,
-            "spend": json.dumps(spend) if spend is not None else None,
-        }
-        startable = c.state == "running"
-        if state == "succeeded":
-            startable = or_(startable, (c.state == "retrying") & (c.reason == "lost"))
-            values.update(retry_at=None, reason=None)
-        stmt = update(table).where(c.id == run_id, startable).values(**values)
-        with self.db.write() as conn:
-            return conn.execute(stmt).rowcount == 1
-
-    def requeue(
-        self, run_id: str, *, celery_retries: int = 0, deadline_at: datetime | None = None
-    ) -> None:
-        """A task that called Celery's own ``self.retry()`` goes back to ``sent``:
-        the redelivery is the same run, not one of our retries.
-
-        Only while the delivery that retried still holds it: if the redelivery
-        already claimed the row, it stays ``running``.
-        """
-        values: dict[str, Any] = {"state": "sent"}
-        if deadline_at is not None:
-            values["deadline_at"] = deadline_at
-        stmt = (
-            update(table)
-            .where(c.id == run_id, c.state == "running", c.celery_retries == celery_retries)
-            .values(**values)
-        )
-        with self.db.write() as conn:
-            conn.execute(stmt)
-
     # -- lookups -------------------------------------------------------------
 
     def get(self, run_id: str) -> RunRecord | None:
         with self.db.read() as conn:
             row = conn.execute(select(*RECORD_COLUMNS).where(c.id == run_id)).first()
         return _record(row) if row else None
-
-    def for_routine(self, routine_id: int, limit: int = 100) -> list[RunRecord]:
-        query = (
-            select(*RECORD_COLUMNS)
-            .where(c.routine_id == routine_id)
-            .order_by(c.created_at.desc(), c.scheduled_for.desc())
-            .limit(limit)
-        )
-        with self.db.read() as conn:
-            return [_record(row) for row in conn.execute(query)]
-
-    def open_count(self, routine_id: int) -> int:
-        query = select(func.count()).where(c.routine_id == routine_id, c.state.in_(OPEN_STATES))
-        with self.db.read() as conn:
-            return conn.execute(query).scalar_one()

@@ -43,7 +43,8 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import ColumnElement, Engine, Select, and_, func, or_, select, update
 
-from ..ceilings import FIRES, Ceiling, period_bounds
+from ..policy.ceilings import FIRES, Ceiling, period_bounds
+from ..policy.states import Reason
 from .connections import connections_for
 from .dialects import is_mysql
 from .models import Routine, RoutineRun
@@ -53,11 +54,10 @@ logger = logging.getLogger("celery_routines.ceilings")
 runs = RoutineRun.__table__
 routines = Routine.__table__
 
-# The reason recorded when the broker refused a run's message (lifecycle.
-# SEND_FAILED, dispatch.SEND_FAILED), whether the run is then ``retrying`` or
-# ``failed``: nothing went out, and the worker refuses to start such a row
-# even if the message arrived after all, so nothing was spent.
-SEND_FAILED = "send_failed"
+# A run whose message the broker refused (reason ``send_failed``), whether it
+# is then ``retrying`` or ``failed``: nothing went out, and the worker refuses
+# to start such a row even if the message arrived after all, so nothing was spent.
+SEND_FAILED = Reason.SEND_FAILED
 
 COSTS: ColumnElement[bool] = and_(
     runs.c.state != "skipped",

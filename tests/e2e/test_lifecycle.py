@@ -21,12 +21,13 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from celery_routines import Scheduler, register, worker
+from celery_routines import Scheduler, register
 from celery_routines.clock import utc_now
 from celery_routines.store import NewRun, RunRecord, Store
+from celery_routines.worker import hooks as worker
 from tests.conftest import FakeClock
 from tests.e2e.processes import CeleryProcess, environment, wait_until
-from tests.harness import insert_routine, redis_app
+from tests.harness import insert_routine, redis_app, runs_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
@@ -88,7 +89,7 @@ def runs_of(store: Store, name: str) -> list[RunRecord]:
     if record is None:
         return []
     return sorted(
-        store.runs.for_routine(record.id), key=lambda r: (r.scheduled_for, r.attempt, r.created_at)
+        runs_for(store, record.id), key=lambda r: (r.scheduled_for, r.attempt, r.created_at)
     )
 
 

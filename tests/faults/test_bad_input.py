@@ -21,14 +21,15 @@ from click.testing import CliRunner, Result
 from sqlalchemy import inspect, text
 from sqlalchemy.exc import DBAPIError
 
-from celery_routines import InvalidRoutine, Scheduler, cli, register
-from celery_routines.admin import Routines
-from celery_routines.cli import routines
+from celery_routines import InvalidRoutine, Scheduler, register
 from celery_routines.errors import RoutinesError
+from celery_routines.operator import cli as cli
+from celery_routines.operator.admin import Routines
+from celery_routines.operator.cli import routines
 from celery_routines.store import Store
 from celery_routines.store.dialects import is_mysql
 from tests.conftest import FakeClock
-from tests.harness import filesystem_app, insert_routine, published, runs_of
+from tests.harness import filesystem_app, insert_routine, published, runs_for, runs_of
 from tests.operators import add_routine, cli_context, make_app
 
 INJECTION = "x'; DROP TABLE routines; --"
@@ -96,7 +97,7 @@ BAD_ROWS: list[tuple[str, dict[str, Any], str]] = [
     ("no-schedule", {}, "exactly one of cron or interval_seconds"),
     ("both-schedules", {"cron": "* * * * *", "interval_seconds": 60.0}, "exactly one"),
     ("args-not-json", {"cron": "* * * * *", "args": "['single quotes']"}, "['single quotes']"),
-    ("args-not-a-list", {"cron": "* * * * *", "args": '{"a": 1}'}, '{"a": 1}'),
+    ("args-not-a-list", {"cron": "* * * * *", "args": '{"a": 1}'}, "{'a': 1}"),
     ("kwargs-not-a-dict", {"cron": "* * * * *", "kwargs": "[1, 2]"}, "[1, 2]"),
     ("options-not-json", {"cron": "* * * * *", "options": "{"}, "options"),
     ("bad-catch-up", {"cron": "* * * * *", "catch_up": "sometimes"}, "sometimes"),
@@ -203,8 +204,9 @@ def test_a_ten_thousand_character_name_inserted_by_sql(
 ) -> None:
     """PostgreSQL and MariaDB (strict mode, which the store's engine sets)
     refuse it at the INSERT (varchar(200)): nothing stored.
-    SQLite does not enforce lengths: beat fires the row like any other and
-    nothing is truncated or corrupted."""
+    SQLite does not enforce lengths: the row is stored whole and marked
+    invalid with the declaration's own message; nothing is sent, truncated or
+    corrupted."""
     folder = tmp_path / "broker"
     scheduler = make_scheduler(folder, database_url, clock)
     try:
@@ -220,7 +222,11 @@ def test_a_ten_thousand_character_name_inserted_by_sql(
             scheduler.tick()
         record = store.routines.by_name(LONG_NAME)
         assert record is not None and len(record.name) == 10_000
-        assert [len(m["routine"]) for m in published(folder)] in ([10_000], [10_000, 10_000])
+        with pytest.raises(InvalidRoutine) as declared:
+            register("tasks.noop", "* * * * *", name=LONG_NAME)
+        assert record.last_error == str(declared.value)
+        assert "at most 200" in record.last_error
+        assert published(folder) == []
     finally:
         scheduler.close()
 
@@ -371,6 +377,6 @@ def test_admin_api_names_the_value_and_changes_nothing(
             assert fragment in str(excinfo.value), str(excinfo.value)
         assert published(tmp_path / "broker") == []
         assert stored_rows(operator_store) == before
-        assert operator_store.runs.for_routine(operator_store.routines.by_name("bad-args").id) == []
+        assert runs_for(operator_store, operator_store.routines.by_name("bad-args").id) == []
     finally:
         admin.close()

@@ -29,7 +29,7 @@ from sqlalchemy import text
 from celery_routines import Scheduler, register
 from celery_routines.store import Store
 from tests.conftest import FakeClock
-from tests.harness import filesystem_app, published, runs_of
+from tests.harness import filesystem_app, published, runs_for, runs_of
 
 MAX_INTERVAL = 5
 
@@ -174,7 +174,7 @@ def test_clock_jumped_forward_an_hour_follows_each_catch_up_policy(
         def summary(name: str) -> list[tuple[str, int, datetime, datetime]]:
             return [
                 (r.reason, r.skipped_count, r.skipped_first, r.skipped_last)
-                for r in store.runs.for_routine(store.routines.by_name(name).id)
+                for r in runs_for(store, store.routines.by_name(name).id)
                 if r.state == "skipped"
             ]
 

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from celery_routines import Scheduler, register, worker
+from celery_routines import Scheduler, register
 from celery_routines.store import Store
+from celery_routines.worker import hooks as worker
 from tests.conftest import FakeClock
-from tests.harness import filesystem_app, insert_routine, runs_of
+from tests.harness import filesystem_app, insert_routine, runs_for, runs_of
 
 MAX_INTERVAL = 5
 # Up to and including the 13:00 window.
@@ -84,7 +85,7 @@ def test_a_task_that_always_fails_makes_at_most_its_retries_per_window(
         first = sorted(
             (
                 r
-                for r in store.runs.for_routine(record.id)
+                for r in runs_for(store, record.id)
                 if r.idempotency_key == "doomed@2026-11-30T12:10:00+00:00"
             ),
             key=lambda r: r.attempt,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text, update
 
-from celery_routines.ceilings import Ceiling, decide_after_run, decide_before_send
+from celery_routines.policy.ceilings import Ceiling, decide_after_run, decide_before_send
 from celery_routines.store import NewRun, Store
 from celery_routines.store.models import RoutineRun
 from celery_routines.store.spend_queries import RunCeiling, SpendQueries

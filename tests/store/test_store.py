@@ -226,15 +226,15 @@ def test_adoption_is_conditional_on_the_row_still_being_unscheduled(store: Store
     assert store.routines.unscheduled(10) == []
 
 
-def test_next_wakeup_is_the_next_window_or_another_beats_claim_expiry(store: Store) -> None:
-    assert store.routines.next_wakeup(T0) is None
+def test_the_probe_wakes_for_the_next_window_or_another_beats_claim_expiry(store: Store) -> None:
+    assert store.probe(T0, "this-beat").routine is None
     a = add_routine(store, "a")
     b = add_routine(store, "b")
     store.routines.adopt([Advance(a, T0 + timedelta(minutes=5)), Advance(b, T0)], T0)
     store.routines.claim_due(T0, "other-beat", 30, 10)
-    assert store.routines.next_wakeup(T0) == T0 + timedelta(seconds=30)
+    assert store.probe(T0, "this-beat").routine == T0 + timedelta(seconds=30)
     store.routines.advance([Advance(b, T0 + timedelta(minutes=10))], "other-beat", T0)
-    assert store.routines.next_wakeup(T0) == T0 + timedelta(minutes=5)
+    assert store.probe(T0, "this-beat").routine == T0 + timedelta(minutes=5)
 
 
 def test_upsert_keeps_runtime_state_and_resets_a_changed_schedule(store: Store) -> None:

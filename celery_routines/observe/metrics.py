@@ -1,0 +1,287 @@
+"""Prometheus metrics served by beat (optional).
+
+Off by default. Set ``routines_metrics_port`` (Celery setting, or the
+environment variable ``ROUTINES_METRICS_PORT``) and beat serves ``/metrics``
+on that port from a daemon thread; ``routines_metrics_address`` (or
+``ROUTINES_METRICS_ADDRESS``) picks the interface, all of them by default.
+Needs ``prometheus-client``: ``pip install 'celery-routines[metrics]'``.
+
+Everything is measured in the beat process, from each tick's
+:class:`~celery_routines.tick.TickReport`, from the publisher (lateness: send
+time minus the window's instant, first attempts only) and from two cheap
+counts read at most every ``refresh_every`` seconds (suspended routines, due
+routines). Duplicate deliveries refused by workers are counted on the run rows
+(``duplicates``) and by :func:`celery_routines.worker.refused_deliveries`, not
+here: ``routines_duplicates_refused_total`` counts what beat itself refused to
+send because another beat had written the window's row first.
+
+Each :class:`RoutineMetrics` has its own ``CollectorRegistry``, so two
+schedulers in one process (tests, or beat embedded in a worker) never collide.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from celery import Celery
+
+from celery_routines.clock import Clock, utc_now
+from celery_routines.errors import ConfigurationError
+from celery_routines.sending.publish import OutgoingRun, Publisher
+
+if TYPE_CHECKING:
+    from celery_routines.store import Store
+    from celery_routines.tick.report import TickReport
+
+logger = logging.getLogger("celery_routines.metrics")
+
+PORT_SETTING = "routines_metrics_port"
+ADDRESS_SETTING = "routines_metrics_address"
+DEFAULT_ADDRESS = "0.0.0.0"
+# The gauges read from the database are refreshed at most this often.
+REFRESH_EVERY = 30.0
+MISSING = (
+    "routines_metrics_port is set but prometheus-client is not installed: "
+    "pip install 'celery-routines[metrics]'"
+)
+# Seconds. A window sent in the first 10 ms is on time; a backlog drain or a
+# beat outage shows up in the minutes and hours buckets.
+LATENESS_BUCKETS = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+    float("inf"),
+)  # fmt: skip
+TICK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, float("inf"))
+
+
+def _lookup(app: Celery | None, name: str) -> Any:
+    if app is not None:
+        value = app.conf.get(name)
+        if value is not None:
+            return value
+    return os.environ.get(name.upper())
+
+
+def metrics_port(app: Celery | None) -> int | None:
+    """The configured port, or None when metrics are off (the default).
+
+    0 asks the system for a free port (tests read it from ``RoutineMetrics.port``).
+    """
+    raw = _lookup(app, PORT_SETTING)
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    try:
+        port = int(raw)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{PORT_SETTING} must be a port number, got {raw!r}") from None
+    if not 0 <= port <= 65535 or isinstance(raw, bool):
+        raise ConfigurationError(f"{PORT_SETTING} must be between 0 and 65535, got {raw!r}")
+    return port
+
+
+def metrics_address(app: Celery | None) -> str:
+    return str(_lookup(app, ADDRESS_SETTING) or DEFAULT_ADDRESS)
+
+
+def _prometheus() -> Any:
+    try:
+        import prometheus_client
+    except ImportError:
+        raise ConfigurationError(MISSING) from None
+    return prometheus_client
+
+
+class RoutineMetrics:
+    """The metrics of one scheduler, in a private registry."""
+
+    def __init__(self, clock: Clock = utc_now, refresh_every: float = REFRESH_EVERY) -> None:
+        prom = _prometheus()
+        self.clock = clock
+        self.refresh_every = timedelta(seconds=refresh_every)
+        self._refreshed_at: datetime | None = None
+        self._server: Any = None
+        self._thread: Any = None
+        self.registry = registry = prom.CollectorRegistry(auto_describe=True)
+        counter, gauge, histogram = prom.Counter, prom.Gauge, prom.Histogram
+        self.ticks = counter("routines_ticks", "Beat ticks completed.", registry=registry)
+        self.tick_errors = counter(
+            "routines_tick_errors", "Beat ticks that raised (database or broker down).",
+            registry=registry,
+        )  # fmt: skip
+        self.sent = counter(
+            "routines_windows_sent", "Windows sent to the broker (first attempts).",
+            registry=registry,
+        )  # fmt: skip
+        self.retries_sent = counter(
+            "routines_retries_sent", "Retries of failed or lost runs sent.", registry=registry
+        )
+        self.skipped = counter(
+            "routines_windows_skipped", "Windows not sent, by reason (the run row's reason).",
+            ["reason"], registry=registry,
+        )  # fmt: skip
+        self.send_failures = counter(
+            "routines_send_failures", "Publishes that failed (recorded and retried).",
+            registry=registry,
+        )  # fmt: skip
+        self.lost = counter(
+            "routines_runs_lost", "Runs declared lost (past their deadline).", registry=registry
+        )
+        self.duplicates = counter(
+            "routines_duplicates_refused",
+            "Beat side: windows this beat did not send because another beat had written "
+            "their run row first (a worker's refused duplicate delivery is counted on the "
+            "run row, column duplicates, not here).",
+            registry=registry,
+        )
+        self.replaced = counter(
+            "routines_runs_replaced", "Open runs revoked for a newer window (overlap=replace).",
+            registry=registry,
+        )  # fmt: skip
+        self.claimed = gauge(
+            "routines_due_claimed", "Routines claimed by the last tick.", registry=registry
+        )
+        self.more_due = gauge(
+            "routines_due_more",
+            "1 when the last tick's batch was full: more routines are due than one tick takes.",
+            registry=registry,
+        )
+        self.deferred = gauge(
+            "routines_due_deferred",
+            "Routines left due by the last tick (gate held, or queued behind an open run).",
+            registry=registry,
+        )
+        self.due = gauge(
+            "routines_due_routines",
+            "Enabled, unpaused routines whose next window is due (read every refresh).",
+            registry=registry,
+        )
+        self.suspended = gauge(
+            "routines_suspended_routines",
+            "Routines suspended by a ceiling (read every refresh).",
+            registry=registry,
+        )
+        self.lateness = histogram(
+            "routines_lateness_seconds",
+            "Send time minus the window's instant, for first attempts.",
+            buckets=LATENESS_BUCKETS,
+            registry=registry,
+        )
+        self.tick_duration = histogram(
+            "routines_tick_duration_seconds", "Duration of one beat tick.",
+            buckets=TICK_BUCKETS, registry=registry,
+        )  # fmt: skip
+
+    # -- feeding -------------------------------------------------------------
+
+    def observe_tick(self, report: TickReport, store: Store | None = None) -> None:
+        self.ticks.inc()
+        self.sent.inc(report.sent)
+        self.retries_sent.inc(report.retries_sent)
+        self.send_failures.inc(report.send_failures)
+        self.lost.inc(report.lost)
+        self.duplicates.inc(report.conflicts)
+        self.replaced.inc(report.replaced)
+        for reason, count in report.skipped_by_reason.items():
+            self.skipped.labels(reason=reason).inc(count)
+        self.claimed.set(report.claimed)
+        self.more_due.set(1 if report.more_due else 0)
+        self.deferred.set(report.deferred + report.queued)
+        self.tick_duration.observe(report.duration)
+        if store is not None:
+            self.refresh(store)
+
+    def observe_tick_error(self) -> None:
+        self.tick_errors.inc()
+
+    def observe_sent(self, run: OutgoingRun, sent_at: datetime) -> None:
+        if run.attempt == 1:
+            self.lateness.observe(max((sent_at - run.window).total_seconds(), 0.0))
+
+    def refresh(self, store: Store, force: bool = False) -> None:
+        """Read the database gauges, at most once per ``refresh_every``."""
+        now = self.clock()
+        # A clock stepped backwards refreshes at once rather than going stale.
+        if (
+            not force
+            and self._refreshed_at is not None
+            and timedelta(0) <= now - self._refreshed_at < self.refresh_every
+        ):
+            return
+        self._refreshed_at = now
+        try:
+            suspended, due = store.admin.routine_counts(now)
+        except Exception as exc:  # a metric must never stop a tick
+            logger.warning("could not read the routine counts for metrics: %s", exc)
+            return
+        self.suspended.set(suspended)
+        self.due.set(due)
+
+    # -- serving -------------------------------------------------------------
+
+    def serve(self, port: int, address: str = DEFAULT_ADDRESS) -> int:
+        """Serve ``/metrics`` from a daemon thread; returns the bound port."""
+        prom = _prometheus()
+        try:
+            self._server, self._thread = prom.start_http_server(
+                port, addr=address, registry=self.registry
+            )
+        except OSError as exc:
+            raise ConfigurationError(
+                f"{PORT_SETTING}: cannot serve metrics on {address}:{port}: {exc.strerror or exc}"
+            ) from exc
+        bound = int(self._server.server_port)
+        logger.info("celery-routines metrics on http://%s:%d/metrics", address, bound)
+        return bound
+
+    @property
+    def port(self) -> int | None:
+        return int(self._server.server_port) if self._server is not None else None
+
+    def render(self) -> bytes:
+        return bytes(_prometheus().generate_latest(self.registry))
+
+    def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()  # shutdown() waited for the serving loop to end
+        self._thread = None
+
+
+class MeasuredPublisher:
+    """A publisher that records each successful send's lateness."""
+
+    def __init__(self, inner: Publisher, metrics: RoutineMetrics, clock: Clock) -> None:
+        self.inner = inner
+        self.metrics = metrics
+        self.clock = clock
+        # The tick engine revokes through the publisher's app (overlap=replace).
+        self.app = getattr(inner, "app", None)
+
+    def publish(self, run: OutgoingRun) -> None:
+        self.inner.publish(run)
+        self.metrics.observe_sent(run, self.clock())
+
+    def publish_many(self, runs: Sequence[OutgoingRun]) -> list[Exception | None]:
+        errors = self.inner.publish_many(runs)
+        sent_at = self.clock()
+        for run, error in zip(runs, errors, strict=True):
+            if error is None:
+                self.metrics.observe_sent(run, sent_at)
+        return errors
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def metrics_for(app: Celery, clock: Clock) -> RoutineMetrics | None:
+    """A serving ``RoutineMetrics`` when the port is set, else None."""
+    port = metrics_port(app)
+    if port is None:
+        return None
+    metrics = RoutineMetrics(clock)
+    metrics.serve(port, metrics_address(app))
+    return metrics

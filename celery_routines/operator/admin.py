@@ -1,0 +1,393 @@
+"""The operator's API: what ``celery routines ...`` does, callable from Python.
+
+``Routines(app)`` reads, pauses, resumes and sends routines; every answer is a
+plain frozen dataclass. Errors are celery-routines exceptions whose message
+names the routine or the bad value (``UnknownRoutine``, ``InvalidRoutine``,
+``ValueError`` subclasses). This module decides; the store holds the SQL,
+:mod:`celery_routines.dispatch` carries out sends in the tick's order,
+:mod:`celery_routines.admin_views` holds the answers and
+:mod:`celery_routines.operator.windows` the pure time and window helpers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from celery import Celery
+
+from celery_routines.clock import Clock, utc_now
+from celery_routines.config import Settings, settings_from
+from celery_routines.errors import InvalidRoutine, RoutinesError, ScheduleError, UnknownRoutine
+from celery_routines.observe.events import RoutineEvents
+from celery_routines.operator.sending import MAX_BACKFILL, OperationRefused, Sending, UnknownRun
+from celery_routines.operator.views import (
+    BackfillResult,
+    CeilingUsage,
+    MigrateResult,
+    PauseResult,
+    RoutineDetail,
+    RoutineSummary,
+    RunView,
+    SendResult,
+    SyncResult,
+    WindowView,
+    definition_of,
+    describe_schedule,
+    routine_state,
+    run_view,
+    window_view,
+)
+from celery_routines.operator.windows import (
+    MAX_PREVIEW,
+    check_count,
+    parse_instant,
+    preview,
+    take_windows,
+    to_instant,
+)
+from celery_routines.policy.catch_up import SkippedWindows
+from celery_routines.policy.ceilings import (
+    Ceiling,
+    parse_ceilings,
+    period_bounds,
+)
+from celery_routines.policy.runs import in_progress
+from celery_routines.policy.states import RUN_STATES, Reason, RunState
+from celery_routines.registry import definitions_for
+from celery_routines.schedules.base import Schedule, count_windows, last_windows
+from celery_routines.schedules.keys import window_key
+from celery_routines.schedules.parse import schedule_from_columns
+from celery_routines.schedules.zones import load_zone
+from celery_routines.sending.publish import Publisher
+from celery_routines.store import NewRun, RoutineRecord, RunRecord, Store, migrate
+from celery_routines.store.engine import safe_url
+from celery_routines.store.records import OpenRun
+from celery_routines.store.spend_queries import SpendQueries
+from celery_routines.tick.decide import skip_row
+
+__all__ = [
+    "MAX_BACKFILL",
+    "BackfillResult",
+    "CeilingUsage",
+    "MigrateResult",
+    "OperationRefused",
+    "PauseResult",
+    "RoutineDetail",
+    "RoutineSummary",
+    "Routines",
+    "RunView",
+    "SendResult",
+    "SyncResult",
+    "UnknownRun",
+    "WindowView",
+    "parse_instant",
+    "preview",
+]
+
+MAX_LIMIT = 10_000
+
+
+# -- the API ---------------------------------------------------------------------
+
+
+class Routines(Sending):
+    """Operations on the routines stored for a Celery app (or for ``Settings``).
+
+    Sending (trigger, replay, backfill) needs the app, to publish; everything
+    else works from settings alone. ``clock`` is the seam tests use.
+    """
+
+    def __init__(
+        self,
+        app_or_settings: Celery | Settings | None = None,
+        *,
+        clock: Clock = utc_now,
+        store: Store | None = None,
+        publisher: Publisher | None = None,
+        events: RoutineEvents | None = None,
+    ) -> None:
+        if isinstance(app_or_settings, Settings):
+            self.app: Celery | None = None
+            self.settings = app_or_settings
+        else:
+            self.app = app_or_settings
+            self.settings = settings_from(app_or_settings)
+        self.clock = clock
+        # Building an engine opens no connection; the first query does.
+        self.store = store or Store.from_url(self.settings.database_url)
+        self._owns_store = store is None
+        self._spend = SpendQueries(self.store.engine)
+        self._publisher = publisher
+        self._owns_publisher = publisher is None
+        # Skips an operator causes (a resume) and manual sends go out as
+        # Celery events like beat's own; without an app there is no broker.
+        self.events = events or (RoutineEvents(self.app) if self.app is not None else None)
+
+    def close(self) -> None:
+        if self._publisher is not None and self._owns_publisher:
+            self._publisher.close()
+            self._publisher = None
+        if self.events is not None:
+            self.events.close()
+        if self._owns_store:
+            self.store.dispose()
+
+    def __enter__(self) -> Routines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading -----------------------------------------------------------
+
+    def list(self) -> list[RoutineSummary]:
+        now = self.clock()
+        latest = self.store.admin.latest_runs()
+        retries = self.store.admin.next_retries()
+        return [
+            self._summary(r, latest.get(r.id), now, retries.get(r.id))
+            for r in self.store.routines.all()
+        ]
+
+    def show(self, name: str, windows: int = 5) -> RoutineDetail:
+        check_count("windows", windows, MAX_PREVIEW)
+        record = self._record(name)
+        now = self.clock()
+        latest = self.store.admin.latest_runs().get(record.id)
+        timezone = self._zone_of(record)
+        next_windows: list[WindowView] = []
+        schedule_error = None
+        try:
+            schedule = self._schedule(record)
+            # The stored next window is the first one; an unscheduled routine
+            # (beat has not adopted it yet) starts from now.
+            if record.next_run_at is not None and record.last_error is None:
+                first = [record.next_run_at]
+                rest = take_windows(schedule, record.next_run_at, windows - 1)
+            else:
+                first, rest = [], take_windows(schedule, now, windows)
+            next_windows = [
+                window_view(schedule, w, window_key(record.name, w, timezone))
+                for w in [*first, *rest][:windows]
+            ]
+        except ScheduleError as exc:
+            schedule_error = str(exc)
+        ceiling_error = None
+        try:
+            ceilings = self._usage(record, now)
+        except InvalidRoutine as exc:
+            # Show what can be shown; the bad column is named in the error.
+            ceilings, ceiling_error = [], exc.problem
+        # A retrying run is not finished: its next attempt is only waiting for
+        # retry_at, so it counts as open here (the overlap rule does not wait
+        # for it, which is why _open_runs leaves it out).
+        retrying = sorted(
+            (
+                run_view(row)
+                for row in self.store.admin.runs(
+                    routine_id=record.id, states=["retrying"], limit=MAX_LIMIT
+                )
+            ),
+            key=lambda run: (run.retry_at is None, run.retry_at or now),
+        )
+        next_retry = retrying[0] if retrying and retrying[0].retry_at is not None else None
+        return RoutineDetail(
+            summary=self._summary(record, latest, now, next_retry),
+            definition=definition_of(record),
+            next_windows=next_windows,
+            ceilings=ceilings,
+            open_runs=len(self._open_runs(record, now)) + len(retrying),
+            retrying=retrying,
+            last_error=record.last_error,
+            suspended_until=record.suspended_until,
+            suspended_reason=record.suspended_reason,
+            schedule_error=schedule_error,
+            ceiling_error=ceiling_error,
+        )
+
+    def runs(
+        self,
+        name: str | None = None,
+        *,
+        state: str | Sequence[str] | None = None,
+        since: datetime | str | None = None,
+        limit: int = 50,
+    ) -> list[RunView]:
+        """Run rows, newest first; ``since`` (UTC unless it says otherwise)
+        filters on when the row was written."""
+        check_count("limit", limit, MAX_LIMIT)
+        states = [state] if isinstance(state, str) else list(state or [])
+        for value in states:
+            if value not in RUN_STATES:
+                raise ValueError(f"state {value!r} is unknown; use one of {', '.join(RUN_STATES)}")
+        routine_id = self._record(name).id if name is not None else None
+        rows = self.store.admin.runs(
+            routine_id=routine_id,
+            states=states,
+            since=self._since(since),
+            limit=limit,
+        )
+        return [run_view(row) for row in rows]
+
+    def skips(self, since: datetime | str | None = None, limit: int = 1000) -> list[RunView]:
+        """Every decision not to fire: skipped run rows with reason and count."""
+        return self.runs(state=RunState.SKIPPED, since=since, limit=limit)
+
+    # -- pause and resume --------------------------------------------------
+
+    def pause(self, name: str) -> PauseResult:
+        record = self._record(name)
+        changed = self.store.admin.pause(record.id, self.clock())
+        return PauseResult(record.name, True, changed, record.next_run_at)
+
+    def resume(self, name: str, *, catch_up: bool = False) -> PauseResult:
+        """Unpause. By default the windows that fell due while paused are
+        recorded as one ``skipped`` row (reason ``paused``) and the routine
+        continues with its first window after now: a pause is a decision, not
+        an outage, so it never comes back as a burst. With ``catch_up=True``
+        the next window is left as it was and beat treats the paused windows
+        like downtime, under the routine's ``catch_up`` policy and cap.
+        """
+        record = self._record(name)
+        now = self.clock()
+        skip: NewRun | None = None
+        next_run_at = record.next_run_at
+        if not catch_up and record.next_run_at is not None and record.next_run_at <= now:
+            try:
+                skip, next_run_at = self._paused_windows(record, record.next_run_at, now)
+            except ScheduleError:
+                # Invalid schedule: beat's invalid-retry path deals with it.
+                skip, next_run_at = None, record.next_run_at
+        changed = self.store.admin.resume(
+            record.id, next_run_at, now, keep_next=catch_up or skip is None
+        )
+        skipped = 0
+        if changed and skip is not None and self.store.runs.insert_new([skip], now):
+            skipped = skip.skipped_count or 0
+            if self.events is not None:
+                self.events.skipped(
+                    record.name,
+                    reason=Reason.PAUSED,
+                    count=skipped,
+                    first=skip.skipped_first or skip.scheduled_for,
+                    last=skip.scheduled_for,
+                    run_id=skip.id,
+                )
+        if not changed:
+            next_run_at = record.next_run_at
+        return PauseResult(record.name, False, changed, next_run_at, skipped)
+
+    def _paused_windows(
+        self, record: RoutineRecord, due: datetime, now: datetime
+    ) -> tuple[NewRun, datetime]:
+        """The skip row for the windows in ``[due, now]`` and the next window."""
+        schedule = self._schedule(record)
+        count = 1 + count_windows(schedule, due, now)
+        last = (last_windows(schedule, due, now, 1) or [due])[-1]
+        summary = SkippedWindows(Reason.PAUSED, count, due, last)
+        skip = skip_row(record.id, record.name, self._zone_of(record), summary)
+        return skip, schedule.next_after(last)
+
+    # -- schema ------------------------------------------------------------
+
+    def migrate(self) -> MigrateResult:
+        before = migrate.current_revision(self.store.engine)
+        self.store.migrate()
+        return MigrateResult(
+            database=safe_url(self.settings.database_url),
+            before=before,
+            after=migrate.head_revision(),
+        )
+
+    def sync(self) -> SyncResult:
+        """Write the routines declared in code (``routine()``, ``register()``,
+        ``beat_schedule``) to the store, exactly as beat does when it starts,
+        so they can be listed and operated before any beat has run."""
+        if self.app is None:
+            raise RoutinesError(
+                "sync needs the Celery app that declares the routines: build Routines(app)"
+            )
+        # Modules listed in `imports`/`include` declare routines when imported.
+        self.app.loader.import_default_modules()
+        definitions = definitions_for(self.app)
+        self.store.migrate()
+        self.store.routines.upsert_definitions([d.columns() for d in definitions], self.clock())
+        return SyncResult(safe_url(self.settings.database_url), [d.name for d in definitions])
+
+    # -- internals ---------------------------------------------------------
+
+    def _record(self, name: str) -> RoutineRecord:
+        record = self.store.routines.by_name(name)
+        if record is None:
+            raise UnknownRoutine(name)
+        return record
+
+    def _zone_of(self, record: RoutineRecord) -> str:
+        return record.timezone or self.settings.timezone
+
+    def _schedule(self, record: RoutineRecord) -> Schedule:
+        return schedule_from_columns(record.cron, record.interval_seconds, self._zone_of(record))
+
+    def _since(self, since: datetime | str | None) -> datetime | None:
+        if since is None:
+            return None
+        return to_instant(since, "UTC", self.clock(), "--since")
+
+    def _summary(
+        self,
+        record: RoutineRecord,
+        latest: RunRecord | None,
+        now: datetime,
+        next_retry: RunRecord | RunView | None = None,
+    ) -> RoutineSummary:
+        timezone = self._zone_of(record)
+        local = None
+        if record.next_run_at is not None:
+            try:
+                local = record.next_run_at.astimezone(load_zone(timezone))
+            except ScheduleError:
+                local = None
+        outcome = None
+        if latest is not None:
+            outcome = latest.state
+            if latest.reason:
+                outcome += f" ({latest.reason})"
+        return RoutineSummary(
+            name=record.name,
+            task=record.task,
+            schedule=describe_schedule(record),
+            timezone=timezone,
+            next_run_utc=record.next_run_at,
+            next_run_local=local,
+            state=routine_state(record, now),
+            last_outcome=outcome,
+            last_run_at=latest.created_at if latest is not None else None,
+            next_retry_at=next_retry.retry_at if next_retry is not None else None,
+        )
+
+    def _ceilings(self, record: RoutineRecord) -> tuple[Ceiling, ...]:
+        try:
+            return parse_ceilings(record.ceiling)
+        except ScheduleError as exc:
+            raise InvalidRoutine(record.name, str(exc)) from None
+
+    def _usage(self, record: RoutineRecord, now: datetime) -> list[CeilingUsage]:
+        ceilings = self._ceilings(record)
+        if not ceilings:
+            return []
+        timezone = self._zone_of(record)
+        # Beat's own accounting: a run counts in the period of its created_at;
+        # skips and runs whose message never went out are free.
+        used = self._spend.used_by_ceiling(record.id, ceilings, now, timezone)
+        usage = []
+        for ceiling in ceilings:
+            start, end = period_bounds(now, ceiling.per, timezone)
+            spent = used.get(ceiling.unit, 0.0)
+            usage.append(CeilingUsage(ceiling.unit, ceiling.per, ceiling.limit, spent, start, end))
+        return usage
+
+    def _open_runs(self, record: RoutineRecord, now: datetime) -> list[OpenRun]:
+        """Runs in progress, by beat's own overlap rule."""
+        found = self.store.runs.open_runs([record.id]).get(record.id, [])
+        return in_progress(found, set(), now)

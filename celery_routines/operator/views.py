@@ -1,0 +1,267 @@
+"""The answers of the admin API: plain frozen dataclasses, and how stored rows
+become them. No I/O here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from celery_routines.schedules.base import Schedule
+from celery_routines.schedules.marks import dst_note
+from celery_routines.schedules.zones import load_zone
+from celery_routines.sending.dispatch import EXISTS, SEND_FAILED, SENT, Dispatched
+from celery_routines.store import RoutineRecord
+from celery_routines.store.admin_queries import NamedRun
+
+
+@dataclass(frozen=True)
+class RoutineSummary:
+    name: str
+    task: str
+    schedule: str
+    timezone: str
+    next_run_utc: datetime | None
+    next_run_local: datetime | None
+    state: str
+    """``enabled``, ``paused``, ``suspended``, ``disabled`` or ``invalid``."""
+    last_outcome: str | None
+    """State of the newest run row (with its reason for skips), if any."""
+    last_run_at: datetime | None
+    next_retry_at: datetime | None = None
+    """When the first pending retry of this routine goes out, if one is pending."""
+
+
+@dataclass(frozen=True)
+class WindowView:
+    utc: datetime
+    local: datetime
+    note: str | None
+    """A DST note, e.g. ``shifted: 02:30 does not exist``."""
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class CeilingUsage:
+    unit: str
+    per: str
+    limit: float
+    spent: float
+    period_start: datetime
+    period_end: datetime
+
+
+@dataclass(frozen=True)
+class RoutineDetail:
+    summary: RoutineSummary
+    definition: dict[str, Any]
+    next_windows: list[WindowView]
+    ceilings: list[CeilingUsage]
+    open_runs: int
+    """Runs not finished: in flight (pending, sent, running) or retrying."""
+    last_error: str | None
+    suspended_until: datetime | None
+    suspended_reason: str | None
+    schedule_error: str | None = None
+    ceiling_error: str | None = None
+    retrying: list[RunView] = field(default_factory=list)
+    """The routine's failed attempts waiting for their retry, soonest first."""
+
+
+@dataclass(frozen=True)
+class RunView:
+    id: str
+    routine: str
+    idempotency_key: str
+    attempt: int
+    max_attempts: int | None
+    """``1 + max_retries`` of the routine: attempt 2 of 5."""
+    state: str
+    reason: str | None
+    error: str | None
+    retry_at: datetime | None
+    """When a ``retrying`` run's next attempt goes out."""
+    scheduled_for: datetime
+    created_at: datetime
+    sent_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker: str | None
+    spend: dict[str, float] | None
+    skipped_count: int | None
+    skipped_first: datetime | None
+    skipped_last: datetime | None
+
+
+@dataclass(frozen=True)
+class SendResult:
+    routine: str
+    run_id: str
+    idempotency_key: str
+    attempt: int
+    scheduled_for: datetime
+    outcome: str
+    """``sent``, ``exists`` (already stored, not sent again) or ``send_failed``."""
+    existing_state: str | None = None
+    error: str | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    routine: str
+    start: datetime
+    end: datetime
+    windows: list[SendResult] = field(default_factory=list)
+
+    @property
+    def sent(self) -> int:
+        return sum(1 for w in self.windows if w.outcome == SENT)
+
+    @property
+    def existing(self) -> int:
+        return sum(1 for w in self.windows if w.outcome == EXISTS)
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for w in self.windows if w.outcome == SEND_FAILED)
+
+
+@dataclass(frozen=True)
+class PauseResult:
+    routine: str
+    paused: bool
+    changed: bool
+    """False when the routine already was in the asked state."""
+    next_run_at: datetime | None
+    skipped_windows: int = 0
+    """Windows that fell due while paused and were recorded as skipped."""
+
+
+@dataclass(frozen=True)
+class MigrateResult:
+    database: str
+    before: str | None
+    after: str
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    database: str
+    routines: list[str]
+    """Names of the routines written (declared in code or in beat_schedule)."""
+
+
+def window_view(schedule: Schedule, window: datetime, key: str | None = None) -> WindowView:
+    zone = getattr(schedule, "timezone", "UTC")
+    return WindowView(
+        utc=window,
+        local=window.astimezone(load_zone(zone)),
+        note=dst_note(schedule, window),
+        idempotency_key=key,
+    )
+
+
+def routine_state(record: RoutineRecord, now: datetime) -> str:
+    if record.last_error is not None:
+        return "invalid"
+    if not record.enabled:
+        return "disabled"
+    if record.paused:
+        return "paused"
+    if record.suspended_until is not None and record.suspended_until > now:
+        return "suspended"
+    return "enabled"
+
+
+def describe_schedule(record: RoutineRecord) -> str:
+    if record.cron is not None:
+        return record.cron
+    if record.interval_seconds is not None:
+        seconds = record.interval_seconds
+        return f"every {int(seconds) if float(seconds).is_integer() else seconds}s"
+    return "(none)"
+
+
+def definition_of(record: RoutineRecord) -> dict[str, Any]:
+    def loads(raw: str | None) -> Any:
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            return raw
+
+    return {
+        "task": record.task,
+        "cron": record.cron,
+        "interval_seconds": record.interval_seconds,
+        "timezone": record.timezone,
+        "enabled": record.enabled,
+        "paused": record.paused,
+        "args": loads(record.args),
+        "kwargs": loads(record.kwargs),
+        "options": loads(record.options),
+        "catch_up": record.catch_up,
+        "catch_up_cap": record.catch_up_cap,
+        "max_lateness": record.max_lateness,
+        "overlap": record.overlap,
+        "max_retries": record.max_retries,
+        "retry_base_seconds": record.retry_base_seconds,
+        "ceiling": loads(record.ceiling),
+    }
+
+
+def run_view(named: NamedRun) -> RunView:
+    run = named.run
+    spend = None
+    if run.spend:
+        try:
+            spend = json.loads(run.spend)
+        except ValueError:
+            spend = None
+    return RunView(
+        id=run.id,
+        routine=named.routine_name,
+        idempotency_key=run.idempotency_key,
+        attempt=run.attempt,
+        max_attempts=named.max_attempts,
+        state=run.state,
+        reason=run.reason,
+        error=run.error,
+        retry_at=run.retry_at,
+        scheduled_for=run.scheduled_for,
+        created_at=run.created_at,
+        sent_at=run.sent_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        worker=run.worker,
+        spend=spend,
+        skipped_count=run.skipped_count,
+        skipped_first=run.skipped_first,
+        skipped_last=run.skipped_last,
+    )
+
+
+def send_result(record: RoutineRecord, done: Dispatched) -> SendResult:
+    return SendResult(
+        routine=record.name,
+        run_id=done.existing_id or done.run.id,
+        idempotency_key=done.run.idempotency_key,
+        attempt=done.run.attempt,
+        scheduled_for=done.run.scheduled_for,
+        outcome=done.outcome,
+        existing_state=done.existing_state,
+        error=done.error,
+        max_attempts=record.max_retries + 1,
+    )
+
+
+def attempt_text(attempt: int, max_attempts: int | None) -> str:
+    """``2 of 5``; a manual replay past the retry budget is just its number."""
+    if max_attempts is None or attempt > max_attempts:
+        return str(attempt)
+    return f"{attempt} of {max_attempts}"
+
+
+def iso_utc(instant: datetime | None) -> str:
+    return instant.astimezone(UTC).isoformat() if instant is not None else "?"

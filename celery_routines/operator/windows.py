@@ -1,0 +1,120 @@
+"""Time for operators: reading the instants they type, and listing the windows
+of a schedule over a range (preview, show, backfill). Pure: "now" is an
+argument."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from celery_routines.clock import Clock, utc_now
+from celery_routines.errors import ScheduleError
+from celery_routines.operator.views import WindowView, iso_utc, window_view
+from celery_routines.schedules.base import Schedule, count_windows
+from celery_routines.schedules.cron import CronSchedule
+from celery_routines.schedules.interval import IntervalSchedule
+from celery_routines.schedules.zones import load_zone, local_to_utc_first
+from celery_routines.store import RoutineRecord
+
+MAX_PREVIEW = 1000
+ONE_MICROSECOND = timedelta(microseconds=1)
+_AGE = re.compile(r"^(\d+)\s*(s|m|h|d|w)$")
+_AGE_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_instant(text: str, timezone: str, now: datetime, *, label: str = "date") -> datetime:
+    """An instant from what an operator types, as aware UTC.
+
+    ``2026-11-30`` (midnight) and ``2026-11-30T08:00`` are wall times in
+    ``timezone``; an explicit offset (``+01:00``, ``Z``) wins; ``now``; an age
+    such as ``90m``, ``2h``, ``7d`` or ``1w`` means that long before ``now``.
+    """
+    raw = text.strip()
+    if raw.lower() == "now":
+        return now.astimezone(UTC)
+    age = _AGE.match(raw.lower())
+    if age:
+        return now.astimezone(UTC) - timedelta(**{_AGE_UNITS[age.group(2)]: int(age.group(1))})
+    try:
+        parsed = datetime.fromisoformat(raw.replace(" ", "T", 1))
+    except ValueError:
+        raise ValueError(
+            f"{label} {text!r} is not a date: use ISO 8601 such as 2026-11-30, "
+            "2026-11-30T08:00 or 2026-11-30T08:00+01:00, 'now', or an age such as 2h or 7d"
+        ) from None
+    if parsed.tzinfo is None:
+        return local_to_utc_first(parsed, load_zone(timezone))
+    return parsed.astimezone(UTC)
+
+
+def preview(
+    cron: str,
+    timezone: str = "UTC",
+    start: datetime | str | None = None,
+    n: int = 10,
+    *,
+    clock: Clock = utc_now,
+) -> list[WindowView]:
+    """The next ``n`` windows of ``cron`` in ``timezone`` from ``start`` (inclusive).
+
+    Needs no database. A naive or string ``start`` is read in ``timezone``.
+    """
+    check_count("n", n, MAX_PREVIEW)
+    schedule = CronSchedule(cron, timezone)
+    after = to_instant(start, timezone, clock(), "--from") - ONE_MICROSECOND
+    return [window_view(schedule, w) for w in take_windows(schedule, after, n)]
+
+
+def check_count(label: str, value: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise ValueError(f"{label} must be a whole number from 1 to {high}, got {value!r}")
+
+
+def to_instant(value: datetime | str | None, timezone: str, now: datetime, label: str) -> datetime:
+    if value is None:
+        return now.astimezone(UTC)
+    if isinstance(value, str):
+        return parse_instant(value, timezone, now, label=label)
+    if value.tzinfo is None:
+        return local_to_utc_first(value, load_zone(timezone))
+    return value.astimezone(UTC)
+
+
+def take_windows(schedule: Schedule, after: datetime, n: int) -> list[datetime]:
+    found: list[datetime] = []
+    current = after
+    while len(found) < n:
+        current = schedule.next_after(current)
+        found.append(current)
+    return found
+
+
+def range_windows(
+    schedule: Schedule, record: RoutineRecord, first: datetime, last: datetime, cap: int
+) -> list[datetime]:
+    """The windows in ``[first, last]``, refusing more than ``cap``."""
+    if isinstance(schedule, IntervalSchedule):
+        # Interval windows are anchored on the routine's own chain of windows,
+        # so the backfilled keys are the ones beat used (or would have used).
+        anchor = record.next_run_at
+        if anchor is None:
+            raise ScheduleError(
+                "it has no window yet (beat has not adopted it); start beat once, then backfill"
+            )
+        step = schedule.step
+        k_first = -((anchor - first) // step)  # ceil((first - anchor) / step)
+        k_last = (last - anchor) // step
+        count = max(0, k_last - k_first + 1)
+        _check_backfill_size(record.name, count, first, last, cap)
+        return [anchor + k * step for k in range(k_first, k_last + 1)]
+    count = count_windows(schedule, first - ONE_MICROSECOND, last)
+    _check_backfill_size(record.name, count, first, last, cap)
+    return list(schedule.windows(first - ONE_MICROSECOND, last))
+
+
+def _check_backfill_size(name: str, count: int, first: datetime, last: datetime, cap: int) -> None:
+    if count > cap:
+        raise ValueError(
+            f"backfill of {name!r} from {iso_utc(first)} to {iso_utc(last)} covers {count} "
+            f"windows; at most {cap} are sent at once: split the range or raise --max"
+        )

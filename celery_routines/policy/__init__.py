@@ -1,0 +1,1 @@
+"""Pure decisions: the routine model, catch-up, run outcomes, overlap, ceilings."""

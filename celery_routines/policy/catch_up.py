@@ -1,0 +1,121 @@
+"""The catch-up planner: which due windows go out now and which are skipped.
+
+Pure: the beat tick passes the schedule, the routine's due window and the
+instant it read from its clock, and carries out the returned :class:`FirePlan`.
+Missed windows are never materialised: a routine that was down for a year
+is planned from ``count_windows``/``last_windows`` (arithmetic), so the cost
+depends on ``catch_up_cap``, not on the length of the outage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from celery_routines.errors import ScheduleError
+from celery_routines.policy.states import CatchUp, Reason
+from celery_routines.schedules.base import Schedule, count_windows, last_windows
+from celery_routines.schedules.zones import aware_utc
+
+__all__ = ["FirePlan", "SkippedWindows", "plan_due"]
+
+
+@dataclass(frozen=True)
+class SkippedWindows:
+    """A run of windows skipped for one reason, summarised in one row."""
+
+    reason: Reason
+    """``"catch_up_cap"``, ``"latest"``, ``"skip_to_next"`` or ``"late"``."""
+    count: int
+    first: datetime
+    """The oldest skipped window (UTC)."""
+    last: datetime
+    """The newest skipped window (UTC)."""
+
+
+@dataclass(frozen=True)
+class FirePlan:
+    """What one tick does for one due routine."""
+
+    send: tuple[datetime, ...]
+    """Windows to send now, oldest first (UTC)."""
+    skipped: tuple[SkippedWindows, ...]
+    """Summaries of skipped windows, at most one per reason, oldest first."""
+    next_run_at: datetime
+    """The first window strictly after ``now``, on the chain of the due windows
+    (an interval stays anchored on its previous windows): the new due time."""
+
+
+def plan_due(
+    schedule: Schedule,
+    due_window: datetime,
+    now: datetime,
+    *,
+    catch_up: CatchUp = CatchUp.CATCH_UP,
+    catch_up_cap: int = 25,
+    max_lateness: float | None = None,
+) -> FirePlan:
+    """Plan a routine whose window ``due_window`` has come (``due_window <= now``).
+
+    The due windows are ``due_window`` plus every window in ``(due_window, now]``.
+    One due window is a normal fire. More is a recovery, handled by the
+    ``catch_up`` policy: ``"catch_up"`` sends the newest ``catch_up_cap``,
+    ``"latest"`` the newest one, ``"skip_to_next"`` none; the rest are
+    summarised. A window that would go out more than ``max_lateness`` seconds
+    after its time is skipped as ``"late"`` instead of sent.
+
+    The options are a :class:`~celery_routines.policy.routine.Routine`'s,
+    checked when it was built.
+    """
+    due_window = aware_utc(due_window, "due_window")
+    now = aware_utc(now, "now")
+    if due_window > now:
+        # Nothing is due yet; keep the due time as it is.
+        return FirePlan(send=(), skipped=(), next_run_at=due_window)
+
+    later = count_windows(schedule, due_window, now)  # due windows after due_window
+    total = 1 + later
+    if total == 1:
+        keep, policy_reason = 1, None
+    else:
+        keep = {
+            CatchUp.CATCH_UP: min(catch_up_cap, total),
+            CatchUp.LATEST: 1,
+            CatchUp.SKIP_TO_NEXT: 0,
+        }[catch_up]
+        policy_reason = Reason.CATCH_UP_CAP if catch_up == CatchUp.CATCH_UP else Reason(catch_up)
+
+    # `tail`: the newest `keep` due windows plus, when anything is dropped, the
+    # newest dropped one, ascending. Only these are ever listed.
+    wanted = min(keep + 1, total)
+    tail = last_windows(schedule, due_window, now, min(wanted, later))
+    if len(tail) < wanted:  # the oldest wanted window is due_window itself
+        tail = [due_window, *tail]
+    kept = tail[len(tail) - keep :] if keep else []
+    skipped: list[SkippedWindows] = []
+    dropped = total - keep
+    if dropped and policy_reason is not None:
+        newest_dropped = tail[len(tail) - keep - 1]
+        skipped.append(SkippedWindows(policy_reason, dropped, due_window, newest_dropped))
+
+    if max_lateness is not None:
+        limit = timedelta(seconds=max_lateness)
+        late = [w for w in kept if now - w > limit]  # a prefix: `kept` is ascending
+        if late:
+            skipped.append(SkippedWindows(Reason.LATE, len(late), late[0], late[-1]))
+            kept = kept[len(late) :]
+
+    # Continue the chain from the newest due window rather than from `now`: an
+    # interval is anchored on its previous window (10:00, 10:05, ... stays on
+    # that grid after an outage); for a cron both give the same instant.
+    next_run_at = aware_utc(schedule.next_after(tail[-1]), "next_after")
+    if next_run_at <= now:
+        # Only a schedule whose count disagrees with its own next_after gets
+        # here; never let it leave the routine due in a hot loop.
+        next_run_at = aware_utc(schedule.next_after(now), "next_after")
+    if next_run_at <= now:
+        raise ScheduleError(
+            f"{schedule.describe()} returned {next_run_at.isoformat()} as the next window "
+            f"after {now.isoformat()}; a schedule must move forward"
+        )
+    return FirePlan(send=tuple(kept), skipped=tuple(skipped), next_run_at=next_run_at)

@@ -1,0 +1,293 @@
+"""The one validated, frozen model of a routine.
+
+A routine reaches beat through two doors: declared in code (``routine()``,
+``register()``, ``beat_schedule``: :func:`define`) and read from a ``routines``
+row, possibly typed in by hand (:func:`from_columns`). Both build the same
+:class:`Routine`, whose construction checks every limit once, with one set of
+messages: ``catch_up_cap=0`` is refused at declaration with the same words
+that mark a hand-written row with ``catch_up_cap = 0`` invalid. What differs
+between the doors is only how values arrive (Python objects, or JSON text and
+column values) and how the schedule is written (a Celery/our schedule object,
+or the ``cron``/``interval_seconds`` columns); the schedule's own limits are
+the schedule constructors' (:mod:`celery_routines.schedules`), the same for both.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import InitVar, dataclass, field
+from typing import Any, TypeVar
+
+from celery_routines.errors import InvalidRoutine, ScheduleError
+from celery_routines.policy.ceilings import Ceiling, one_per_unit, parse_ceilings
+from celery_routines.policy.states import CatchUp, Overlap, choices
+from celery_routines.schedules.cron import CronSchedule
+from celery_routines.schedules.interval import IntervalSchedule
+from celery_routines.schedules.parse import parse_schedule
+from celery_routines.schedules.zones import load_zone
+
+# The longest routine name; also the width of ``routines.name``.
+NAME_MAX_LENGTH = 200
+CATCH_UP_CAP_LIMIT = 100_000
+MAX_RETRIES_LIMIT = 100
+# The longest wait a routine may ask for (max_lateness, retry_base_seconds).
+SECONDS_LIMIT = 366 * 86400
+
+E = TypeVar("E", CatchUp, Overlap)
+
+OPTION_NAMES = frozenset(
+    {
+        "name",
+        "args",
+        "kwargs",
+        "timezone",
+        "catch_up",
+        "catch_up_cap",
+        "max_lateness",
+        "overlap",
+        "max_retries",
+        "retry_base_seconds",
+        "ceiling",
+        "enabled",
+        "options",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Routine:
+    """A routine's definition; every field is checked when it is built and
+    :class:`InvalidRoutine` names the routine and the first bad value."""
+
+    name: str
+    task: str
+    cron: str | None
+    interval_seconds: float | None
+    # None: the configured routines_timezone, resolved when the routine fires.
+    timezone: str | None
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    catch_up: CatchUp = CatchUp.CATCH_UP
+    catch_up_cap: int = 25
+    max_lateness: float | None = None
+    overlap: Overlap = Overlap.SKIP
+    max_retries: int = 4
+    retry_base_seconds: float = 60.0
+    ceilings: tuple[Ceiling, ...] = ()
+    enabled: bool = True
+    options: Mapping[str, Any] = field(default_factory=dict)
+    # Set by from_columns: args, kwargs and options were just read from JSON,
+    # so serialising them again to check them would only cost time.
+    from_json: InitVar[bool] = False
+
+    def __post_init__(self, from_json: bool) -> None:
+        _check_name(self.name, self.task)
+        try:
+            self._check(from_json)
+        except ScheduleError as exc:
+            raise InvalidRoutine(self.name, str(exc)) from None
+
+    def _check(self, from_json: bool) -> None:
+        set_ = object.__setattr__  # frozen: normalise once, here
+        if self.timezone is not None:
+            load_zone(self.timezone)
+        set_(self, "catch_up", _member(CatchUp, "catch_up", self.catch_up))
+        set_(self, "catch_up_cap", _whole("catch_up_cap", self.catch_up_cap, 1, CATCH_UP_CAP_LIMIT))
+        set_(self, "max_lateness", _optional_seconds("max_lateness", self.max_lateness))
+        set_(self, "overlap", _member(Overlap, "overlap", self.overlap))
+        set_(self, "max_retries", _whole("max_retries", self.max_retries, 0, MAX_RETRIES_LIMIT))
+        set_(self, "retry_base_seconds", _seconds("retry_base_seconds", self.retry_base_seconds))
+        set_(self, "ceilings", _ceilings(self.ceilings))
+        if not isinstance(self.enabled, bool):
+            raise ScheduleError(f"enabled must be True or False, got {self.enabled!r}")
+        args, kwargs, options = self.args, self.kwargs, self.options
+        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+            raise ScheduleError(f"args must be a list or tuple, got {args!r}")
+        if not isinstance(kwargs, Mapping):
+            raise ScheduleError(f"kwargs must be a dict, got {kwargs!r}")
+        if not isinstance(options, Mapping):
+            raise ScheduleError(f"options must be a dict of apply_async options, got {options!r}")
+        if not from_json:
+            for label, value in (("args", list(args)), ("kwargs", kwargs), ("options", options)):
+                _require_json(label, value)
+        set_(self, "args", tuple(args))
+
+    def columns(self) -> dict[str, Any]:
+        """The definition as ``routines`` columns (for the store's upsert)."""
+        return {
+            "name": self.name,
+            "task": self.task,
+            "cron": self.cron,
+            "interval_seconds": self.interval_seconds,
+            "timezone": self.timezone,
+            "enabled": self.enabled,
+            "args": json.dumps(list(self.args)),
+            "kwargs": json.dumps(dict(self.kwargs)),
+            "options": json.dumps(dict(self.options)),
+            "catch_up": self.catch_up.value,
+            "catch_up_cap": self.catch_up_cap,
+            "max_lateness": self.max_lateness,
+            "overlap": self.overlap.value,
+            "max_retries": self.max_retries,
+            "retry_base_seconds": self.retry_base_seconds,
+            "ceiling": json.dumps([c.as_json() for c in self.ceilings]) if self.ceilings else None,
+        }
+
+
+# -- the two doors -----------------------------------------------------------------
+
+
+def define(task_name: str, schedule: Any, **options: Any) -> Routine:
+    """A routine declared in code; every error names the routine and the bad value."""
+    name = options.get("name", task_name)
+    _check_name(name, task_name)
+    unknown = set(options) - OPTION_NAMES
+    if unknown:
+        raise InvalidRoutine(
+            name,
+            f"unknown option(s) {', '.join(sorted(unknown))}; "
+            f"known options are {', '.join(sorted(OPTION_NAMES))}",
+        )
+    timezone = options.get("timezone")
+    try:
+        if timezone is not None:
+            load_zone(timezone)
+        parsed = parse_schedule(schedule, timezone or "UTC")
+    except ScheduleError as exc:
+        raise InvalidRoutine(name, str(exc)) from None
+    if isinstance(parsed, CronSchedule):
+        cron, interval = parsed.expression, None
+        if timezone is None and parsed.timezone != "UTC":
+            timezone = parsed.timezone  # a Celery crontab that carries its own zone
+    else:
+        assert isinstance(parsed, IntervalSchedule)  # parse_schedule returns only these two
+        cron, interval = None, float(parsed.seconds)
+    ceiling = options.get("ceiling")
+    return Routine(
+        name=name,
+        task=task_name,
+        cron=cron,
+        interval_seconds=interval,
+        timezone=timezone,
+        args=options.get("args", ()),
+        kwargs=options.get("kwargs", {}),
+        catch_up=options.get("catch_up", CatchUp.CATCH_UP),
+        catch_up_cap=options.get("catch_up_cap", 25),
+        max_lateness=options.get("max_lateness"),
+        overlap=options.get("overlap", Overlap.SKIP),
+        max_retries=options.get("max_retries", 4),
+        retry_base_seconds=options.get("retry_base_seconds", 60),
+        ceilings=() if ceiling is None else ceiling,
+        enabled=options.get("enabled", True),
+        options=options.get("options", {}),
+    )
+
+
+def from_columns(row: Any) -> Routine:
+    """The routine a ``routines`` row describes (a ``RoutineRecord`` or any
+    object with the columns as attributes). Raises :class:`InvalidRoutine`
+    with the message a declaration with the same values would get; only the
+    JSON columns have errors of their own (text that is not JSON)."""
+    try:
+        args = _json_column("args", row.args, [])
+        kwargs = _json_column("kwargs", row.kwargs, {})
+        options = _json_column("options", row.options, {})
+        ceilings = parse_ceilings(row.ceiling)
+    except ScheduleError as exc:
+        raise InvalidRoutine(row.name, str(exc)) from None
+    return Routine(
+        name=row.name,
+        task=row.task,
+        cron=row.cron,
+        interval_seconds=row.interval_seconds,
+        timezone=row.timezone,
+        args=args,
+        kwargs=kwargs,
+        catch_up=row.catch_up,
+        catch_up_cap=row.catch_up_cap,
+        max_lateness=row.max_lateness,
+        overlap=row.overlap,
+        max_retries=row.max_retries,
+        retry_base_seconds=row.retry_base_seconds,
+        ceilings=ceilings,
+        enabled=row.enabled,
+        options=options,
+        from_json=True,
+    )
+
+
+# -- the limits ----------------------------------------------------------------------
+
+
+def _check_name(name: Any, task_name: Any) -> None:
+    if not isinstance(task_name, str) or not task_name.strip():
+        raise InvalidRoutine(str(name), f"task name must be a non-empty string, got {task_name!r}")
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidRoutine(str(name), f"name must be a non-empty string, got {name!r}")
+    if len(name) > NAME_MAX_LENGTH:
+        raise InvalidRoutine(
+            name[:40] + "...",
+            f"name is {len(name)} characters long; at most {NAME_MAX_LENGTH} are allowed",
+        )
+    if not name.isprintable():
+        raise InvalidRoutine(name, "name must not contain control characters or line breaks")
+
+
+def _member(kind: type[E], label: str, value: Any) -> E:
+    member = kind._value2member_map_.get(value) if isinstance(value, str) else None
+    if member is None:
+        raise ScheduleError(f"{label} must be {choices(kind)}, got {value!r}")
+    return member  # type: ignore[return-value]
+
+
+def _ceilings(value: Any) -> tuple[Ceiling, ...]:
+    items = tuple(value) if isinstance(value, list | tuple) else (value,)
+    for item in items:
+        if not isinstance(item, Ceiling):
+            raise ScheduleError(f"ceiling must be a Ceiling(...) or a list of them, got {item!r}")
+    one_per_unit(items)
+    return items
+
+
+def _json_column(label: str, raw: str | None, empty: Any) -> Any:
+    if not raw:
+        return empty
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ScheduleError(f"{label} is not valid JSON ({exc}): {raw!r}") from None
+
+
+def _require_json(label: str, value: Any) -> None:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise ScheduleError(f"{label} must be JSON-serialisable ({exc}), got {value!r}") from None
+
+
+def _whole(label: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ScheduleError(f"{label} must be a whole number from {low} to {high}, got {value!r}")
+    return value
+
+
+def _seconds(label: str, value: Any) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= SECONDS_LIMIT
+    ):
+        # A number shows the same whether it came as 0 or 0.0 (a REAL column
+        # reads back either way), so both doors give the same words.
+        shown = f"{value:g}" if isinstance(value, int | float) else repr(value)
+        raise ScheduleError(
+            f"{label} must be a positive number of seconds (at most a year), got {shown}"
+        )
+    return float(value)
+
+
+def _optional_seconds(label: str, value: Any) -> float | None:
+    return None if value is None else _seconds(label, value)

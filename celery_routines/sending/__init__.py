@@ -1,0 +1,1 @@
+"""Putting runs on the broker: publish, delivery, dispatch, the gate, revoke."""

@@ -1,0 +1,89 @@
+"""The one publish path of every run (a tick's windows, its retries, an
+operator's sends): the message of a run, the batch publish with its log
+line, and a failed send recorded under the routine's retry policy."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+from celery_routines.policy.routine import Routine
+from celery_routines.policy.runs import after_failure, policy_of
+from celery_routines.policy.states import Reason
+from celery_routines.sending.publish import NotSent, OutgoingRun, Publisher
+from celery_routines.store import NewRun, RoutineRecord, Store
+
+logger = logging.getLogger("celery_routines.beat")
+
+
+def outgoing_run(routine: Routine, run: NewRun, run_id: str | None = None) -> OutgoingRun:
+    """The message of ``run`` of ``routine``; ``run_id`` when the row that
+    goes out is another with the same window (a dead beat's, taken over)."""
+    return OutgoingRun(
+        run_id=run_id or run.id,
+        routine_name=routine.name,
+        task=routine.task,
+        args=list(routine.args),
+        kwargs=dict(routine.kwargs),
+        options=dict(routine.options),
+        window=run.scheduled_for,
+        idempotency_key=run.idempotency_key,
+        attempt=run.attempt,
+    )
+
+
+def publish_runs(publisher: Publisher, runs: Sequence[OutgoingRun]) -> list[str | None]:
+    """Publish runs, batched where the broker allows; for each, None or the
+    error text of a failed send."""
+    errors = publisher.publish_many(runs)
+    texts: list[str | None] = []
+    for run, error in zip(runs, errors, strict=True):
+        if error is None:
+            _log_sent(run)
+            texts.append(None)
+        else:
+            texts.append(_error_text(error))
+    return texts
+
+
+def _log_sent(run: OutgoingRun) -> None:
+    logger.info(
+        "sent %s attempt %d as %s (run %s)", run.idempotency_key, run.attempt, run.task, run.run_id
+    )
+
+
+def _error_text(error: Exception) -> str:
+    if isinstance(error, NotSent):
+        return str(error)  # already says what stopped it
+    return f"{type(error).__name__}: {error}"
+
+
+def record_send_failure(
+    store: Store,
+    record: RoutineRecord,
+    run_id: str,
+    idempotency_key: str,
+    attempt: int,
+    error: str,
+    now: datetime,
+) -> None:
+    """A publish failed: the run is failed with the broker's error and retried
+    under the routine's policy (``retrying`` with ``retry_at``)."""
+    decision = after_failure(attempt, policy_of(record), now, reason=Reason.SEND_FAILED)
+    store.runs.fail_send(
+        run_id,
+        error,
+        now,
+        state=decision.state,
+        retry_at=decision.retry_at,
+        reason=decision.reason,
+    )
+    logger.error(
+        "send failed for %s attempt %d (run %s): %s; %s",
+        idempotency_key,
+        attempt,
+        run_id,
+        error,
+        decision.why,
+    )

@@ -1,0 +1,1 @@
+"""One beat tick: read, decide (pure), write, then send."""

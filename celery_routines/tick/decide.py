@@ -1,0 +1,312 @@
+"""What one tick does with each claimed routine: a pure decision.
+
+The engine reads (the claimed rows, the ceiling usage of the routines that
+would send, their open runs, a dead beat's rows of their due windows), then
+asks this module, then writes what it answers and sends after the commit.
+Nothing here touches the store, the broker, Celery or the clock: ``now`` is an
+argument, and run ids come from ``new_id`` (random by default, fixed in tests).
+
+Catch-up, lateness, ceilings, overlap and takeover meet here, in this order:
+
+1. :func:`plan`: the catch-up planner's windows, or, for a suspended routine,
+   one ``ceiling`` skip up to the end of its suspension;
+2. :func:`decide`: the before-send ceiling check cuts the windows (and may
+   suspend the routine), then the overlap policy meets the open runs: skip
+   them as one ``overlap`` row, queue the routine (it stays due), replace the
+   open runs, or send;
+3. :func:`take_over`: a due window that a beat whose claim expired already
+   wrote is not skipped again; if its row is still ``pending`` it is sent.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+
+from celery_routines.policy.catch_up import FirePlan, SkippedWindows, plan_due
+from celery_routines.policy.ceilings import (
+    Suspension,
+    decide_before_send,
+    limit_plan,
+    plan_suspended,
+)
+from celery_routines.policy.routine import Routine
+from celery_routines.policy.runs import QUEUE_RECHECK, in_progress, lost_deadline, overlap_action
+from celery_routines.policy.states import Overlap, Reason, RunState
+from celery_routines.schedules.base import Schedule
+from celery_routines.schedules.keys import skip_key, window_key
+from celery_routines.store.records import NewRun, OpenRun, RoutineRecord, RunRecord
+
+IdFactory = Callable[[], str]
+
+
+def random_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A routine this tick holds the claim on, as read and validated."""
+
+    record: RoutineRecord
+    routine: Routine
+    schedule: Schedule
+    timezone: str
+    """The routine's zone, or the configured default."""
+
+    @property
+    def due(self) -> datetime:
+        assert self.record.next_run_at is not None  # claim_due returns scheduled rows only
+        return self.record.next_run_at
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the tick read for one routine besides its row."""
+
+    used: Mapping[str, float] | None = None
+    """Ceiling usage in the periods holding now; read when :func:`needs_usage`."""
+    open_runs: Sequence[OpenRun] = ()
+    """The routine's open runs; read when its plan sends anything."""
+
+
+class Verdict(StrEnum):
+    FIRE = "fire"
+    """Write the rows, send the sends, move the routine to ``next_run_at``."""
+    QUEUED = "queued"
+    """``overlap="queue"`` behind an open run: write nothing, look again at
+    ``next_run_at`` (the routine stays due, held by this beat)."""
+    RESUMED = "resumed"
+    """It was invalid and reads again: resume from ``next_run_at`` (after
+    now), without treating the retry instant as a missed window."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    claimed: Claimed
+    verdict: Verdict
+    next_run_at: datetime
+    sends: tuple[NewRun, ...] = ()
+    """The runs to write and send (for ``QUEUED``: the windows that wait; nothing is written)."""
+    skips: tuple[NewRun, ...] = ()
+    suspension: Suspension | None = None
+    """Set when a ceiling is reached: suspend until ``suspension.until``."""
+    planned: int = 0
+    """How many windows the plan wanted to send before the ceiling check."""
+    replace: tuple[str, ...] = ()
+    """Open runs to close and revoke for the new window (``overlap="replace"``)."""
+    holding: tuple[OpenRun, ...] = ()
+    """The open runs that held the windows back (skip, queue, replace)."""
+    resent: RunRecord | None = None
+    """A dead beat's row of the due window, taken over by :func:`take_over`."""
+
+
+# -- 1. the plan ---------------------------------------------------------------------
+
+
+def plan(claimed: Claimed, now: datetime) -> FirePlan:
+    """The windows of a due routine. Raises ScheduleError for a schedule that
+    does not move forward (the routine is then marked invalid)."""
+    record, routine = claimed.record, claimed.routine
+    if record.suspended_until is not None and record.suspended_until > now:
+        suspended = plan_suspended(claimed.schedule, claimed.due, record.suspended_until)
+        return suspended.as_fire_plan()
+    return plan_due(
+        claimed.schedule,
+        claimed.due,
+        now,
+        catch_up=routine.catch_up,
+        catch_up_cap=routine.catch_up_cap,
+        max_lateness=routine.max_lateness,
+    )
+
+
+def needs_usage(claimed: Claimed, planned: FirePlan) -> bool:
+    """Whether :func:`decide` needs the routine's ceiling usage."""
+    return bool(claimed.routine.ceilings and planned.send)
+
+
+# -- 2. the decision -----------------------------------------------------------------
+
+
+def decide(
+    claimed: Claimed,
+    planned: FirePlan | None,
+    facts: Facts,
+    now: datetime,
+    *,
+    run_timeout: float,
+    new_id: IdFactory = random_id,
+) -> Decision:
+    """What the tick does with ``claimed``; ``planned`` is :func:`plan`'s
+    answer (None for a routine that was invalid and reads again)."""
+    if planned is None or claimed.record.last_error is not None:
+        return Decision(claimed, Verdict.RESUMED, claimed.schedule.next_after(now))
+    wanted = len(planned.send)
+    suspension = None
+    if needs_usage(claimed, planned):
+        if facts.used is None:
+            raise ValueError(f"{claimed.routine.name}: its ceiling usage was not read")
+        budget = decide_before_send(
+            claimed.routine.ceilings, facts.used, now, claimed.timezone, wanted=wanted
+        )
+        suspension = budget.suspension
+        planned = limit_plan(planned, budget, claimed.schedule)
+    record, name, timezone = claimed.record, claimed.routine.name, claimed.timezone
+    deadline = lost_deadline(now, run_timeout)
+    sends = [
+        NewRun(
+            id=new_id(),
+            routine_id=record.id,
+            idempotency_key=window_key(name, window, timezone),
+            attempt=1,
+            scheduled_for=window,
+            deadline_at=deadline,
+        )
+        for window in planned.send
+    ]
+    skips = [skip_row(record.id, name, timezone, summary, new_id) for summary in planned.skipped]
+    if not sends:
+        return Decision(
+            claimed,
+            Verdict.FIRE,
+            planned.next_run_at,
+            skips=tuple(skips),
+            suspension=suspension,
+            planned=wanted,
+        )
+    return _overlap(
+        claimed, planned.next_run_at, sends, skips, suspension, wanted, facts, now, new_id
+    )
+
+
+def _overlap(
+    claimed: Claimed,
+    next_run_at: datetime,
+    sends: list[NewRun],
+    skips: list[NewRun],
+    suspension: Suspension | None,
+    wanted: int,
+    facts: Facts,
+    now: datetime,
+    new_id: IdFactory,
+) -> Decision:
+    # One Decision built per routine (dataclasses.replace costs as much as
+    # the rest of the decision: this runs for every claimed routine).
+    policy = claimed.routine.overlap
+    holding = ()
+    if facts.open_runs:
+        planned_keys = {run.idempotency_key for run in sends}
+        holding = tuple(in_progress(facts.open_runs, planned_keys, now))
+    action = overlap_action(policy, len(holding))
+    verdict, replaced = Verdict.FIRE, ()
+    if action == Overlap.SKIP:
+        skips.append(_overlap_skip(claimed, sends, new_id))
+        sends = []
+    elif action == Overlap.QUEUE:
+        # Nothing is written: the routine stays due and the same plan is made
+        # again once the open run ends.
+        verdict, next_run_at, skips = Verdict.QUEUED, now + QUEUE_RECHECK, []
+    else:
+        if policy == Overlap.QUEUE and len(sends) > 1:
+            # Queued windows go out one at a time: the next stays due and
+            # waits for this one to finish.
+            next_run_at = sends[1].scheduled_for
+            sends = sends[:1]
+        if action == Overlap.REPLACE:
+            replaced = tuple(run.id for run in holding)
+    return Decision(
+        claimed,
+        verdict,
+        next_run_at,
+        sends=tuple(sends),
+        skips=tuple(skips),
+        suspension=suspension,
+        planned=wanted,
+        replace=replaced,
+        holding=holding,
+    )
+
+
+def skip_row(
+    routine_id: int,
+    name: str,
+    timezone: str,
+    summary: SkippedWindows,
+    new_id: IdFactory = random_id,
+) -> NewRun:
+    """One ``skipped`` row for a summary of windows (key: :func:`skip_key`)."""
+    return NewRun(
+        id=new_id(),
+        routine_id=routine_id,
+        idempotency_key=skip_key(name, summary.first, summary.last, summary.count, timezone),
+        attempt=1,
+        scheduled_for=summary.last,
+        state=RunState.SKIPPED,
+        reason=summary.reason,
+        skipped_count=summary.count,
+        skipped_first=summary.first,
+        skipped_last=summary.last,
+    )
+
+
+def _overlap_skip(claimed: Claimed, sends: Sequence[NewRun], new_id: IdFactory) -> NewRun:
+    """The windows of this tick as one ``skipped`` row, reason ``overlap``."""
+    first, last = sends[0].scheduled_for, sends[-1].scheduled_for
+    summary = SkippedWindows(Reason.OVERLAP, len(sends), first, last)
+    return skip_row(claimed.record.id, claimed.routine.name, claimed.timezone, summary, new_id)
+
+
+# -- 3. takeover -----------------------------------------------------------------------
+
+
+def written_key(decision: Decision) -> tuple[int, str, int] | None:
+    """The due window's row to look up, for a decision that skips the due
+    window (a beat that wrote it and died may have left it behind); None
+    for the others, which cost no query."""
+    due = decision.claimed.due
+    if decision.verdict != Verdict.FIRE or not any(
+        skip.skipped_first == due for skip in decision.skips
+    ):
+        return None
+    claimed = decision.claimed
+    return (claimed.record.id, window_key(claimed.routine.name, due, claimed.timezone), 1)
+
+
+def take_over(decision: Decision, written: RunRecord, new_id: IdFactory = random_id) -> Decision:
+    """The due window was already written by a beat whose claim expired: it
+    leaves the skipped summary it would have started, and a row still
+    ``pending`` (written, perhaps never sent) goes out again through the
+    tick's orphan path, under its own run id; the worker's claim on the run
+    row makes a repeated delivery harmless."""
+    claimed, due = decision.claimed, written.scheduled_for
+    skips = list(decision.skips)
+    for index, skip in enumerate(skips):
+        if skip.skipped_first != due:
+            continue
+        remaining = (skip.skipped_count or 1) - 1
+        if remaining == 0:
+            del skips[index]
+        else:
+            assert skip.skipped_last is not None and skip.reason is not None
+            summary = SkippedWindows(
+                Reason(skip.reason), remaining, claimed.schedule.next_after(due), skip.skipped_last
+            )
+            skips[index] = skip_row(
+                claimed.record.id, claimed.routine.name, claimed.timezone, summary, new_id
+            )
+        break
+    sends = decision.sends
+    if written.state == RunState.PENDING:
+        again = NewRun(
+            id=new_id(),
+            routine_id=written.routine_id,
+            idempotency_key=written.idempotency_key,
+            attempt=written.attempt,
+            scheduled_for=due,
+        )
+        sends = (again, *sends)
+    return replace(decision, sends=sends, skips=tuple(skips), resent=written)

@@ -1,0 +1,334 @@
+"""One beat tick: read, decide, write, then send.
+
+*read*: claim the due routines and, in as few queries as there are kinds of
+fact, what deciding needs (ceiling usage, open runs, a dead beat's rows);
+*decide*: :mod:`celery_routines.tick.decide`, pure; *write*: the decisions'
+rows, claims, suspensions and deferrals in the tick's one transaction; *send*:
+after the commit, then mark the runs sent and move the routines on, a
+statement each (:mod:`celery_routines.tick.ledger`). Lost runs and retries
+are swept by :mod:`celery_routines.tick.sweeps`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timedelta
+
+from celery_routines.clock import Clock
+from celery_routines.config import Settings
+from celery_routines.errors import InvalidRoutine, ScheduleError
+from celery_routines.observe.events import Events, NoEvents
+from celery_routines.policy.catch_up import FirePlan
+from celery_routines.policy.routine import from_columns
+from celery_routines.policy.runs import lost_deadline
+from celery_routines.schedules.base import Schedule
+from celery_routines.schedules.parse import schedule_from_columns
+from celery_routines.sending.gate import Gate
+from celery_routines.sending.publish import Publisher
+from celery_routines.sending.revoke import CeleryRevoker, NoRevoker, Revoker
+from celery_routines.store import Advance, Probe, RoutineRecord, Store
+from celery_routines.tick import decide
+from celery_routines.tick.decide import Claimed, Decision, Facts
+from celery_routines.tick.ledger import Unrecorded
+from celery_routines.tick.report import TickReport
+from celery_routines.tick.sweeps import Sweeps
+from celery_routines.tick.write import CLAIM_TRUSTED_SHARE, Writing
+
+logger = logging.getLogger("celery_routines.beat")
+
+# A routine whose schedule cannot be computed is looked at again this often.
+INVALID_RETRY = timedelta(minutes=1)
+# A slow beat's claims shrink to no fewer routines than this per tick.
+MIN_CLAIM_LIMIT = 10
+
+
+class TickEngine(Writing):
+    def __init__(
+        self,
+        store: Store,
+        publisher: Publisher,
+        gate: Gate,
+        settings: Settings,
+        holder: str,
+        clock: Clock,
+        revoker: Revoker | None = None,
+        events: Events | None = None,
+    ) -> None:
+        self.store = store
+        self.publisher = publisher
+        self.gate = gate
+        self.settings = settings
+        self.holder = holder
+        self.clock = clock
+        if revoker is None:
+            app = getattr(publisher, "app", None)
+            revoker = CeleryRevoker(app) if app is not None else NoRevoker()
+        self.revoker = revoker
+        # Skips, suspensions and lost runs also go out as `routine-*` events.
+        self.events: Events = events or NoEvents()
+        self.sweeps = Sweeps(store, publisher, settings, self.events)
+        # What this beat published and has not yet written down.
+        self.ledger = Unrecorded()
+        # The most routines one tick claims: routines_batch_size, less while
+        # ticks take too much of routines_lock_ttl (see _fit_claims_to_ttl).
+        self.claim_limit = settings.batch_size
+
+    def tick(self) -> TickReport:
+        """One tick on one database connection.
+
+        A probe (one SELECT) says what there is to do; an idle tick ends
+        there. Otherwise everything up to writing the run rows is one
+        transaction (claims and rows commit together, before any message goes
+        out), then the messages, then marking them sent, advancing the
+        routines and probing for the next wake-up in a second.
+        """
+        started = time.monotonic()
+        report = TickReport()
+        now = self.clock()
+        with self.store.session():
+            if self.ledger:
+                logger.info("writing down %s before anything else", self.ledger.describe())
+                self._record_published(now)
+            probe = self.store.probe(now, self.holder)
+            if self._work(probe, now):
+                self._act(probe, now, report)
+                probe = self.store.probe(self.clock(), self.holder)
+            report.next_wakeup = self._next_wakeup(probe, self.clock())
+        report.duration = time.monotonic() - started
+        return report
+
+    def _work(self, probe: Probe, now: datetime) -> bool:
+        return (
+            probe.unscheduled
+            or probe.held_due
+            or _due(probe.window, now)
+            or _due(probe.retry_at, now)
+            or (_due(probe.deadline, now) and self.sweeps.lost_sweep_due(now))
+        )
+
+    def _act(self, probe: Probe, now: datetime, report: TickReport) -> None:
+        # Lost runs first: a run declared lost now no longer holds back its
+        # routine's due window (overlap) and its retry is scheduled. Each is
+        # one conditional UPDATE of a run, outside the transaction below, so
+        # that transaction locks routines before runs, like every other.
+        if _due(probe.deadline, now):
+            self.sweeps.sweep_lost(now, report)
+        started = time.monotonic()
+        with self.store.transaction():
+            if probe.unscheduled:
+                report.adopted = self._adopt(now)
+            retries = self.sweeps.retries_due(now, report) if _due(probe.retry_at, now) else []
+            claimed = self.store.routines.claim_due(
+                now, self.holder, self.settings.lock_ttl, self.claim_limit
+            )
+            report.claimed = len(claimed)
+            self._lift_ended_suspensions(claimed, now)
+            if len(claimed) >= self.claim_limit:
+                report.more_due = True
+            decisions = self._decide(claimed, now, report)
+            outgoing = self._write(decisions, now, report)
+        self.sweeps.send_retries(retries, now, report, self.ledger)
+        if outgoing is not None:
+            held = self._send(outgoing, now, report)
+            self.ledger.advanced(
+                [
+                    Advance(d.claimed.record.id, d.next_run_at)
+                    for d in outgoing.ready
+                    if d.claimed.record.id in held
+                ]
+            )
+        self._record_published(now)
+        if report.claimed:
+            self._fit_claims_to_ttl(time.monotonic() - started, report.claimed)
+
+    def _fit_claims_to_ttl(self, took: float, claimed: int) -> None:
+        """Claim no more routines than this beat carries out well within
+        their claims: a tick that outlives them has its routines taken over
+        mid-tick, and beats that keep doing so to each other thrash instead of
+        sending. Halved after a slow tick, doubled back after fast ones."""
+        budget = self.settings.lock_ttl * CLAIM_TRUSTED_SHARE
+        limit = self.claim_limit
+        if took > budget and claimed >= limit / 2:
+            self.claim_limit = max(MIN_CLAIM_LIMIT, limit // 2)
+        elif took < budget / 4 and claimed >= limit:
+            self.claim_limit = min(self.settings.batch_size, limit * 2)
+        if self.claim_limit != limit:
+            logger.info(
+                "a tick of %d routine(s) took %.2f s of %.0f s claims: claiming at most %d next",
+                claimed,
+                took,
+                self.settings.lock_ttl,
+                self.claim_limit,
+            )
+
+    def _renew_claims(self, ready: list[Decision], held: set[int], checked: datetime) -> set[int]:
+        """The routines of ``held`` whose claims this beat still has, renewed
+        from ``checked`` for the messages still to go out and their bookkeeping.
+
+        A claim lets another beat take the routine over once it expires, and
+        that beat sends the routine's ``pending`` rows itself; a routine taken
+        over meanwhile is left to its new holder, its rows unpublished here.
+        """
+        ttl = timedelta(seconds=self.settings.lock_ttl)
+        still = self.store.routines.renew_claims(sorted(held), self.holder, checked + ttl)
+        taken = [d for d in ready if d.claimed.record.id in held - still]
+        if taken:
+            logger.warning(
+                "claims of %d routine(s) were taken over before this beat sent their runs "
+                "(%s): their %d pending run(s) are left to the new holder (raise "
+                "routines_lock_ttl or lower routines_batch_size if ticks are this slow)",
+                len(taken),
+                ", ".join(d.claimed.routine.name for d in taken[:5])
+                + (", ..." if len(taken) > 5 else ""),
+                sum(len(d.sends) for d in taken),
+            )
+        return still
+
+    def _mark_published(self) -> None:
+        """The ledger's published runs -> ``sent``, oldest batch first."""
+        while self.ledger.sent:
+            run_ids, sent_at = self.ledger.sent[0]
+            self.store.runs.mark_sent(
+                run_ids, sent_at, deadline_at=lost_deadline(sent_at, self.settings.run_timeout)
+            )
+            self.ledger.marked()
+
+    def _record_published(self, now: datetime) -> None:
+        """Write down what went out: runs marked sent, then routines moved on.
+
+        Each is one statement of its own, after the messages: a failure of
+        one (a deadlock, a dropped connection, a failover) undoes neither the
+        other nor the publishing. What failed stays in the ledger; the next
+        tick writes it before doing anything else, and never publishes it again.
+        """
+        ledger = self.ledger
+        self._mark_published()
+        if ledger.advances:
+            advances = sorted(ledger.advances.values(), key=lambda a: a.routine_id)
+            advanced = self.store.routines.advance(advances, self.holder, now)
+            ledger.advances.clear()
+            if advanced < len(advances):
+                logger.warning(
+                    "%d routine claim(s) expired before this beat advanced them; "
+                    "another beat took over (raise routines_lock_ttl if ticks are slow)",
+                    len(advances) - advanced,
+                )
+
+    def _next_wakeup(self, probe: Probe, now: datetime) -> datetime | None:
+        """The earliest of: a routine's window or claim expiry, a retry's
+        ``retry_at``, an open run's deadline (not before the lost sweep may
+        run again, so an overdue run never makes the tick spin); now if
+        routines still wait for adoption."""
+        if probe.unscheduled:
+            return now
+        candidates = [probe.routine, probe.retry_at]
+        if probe.deadline is not None:
+            next_sweep = self.sweeps.next_lost_sweep()
+            candidates.append(
+                max(probe.deadline, next_sweep) if next_sweep is not None else probe.deadline
+            )
+        present = [instant for instant in candidates if instant is not None]
+        return min(present) if present else None
+
+    def _lift_ended_suspensions(self, claimed: list[RoutineRecord], now: datetime) -> None:
+        ended = [
+            r.id for r in claimed if r.suspended_until is not None and r.suspended_until <= now
+        ]
+        for routine_id in self.store.spend.lift_expired(ended, now):
+            name = next(r.name for r in claimed if r.id == routine_id)
+            logger.info("resumed %s: its ceiling period turned", name)
+
+    # -- adoption ------------------------------------------------------------
+
+    def _adopt(self, now: datetime) -> int:
+        """Give routines without a next window (new, changed, or inserted by
+        plain SQL) their first one."""
+        first_windows = []
+        for record in self.store.routines.unscheduled(self.settings.batch_size):
+            try:
+                schedule = self._schedule(record)
+            except ScheduleError as exc:
+                self._invalid(record, exc, now, holder=None)
+                continue
+            # From the whole second, so interval windows (and their keys) do
+            # not carry the adoption instant's microseconds forever.
+            first = schedule.next_after(now.replace(microsecond=0))
+            first_windows.append(Advance(record.id, first))
+            logger.info("adopted %s: %s, first window %s", record.name, schedule.describe(), first)
+        return self.store.routines.adopt(first_windows, now)
+
+    # -- planning ------------------------------------------------------------
+
+    def _schedule(self, record: RoutineRecord) -> Schedule:
+        return schedule_from_columns(
+            record.cron, record.interval_seconds, record.timezone or self.settings.timezone
+        )
+
+    def _decide(
+        self, claimed: list[RoutineRecord], now: datetime, report: TickReport
+    ) -> list[Decision]:
+        """Read what the claimed routines need, then decide each (pure)."""
+        drafts: list[tuple[Claimed, FirePlan | None]] = []
+        for record in claimed:
+            try:
+                schedule = self._schedule(record)
+                # Every stored option must read, not only the schedule, before
+                # the row counts as valid (again: else it flips each minute).
+                routine = from_columns(record)
+                item = Claimed(record, routine, schedule, record.timezone or self.settings.timezone)
+                drafts.append((item, decide.plan(item, now) if record.last_error is None else None))
+            except (ScheduleError, InvalidRoutine) as exc:
+                self._invalid(record, exc, now, holder=self.holder)
+                report.invalid += 1
+        usage = {
+            item.record.id: self.store.spend.used_by_ceiling(
+                item.record.id, item.routine.ceilings, now, item.timezone
+            )
+            for item, planned in drafts
+            if planned is not None and decide.needs_usage(item, planned)
+        }
+        sending = [
+            item.record.id for item, planned in drafts if planned is not None and planned.send
+        ]
+        open_runs = self.store.runs.open_runs(sending) if sending else {}
+        decisions = []
+        for item, planned in drafts:
+            facts = Facts(usage.get(item.record.id), open_runs.get(item.record.id, ()))
+            try:
+                decisions.append(
+                    decide.decide(item, planned, facts, now, run_timeout=self.settings.run_timeout)
+                )
+            except ScheduleError as exc:
+                self._invalid(item.record, exc, now, holder=self.holder)
+                report.invalid += 1
+        return self._take_over(decisions)
+
+    def _take_over(self, decisions: list[Decision]) -> list[Decision]:
+        """Only decisions that skip their due window cost a query (one, batched)."""
+        wanted = {key: i for i, d in enumerate(decisions) if (key := decide.written_key(d))}
+        if not wanted:
+            return decisions
+        for row in self.store.runs.find_windows(list(wanted)):
+            index = wanted[(row.routine_id, row.idempotency_key, row.attempt)]
+            decisions[index] = decide.take_over(decisions[index], row)
+            logger.info(
+                "%s was already written (%s) by a beat whose claim expired; not skipping it",
+                row.idempotency_key,
+                row.state,
+            )
+        return decisions
+
+    def _invalid(
+        self, record: RoutineRecord, exc: Exception, now: datetime, holder: str | None
+    ) -> None:
+        message = str(exc) if isinstance(exc, InvalidRoutine) else f"routine {record.name!r}: {exc}"
+        retry_at = now + INVALID_RETRY
+        logger.error("%s; marked invalid, looking again at %s", message, retry_at.isoformat())
+        self.store.routines.mark_invalid(record.id, message, retry_at, holder, now)
+
+    # -- carrying the plan out -----------------------------------------------
+
+
+def _due(instant: datetime | None, now: datetime) -> bool:
+    return instant is not None and instant <= now

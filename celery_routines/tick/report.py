@@ -1,0 +1,34 @@
+"""What one tick did, for logs, metrics and tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass
+class TickReport:
+    """What one tick did, for logs, metrics and tests."""
+
+    adopted: int = 0
+    claimed: int = 0
+    sent: int = 0
+    skipped_windows: int = 0
+    # The same windows by the skip's reason (the run row's), for metrics.
+    skipped_by_reason: dict[str, int] = field(default_factory=dict)
+    send_failures: int = 0
+    invalid: int = 0
+    # Windows whose run row already existed: another beat got there first.
+    conflicts: int = 0
+    # Routines left due because the gate holds a window with no row yet.
+    deferred: int = 0
+    # Routines left due because their previous run is still open (overlap="queue").
+    queued: int = 0
+    # Open runs revoked for a newer window (overlap="replace").
+    replaced: int = 0
+    lost: int = 0
+    retries_sent: int = 0
+    retries_cancelled: int = 0
+    more_due: bool = False
+    duration: float = 0.0
+    next_wakeup: datetime | None = None

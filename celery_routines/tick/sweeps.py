@@ -1,0 +1,221 @@
+"""The two run sweeps of a beat tick: lost runs and due retries.
+
+Both are range scans of a partial index (``ix_routine_runs_deadline``,
+``ix_routine_runs_retry_due``) limited to the batch size, so their cost grows
+with what is overdue, not with the history kept. Decisions come from
+:mod:`celery_routines.lifecycle`; the store's conditional UPDATEs make each
+transition happen once however many beats sweep at the same time.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from celery_routines.config import Settings
+from celery_routines.errors import InvalidRoutine
+from celery_routines.observe.events import Events, NoEvents
+from celery_routines.policy.ceilings import Ceiling, decide_before_send
+from celery_routines.policy.routine import Routine, from_columns
+from celery_routines.policy.runs import (
+    after_failure,
+    blocked_reason,
+    lost_deadline,
+    policy_of,
+    settled_state,
+)
+from celery_routines.policy.states import OPEN_STATES, Reason, RunState, no_retry
+from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
+from celery_routines.sending.publish import Publisher
+from celery_routines.store import NewRun, RoutineRecord, Store
+from celery_routines.store.records import DueRetry
+from celery_routines.tick.ledger import Unrecorded
+
+if TYPE_CHECKING:
+    from celery_routines.tick.report import TickReport
+
+logger = logging.getLogger("celery_routines.beat")
+
+# The lost sweep runs at most this often (by the injected clock; a clock that
+# steps backwards sweeps at once rather than waiting for the old instant).
+LOST_SWEEP_EVERY = timedelta(seconds=5)
+
+
+class Sweeps:
+    def __init__(
+        self, store: Store, publisher: Publisher, settings: Settings, events: Events | None = None
+    ) -> None:
+        self.events: Events = events or NoEvents()
+        self.store = store
+        self.publisher = publisher
+        self.settings = settings
+        self._last_lost_sweep: datetime | None = None
+
+    # -- lost runs -------------------------------------------------------------
+
+    def next_lost_sweep(self) -> datetime | None:
+        if self._last_lost_sweep is None:
+            return None
+        return self._last_lost_sweep + LOST_SWEEP_EVERY
+
+    def lost_sweep_due(self, now: datetime) -> bool:
+        last = self._last_lost_sweep
+        return last is None or not (last <= now < last + LOST_SWEEP_EVERY)
+
+    def sweep_lost(self, now: datetime, report: TickReport) -> None:
+        """Open runs past their deadline become ``lost``, visibly, and are
+        retried under the routine's policy (``retrying`` with reason lost)."""
+        if not self.lost_sweep_due(now):
+            return
+        self._last_lost_sweep = now
+        overdue = self.store.runs.overdue(now, self.settings.batch_size)
+        if len(overdue) >= self.settings.batch_size:
+            report.more_due = True
+        for run in overdue:
+            routine = self.store.routines.by_id(run.routine_id)
+            if routine is None:
+                continue
+            decision = after_failure(
+                run.attempt, policy_of(routine), now, final_state=RunState.LOST, reason=Reason.LOST
+            )
+            error = (
+                f"no outcome by {run.deadline_at:%Y-%m-%d %H:%M:%S} UTC while {run.state}"
+                + (f" on {run.worker}" if run.worker else "")
+                + "; the worker was probably lost"
+            )
+            if run.state == RunState.PENDING:
+                error = "never sent: the beat that wrote it stopped before sending it"
+            moved = self.store.runs.settle(
+                run.id,
+                from_states=OPEN_STATES,
+                overdue_at=now,
+                state=decision.state,
+                now=now,
+                retry_at=decision.retry_at,
+                reason=decision.reason,
+                error=error,
+            )
+            if moved:
+                report.lost += 1
+                self.events.lost(routine.name, run_id=run.id, idempotency_key=run.idempotency_key)
+                logger.warning(
+                    "run %s of %s (attempt %d) declared lost: %s; %s",
+                    run.id,
+                    routine.name,
+                    run.attempt,
+                    error,
+                    decision.why,
+                )
+
+    # -- retries ---------------------------------------------------------------
+
+    def retries_due(self, now: datetime, report: TickReport) -> list[DueRetry]:
+        """The ``retrying`` runs whose ``retry_at`` has come (read inside the
+        tick's first transaction; sent by :meth:`send_retries` after it)."""
+        due = self.store.runs.retries_due(now, self.settings.batch_size)
+        if len(due) >= self.settings.batch_size:
+            report.more_due = True
+        return due
+
+    def send_retries(
+        self, due: list[DueRetry], now: datetime, report: TickReport, ledger: Unrecorded
+    ) -> None:
+        """Send attempt N+1 of each due retry; each is taken by one beat only,
+        and the taken ones go out together, batched like a tick's windows.
+        What went out is entered in ``ledger``; the tick marks it sent."""
+        taken: list[tuple[DueRetry, Routine, NewRun]] = []
+        for item in due:
+            run, routine = item.run, item.routine
+            settled = settled_state(run.reason)
+            blocked = blocked_reason(policy_of(routine), now)
+            model = None
+            if blocked is None:
+                try:
+                    model = from_columns(routine)
+                    blocked = retry_blocked_by_ceiling(
+                        self.store, routine, model.ceilings, now, self.settings.timezone
+                    )
+                except InvalidRoutine as exc:
+                    blocked = f"invalid ({exc.problem})"
+            if blocked is not None or model is None:
+                # Dropped, not postponed: resuming the routine later must not
+                # replay a backlog of retries in a burst.
+                if self.store.runs.cancel_retry(run.id, settled, no_retry(blocked or "invalid")):
+                    report.retries_cancelled += 1
+                    logger.warning(
+                        "retry of %s attempt %d dropped: routine %s is %s",
+                        run.idempotency_key,
+                        run.attempt,
+                        routine.name,
+                        blocked,
+                    )
+                continue
+            attempt = run.attempt + 1
+            next_run = NewRun(
+                id=str(uuid.uuid4()),
+                routine_id=run.routine_id,
+                idempotency_key=run.idempotency_key,
+                attempt=attempt,
+                scheduled_for=run.scheduled_for,
+                deadline_at=lost_deadline(now, self.settings.run_timeout),
+            )
+            if not self.store.runs.take_retry(run.id, settled, next_run, now):
+                report.conflicts += 1
+                logger.info(
+                    "retry of %s attempt %d taken by another beat", run.idempotency_key, attempt
+                )
+                continue
+            taken.append((item, model, next_run))
+        if not taken:
+            return
+        messages = [outgoing_run(model, next_run) for _, model, next_run in taken]
+        errors = publish_runs(self.publisher, messages)
+        ledger.published(
+            [
+                next_run.id
+                for (_, _, next_run), error in zip(taken, errors, strict=True)
+                if not error
+            ],
+            now,
+        )
+        for (item, _, next_run), error in zip(taken, errors, strict=True):
+            if error is None:
+                report.retries_sent += 1
+                continue
+            report.send_failures += 1
+            record_send_failure(
+                self.store,
+                item.routine,
+                next_run.id,
+                next_run.idempotency_key,
+                next_run.attempt,
+                error,
+                now,
+            )
+
+
+def retry_blocked_by_ceiling(
+    store: Store,
+    record: RoutineRecord,
+    ceilings: Sequence[Ceiling],
+    now: datetime,
+    default_timezone: str,
+) -> str | None:
+    """The before-send check for one retry: the reason it may not go out
+    (the routine is suspended as the check decides), or None."""
+    if not ceilings:
+        return None
+    timezone = record.timezone or default_timezone
+    used = store.spend.used_by_ceiling(record.id, ceilings, now, timezone)
+    decision = decide_before_send(ceilings, used, now, timezone, wanted=1)
+    suspension = decision.suspension
+    if decision.send and suspension is None:
+        return None
+    if suspension is not None and store.spend.suspend(
+        record.id, suspension.until, suspension.reason, now
+    ):
+        logger.warning("suspended %s: %s", record.name, suspension.reason)
+    return None if decision.send else "over its ceiling"

@@ -1,0 +1,375 @@
+"""The write and send half of a tick (:class:`~celery_routines.tick.engine.TickEngine`).
+
+*write*: inside the tick's transaction, the decisions' run rows (after the
+Redis gate), the suspensions, the deferrals of queued routines and the
+replaced runs; *send*: after the commit, every written run in as few broker
+round trips as the transport allows, a failed send recorded under the
+routine's retry policy. A run goes out only after its row is committed: a
+worker claims a run from its row.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from celery_routines.clock import Clock
+from celery_routines.config import Settings
+from celery_routines.observe.events import Events
+from celery_routines.policy.runs import QUEUE_RECHECK
+from celery_routines.policy.states import Overlap, Reason, RunState
+from celery_routines.schedules.keys import window_key
+from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
+from celery_routines.sending.gate import Gate
+from celery_routines.sending.publish import Publisher
+from celery_routines.sending.revoke import Revoker
+from celery_routines.store import Advance, NewRun, Store
+from celery_routines.tick.decide import Decision, Verdict
+from celery_routines.tick.ledger import Unrecorded
+from celery_routines.tick.report import TickReport
+
+logger = logging.getLogger("celery_routines.beat")
+
+# Messages go out on claims taken or renewed less than this share of
+# routines_lock_ttl ago; older claims are renewed in the database first (the
+# rest of the TTL is the margin for a chunk of messages and its bookkeeping).
+CLAIM_TRUSTED_SHARE = 0.25
+# Messages published between two looks at the claims (kombu's Redis batch).
+PUBLISH_CHUNK = 500
+
+
+@dataclass
+class Outgoing:
+    """What a tick wrote: the routines it moves on, the runs to send."""
+
+    ready: list[Decision]
+    sends: list[tuple[Decision, NewRun, str]] = field(default_factory=list)
+
+
+class Writing:
+    """What the engine provides to this half."""
+
+    store: Store
+    publisher: Publisher
+    gate: Gate
+    settings: Settings
+    holder: str
+    clock: Clock
+    revoker: Revoker
+    events: Events
+    ledger: Unrecorded
+
+    def _renew_claims(self, ready: list[Decision], held: set[int], checked: datetime) -> set[int]:
+        raise NotImplementedError
+
+    def _mark_published(self) -> None:
+        raise NotImplementedError
+
+    def _write(
+        self, decisions: list[Decision], now: datetime, report: TickReport
+    ) -> Outgoing | None:
+        """Carry the decisions out inside the transaction: the rows, the
+        suspensions, the deferrals; what to send once it commits."""
+        resumed = [d for d in decisions if d.verdict == Verdict.RESUMED]
+        if resumed:
+            advances = [Advance(d.claimed.record.id, d.next_run_at) for d in resumed]
+            self.store.routines.advance(advances, self.holder, now)
+            for d in resumed:
+                logger.info("%s is valid again; resuming its schedule", d.claimed.routine.name)
+        for d in decisions:
+            self._suspend(d, now)
+        queued = [d for d in decisions if d.verdict == Verdict.QUEUED]
+        if queued:
+            report.queued += len(queued)
+            self.store.routines.defer(
+                [d.claimed.record.id for d in queued], self.holder, queued[0].next_run_at
+            )
+        firing = [d for d in decisions if d.verdict == Verdict.FIRE]
+        for d in (*queued, *firing):
+            _log_overlap(d)
+        if not firing:
+            return None
+        deferred = self._apply_gate(firing)
+        report.deferred = len(deferred)
+        ready = [d for d in firing if d.claimed.record.id not in deferred]
+        self._replace_open_runs(ready, now, report)
+
+        new_runs = [run for d in ready for run in (*d.sends, *d.skips)]
+        inserted = self.store.runs.insert_new(new_runs, now)
+        takeovers = self._orphaned_pending(ready, inserted)
+
+        outgoing = Outgoing(ready)
+        for item in ready:
+            name = item.claimed.routine.name
+            for run in item.sends:
+                run_id = run.id if run.id in inserted else takeovers.get(_window(run))
+                if run_id is None:
+                    report.conflicts += 1
+                    logger.info(
+                        "not sending %s: its run row already exists (another beat sent it)",
+                        run.idempotency_key,
+                    )
+                    continue
+                outgoing.sends.append((item, run, run_id))
+            for run in item.skips:
+                if run.id in inserted:
+                    count = run.skipped_count or 1
+                    report.skipped_windows += count
+                    _count(report.skipped_by_reason, run.reason or RunState.SKIPPED, count)
+                    self._skip_event(name, run)
+                    line = skip_line(name, run, item.claimed.timezone, skip_note(item, run))
+                    logger.warning("%s", line)
+        return outgoing
+
+    def _send(self, outgoing: Outgoing, now: datetime, report: TickReport) -> set[int]:
+        """Publish the written runs, after their rows are committed (a worker
+        claims a run only from its row), in as few broker round trips as the
+        transport allows; the ids of the routines whose claims held to the end.
+
+        Messages go out in chunks, each under claims known to be live: a
+        chunk that starts later than a quarter of ``routines_lock_ttl`` after
+        the claims were taken or last renewed renews them first, so no other
+        beat can take a routine over while its messages are going out.
+        """
+        held = {d.claimed.record.id for d in outgoing.ready}
+        confirmed = now
+        trusted = timedelta(seconds=self.settings.lock_ttl * CLAIM_TRUSTED_SHARE)
+        sending = [
+            (item, run, run_id)
+            for item, run, run_id in self._orphans_still_pending(outgoing.sends, report)
+            if not self._too_late(item, run, run_id, report)
+        ]
+        for start in range(0, len(sending), PUBLISH_CHUNK):
+            if self.clock() >= confirmed + trusted:
+                confirmed = self.clock()
+                held = self._renew_claims(outgoing.ready, held, confirmed)
+            chunk = [
+                send
+                for send in sending[start : start + PUBLISH_CHUNK]
+                if send[0].claimed.record.id in held
+            ]
+            messages = [
+                outgoing_run(item.claimed.routine, run, run_id) for item, run, run_id in chunk
+            ]
+            self._sent(chunk, publish_runs(self.publisher, messages), report)
+            # Marked sent before the next chunk, while the claims still hold:
+            # a beat that takes a routine over later finds the row sent.
+            self._mark_published()
+        return held
+
+    def _sent(
+        self,
+        chunk: list[tuple[Decision, NewRun, str]],
+        errors: list[str | None],
+        report: TickReport,
+    ) -> None:
+        """Enter what went out in the ledger; record what the broker refused."""
+        published = [
+            run_id for (_, _, run_id), error in zip(chunk, errors, strict=True) if error is None
+        ]
+        self.ledger.published(published, self.clock())
+        for (item, run, run_id), error in zip(chunk, errors, strict=True):
+            if error is None:
+                report.sent += 1
+            else:
+                report.send_failures += 1
+                record_send_failure(
+                    self.store,
+                    item.claimed.record,
+                    run_id,
+                    run.idempotency_key,
+                    run.attempt,
+                    error,
+                    self.clock(),
+                )
+
+    def _suspend(self, decision: Decision, now: datetime) -> None:
+        suspension = decision.suspension
+        if suspension is None:
+            return
+        name = decision.claimed.routine.name
+        if self.store.spend.suspend(
+            decision.claimed.record.id, suspension.until, suspension.reason, now
+        ):
+            self.events.suspended(name, until=suspension.until, reason=suspension.reason)
+            logger.warning(
+                "suspended %s after sending %d of %d window(s): %s",
+                name,
+                len(decision.sends),
+                decision.planned,
+                suspension.reason,
+            )
+
+    def _replace_open_runs(self, ready: list[Decision], now: datetime, report: TickReport) -> None:
+        """Close (``failed``, reason ``replaced``) and revoke with terminate the
+        open runs a new window replaces; the row is closed first, so the killed
+        run's late report changes nothing."""
+        for d in ready:
+            if not d.replace or not d.sends:
+                continue
+            by = d.sends[0].idempotency_key
+            replaced = self.store.runs.mark_replaced(list(d.replace), by, now)
+            if replaced:
+                report.replaced += len(replaced)
+                self.revoker.revoke(replaced)
+                logger.warning(
+                    "replaced run(s) %s of %s: revoked (terminate) for the new window %s",
+                    ", ".join(replaced),
+                    d.claimed.routine.name,
+                    by,
+                )
+
+    def _apply_gate(self, firing: list[Decision]) -> set[int]:
+        """Routine ids to leave due this tick: the gate holds one of their
+        windows and no run row exists yet, so a beat that set the key may have
+        died before writing; the claim and the key expire together."""
+        runs = [run for d in firing for run in d.sends]
+        answers = self.gate.acquire([f"{run.idempotency_key}#{run.attempt}" for run in runs])
+        refused = [run for run, ok in zip(runs, answers, strict=True) if not ok]
+        if not refused:
+            return set()
+        stored = {_window(r) for r in self.store.runs.find_windows([_window(r) for r in refused])}
+        deferred = {run.routine_id for run in refused if _window(run) not in stored}
+        for routine_id in deferred:
+            logger.info(
+                "routine id %s left due: the gate holds its window but no run row exists yet",
+                routine_id,
+            )
+        return deferred
+
+    def _orphaned_pending(
+        self, ready: list[Decision], inserted: set[str]
+    ) -> dict[tuple[int, str, int], str]:
+        """Rows left ``pending`` by a beat that died between writing and
+        sending, or that was still writing when its claims expired and this
+        beat took them over (see ``TickEngine._renew_claims``).
+
+        We hold the routine's claim now, so the writer's claim expired (or the
+        writer is this beat, and it did not publish the row: what it published
+        is marked sent before any of its ticks reads again, see ``ledger``).
+        Sending an orphan again is safe because the worker claims a run once.
+        """
+        conflicted = [_window(run) for d in ready for run in d.sends if run.id not in inserted]
+        if not conflicted:
+            return {}
+        return {
+            (row.routine_id, row.idempotency_key, row.attempt): row.id
+            for row in self.store.runs.find_windows(conflicted)
+            if row.state == RunState.PENDING
+        }
+
+    def _orphans_still_pending(
+        self, sends: list[tuple[Decision, NewRun, str]], report: TickReport
+    ) -> list[tuple[Decision, NewRun, str]]:
+        """Look again, just before publishing, at the rows taken over from
+        another beat: if that beat was only slow, not gone, it may have
+        published and marked them sent since this tick read them."""
+        orphans = [run_id for _, run, run_id in sends if run_id != run.id]
+        if not orphans:
+            return sends
+        pending = self.store.runs.still_pending(orphans)
+        kept = []
+        for send in sends:
+            _, run, run_id = send
+            if run_id != run.id and run_id not in pending:
+                report.conflicts += 1
+                logger.info(
+                    "not sending %s: the beat that wrote it sent it meanwhile", run.idempotency_key
+                )
+                continue
+            kept.append(send)
+        return kept
+
+    def _too_late(self, item: Decision, run: NewRun, run_id: str, report: TickReport) -> bool:
+        """``max_lateness`` judged now, at the moment of sending, not when the
+        row was read: a long drain behind a backlog cannot send a stale window."""
+        limit = item.claimed.routine.max_lateness
+        if limit is None:
+            return False
+        lateness = (self.clock() - run.scheduled_for).total_seconds()
+        if lateness <= limit or not self.store.runs.skip_late(run_id, self.clock()):
+            return False
+        report.skipped_windows += 1
+        _count(report.skipped_by_reason, Reason.LATE, 1)
+        self.events.skipped(
+            item.claimed.routine.name,
+            reason=Reason.LATE,
+            count=1,
+            first=run.scheduled_for,
+            last=run.scheduled_for,
+            run_id=run_id,
+        )
+        logger.warning(
+            "skipped %s: late (%.1f s late at send time, max_lateness is %s s)",
+            run.idempotency_key,
+            lateness,
+            limit,
+        )
+        return True
+
+    def _skip_event(self, routine: str, run: NewRun) -> None:
+        assert run.skipped_first is not None and run.skipped_last is not None
+        self.events.skipped(
+            routine,
+            reason=run.reason or "",
+            count=run.skipped_count or 1,
+            first=run.skipped_first,
+            last=run.skipped_last,
+            run_id=run.id,
+        )
+
+
+def _count(counts: dict[str, int], key: str, n: int) -> None:
+    counts[key] = counts.get(key, 0) + n
+
+
+def _window(run: NewRun) -> tuple[int, str, int]:
+    return (run.routine_id, run.idempotency_key, run.attempt)
+
+
+def _log_overlap(decision: Decision) -> None:
+    """Say why windows wait behind an open run (a skip says it in its own line)."""
+    if decision.verdict == Verdict.QUEUED:
+        logger.info(
+            "queued %s: previous run still open: %s; looking again in %.0f s",
+            decision.sends[0].idempotency_key,
+            _holding(decision),
+            QUEUE_RECHECK.total_seconds(),
+        )
+    queue = decision.claimed.routine.overlap == Overlap.QUEUE
+    if queue and decision.verdict == Verdict.FIRE and decision.planned > len(decision.sends) > 0:
+        logger.info(
+            "%s: sending the oldest queued window; the next waits for it",
+            decision.claimed.routine.name,
+        )
+
+
+def _holding(decision: Decision) -> str:
+    return ", ".join(f"{run.idempotency_key} ({run.state})" for run in decision.holding)
+
+
+def skip_note(decision: Decision, run: NewRun) -> str | None:
+    """Why a skip row was written, beyond its reason: the open run an
+    overlap skip waited on."""
+    if run.reason == Reason.OVERLAP and decision.holding:
+        return f"previous run still open: {_holding(decision)}"
+    return None
+
+
+def skip_line(routine: str, run: NewRun, timezone: str, note: str | None = None) -> str:
+    """The one log line of a skip row, its windows written like window keys
+    (in the routine's zone, with the offset)."""
+    count = run.skipped_count or 1
+    first = run.skipped_first or run.scheduled_for
+    last = run.skipped_last or run.scheduled_for
+    try:
+        if count == 1:
+            windows = window_key(routine, first, timezone)
+        else:
+            start = window_key(routine, first, timezone).split("@", 1)[1]
+            end = window_key(routine, last, timezone).split("@", 1)[1]
+            windows = f"{count} windows of {routine} from {start} to {end}"
+    except ValueError:  # an unknown zone: the row is written, say it in UTC
+        windows = f"{count} window(s) of {routine} from {first.isoformat()} to {last.isoformat()}"
+    return f"skipped {windows}: {run.reason}" + (f" ({note})" if note else "")

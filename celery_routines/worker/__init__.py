@@ -1,0 +1,1 @@
+"""The worker side of a run: claim before the body, outcomes, spend()."""

@@ -1,0 +1,402 @@
+"""The worker side of a run: claim the row before the body, record the outcome.
+
+Signal handlers cannot stop a task (Celery swallows their exceptions), so the
+claim lives in ``Task.before_start``, which Celery calls right before the body
+and which may raise ``Ignore``. Celery calls ``before_start`` only when the
+task's class overrides it, and builds each task's tracer once (in the pool
+child, before ``worker_process_init``), so :func:`install` puts the hook on the
+task classes in the main process: from ``routine()``/``register()`` for tasks
+declared with them, and from ``worker_init`` for every registered task (tasks
+of ``beat_schedule`` entries and of rows inserted by SQL were never declared).
+
+A refused claim raises ``Ignore``: the body does not run, no result is stored
+and no final event is sent, so the result backend and Flower keep what the
+delivery that did run reported under the same task id (``Reject`` would store
+a FAILURE over it and fire ``task_failure``).
+
+Handlers are thin, connected explicitly by :func:`connect`, act only on
+messages beat marked as routine runs, and never raise into Celery.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import weakref
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery import Celery, signals
+from celery.app.task import Task
+from celery.exceptions import Ignore, WorkerLostError
+
+from celery_routines.clock import Clock, utc_now
+from celery_routines.config import Settings, settings_from
+from celery_routines.policy.runs import after_failure, lost_deadline, policy_of
+from celery_routines.policy.states import OPEN_STATES, Reason, RunState
+from celery_routines.sending.publish import ROUTINE_HEADER
+from celery_routines.store import Store
+from celery_routines.worker.ceiling import check_after_run
+from celery_routines.worker.spend import begin_run, end_run
+
+logger = logging.getLogger("celery_routines.worker")
+
+# The worker's clock seam: tests running an in-thread worker replace it with
+# the injected clock their beat uses.
+clock: Clock = utc_now
+
+HOOK_MARK = "_celery_routines_claim"
+
+_stores: dict[str, Store] = {}
+# Weak: an app that goes away (tests build many) must not hand its settings to
+# a new app that happens to get the same id().
+_settings: weakref.WeakKeyDictionary[Celery, Settings] = weakref.WeakKeyDictionary()
+_stores_lock = threading.Lock()
+_connected = False
+_refused = 0
+_unhooked_warned: set[str] = set()
+
+
+def refused_deliveries() -> int:
+    """Deliveries this process refused to run because their run had already
+    started or finished (each is also counted on the run row's ``duplicates``)."""
+    return _refused
+
+
+def settings_for(app: Celery) -> Settings:
+    settings = _settings.get(app)
+    if settings is None:
+        settings = _settings[app] = settings_from(app)
+    return settings
+
+
+def store_for(app: Celery) -> Store:
+    """One store per database per process (engines are not shared across a fork)."""
+    url = settings_for(app).database_url
+    store = _stores.get(url)
+    if store is None:
+        with _stores_lock:
+            store = _stores.get(url)
+            if store is None:
+                store = Store.from_url(url)
+                _stores[url] = store
+    return store
+
+
+def routine_name_of(task: Any) -> str | None:
+    """The routine a task message was sent for, or None for ordinary calls."""
+    return routine_of_request(getattr(task, "request", None))
+
+
+def routine_of_request(request: Any) -> str | None:
+    if request is None:
+        return None
+    headers = getattr(request, "headers", None) or {}
+    name = headers.get(ROUTINE_HEADER) if isinstance(headers, dict) else None
+    return name or getattr(request, ROUTINE_HEADER, None)
+
+
+# -- the claim hook --------------------------------------------------------------
+
+
+def install(task: Any) -> bool:
+    """Put the run claim in front of ``task``'s body (idempotent).
+
+    Wraps a ``before_start`` the user defined (it runs after a granted claim).
+    Returns True if the hook was installed now.
+    """
+    target = task._get_current_object() if hasattr(task, "_get_current_object") else task
+    if not isinstance(target, Task):
+        return False
+    cls = type(target)
+    if cls is Task:
+        return False  # never patch Celery's base class for every app
+    current = cls.before_start
+    if getattr(current, HOOK_MARK, False):
+        return False  # this class or a base already has it
+    user_hook = None if current is Task.before_start else current
+
+    def before_start(self: Task, task_id: str, args: Any, kwargs: Any) -> None:
+        claim_or_refuse(self, task_id)
+        if user_hook is not None:
+            user_hook(self, task_id, args, kwargs)
+
+    setattr(before_start, HOOK_MARK, True)
+    before_start.__wrapped__ = current  # type: ignore[attr-defined]
+    cls.before_start = before_start  # type: ignore[method-assign]
+    return True
+
+
+def install_all(app: Celery) -> int:
+    """Install the hook on every task registered with ``app``."""
+    return sum(install(task) for task in list(app.tasks.values()))
+
+
+def claim_or_refuse(task: Task, task_id: str) -> None:
+    """Claim the run before the body; raise ``Ignore`` if it is not ours to run."""
+    name = routine_name_of(task)
+    if name is None:
+        return  # called directly, or sent by something other than beat: untouched
+    request = task.request
+    if getattr(request, "_routines_claimed", None) == task_id:
+        return  # a subclass hook calling a base class hook: claimed once already
+    begin_run()
+    hostname = getattr(request, "hostname", None) or socket.gethostname()
+    retries = int(getattr(request, "retries", 0) or 0)
+    try:
+        store = store_for(task.app)
+        now = clock()
+        deadline = lost_deadline(now, settings_for(task.app).run_timeout, hard_time_limit(task))
+        claimed = store.runs.claim_start(
+            task_id, hostname, now, deadline_at=deadline, celery_retries=retries
+        )
+    except Exception:
+        end_run()
+        # Fail closed: without a claim the body could run twice. The row stays
+        # sent; the lost sweep retries it under the routine's policy.
+        logger.exception("could not claim run %s of %s; not running its body", task_id, name)
+        raise
+    if claimed:
+        request._routines_claimed = task_id
+        return
+    end_run()
+    global _refused
+    with _stores_lock:
+        _refused += 1
+    try:
+        state = store.runs.count_duplicate(task_id)
+    except Exception:
+        state = "unreadable (database error)"
+        logger.exception("could not count the refused delivery of run %s", task_id)
+    logger.warning(
+        "refused a delivery of run %s of routine %s: the run is already %s; its body does not "
+        "run again (duplicate delivery)",
+        task_id,
+        name,
+        state or "unknown (no such run row)",
+    )
+    raise Ignore(f"run {task_id} of {name} is already {state}")
+
+
+def hard_time_limit(task: Task) -> float | None:
+    limits = getattr(task.request, "timelimit", None) or (None, None)
+    hard = limits[0] if isinstance(limits, list | tuple) and limits else None
+    return hard or task.time_limit or task.app.conf.task_time_limit
+
+
+# -- outcomes --------------------------------------------------------------------
+
+
+def record_failure(store: Store, run_id: str, error: str, now: datetime, *, lost: bool) -> None:
+    """``running`` -> ``retrying`` (with ``retry_at``) or ``failed``/``lost``."""
+    ledger = end_run()
+    run = store.runs.get(run_id)
+    if run is None:
+        return
+    routine = store.routines.by_id(run.routine_id)
+    if routine is None:
+        return
+    decision = after_failure(
+        run.attempt,
+        policy_of(routine),
+        now,
+        final_state=RunState.LOST if lost else RunState.FAILED,
+        reason=Reason.LOST if lost else None,
+    )
+    moved = store.runs.settle(
+        run_id,
+        from_states=(RunState.RUNNING,),
+        state=decision.state,
+        now=now,
+        retry_at=decision.retry_at,
+        reason=decision.reason,
+        error=error,
+        spend=ledger,
+    )
+    if moved:
+        logger.info(
+            "run %s of %s (attempt %d) %s: %s; %s",
+            run_id,
+            routine.name,
+            run.attempt,
+            "lost its worker" if lost else "failed",
+            error,
+            decision.why,
+        )
+    else:
+        logger.warning(
+            "outcome of run %s of %s arrived when it was already %s; left as it is",
+            run_id,
+            routine.name,
+            run.state,
+        )
+
+
+def _on_prerun(sender: Any = None, task_id: str | None = None, task: Any = None, **_: Any) -> None:
+    # Only a fallback: a routine task whose class never got the hook (created
+    # after the worker started) still gets its run marked running, although
+    # nothing can stop a duplicate delivery's body here.
+    if task is None or task_id is None or routine_name_of(task) is None:
+        return
+    if getattr(type(task).before_start, HOOK_MARK, False):
+        return
+    if task.name not in _unhooked_warned:
+        _unhooked_warned.add(task.name)
+        logger.warning(
+            "task %s runs routine runs but has no claim hook (registered after the worker "
+            "started?); duplicate deliveries of it are not refused",
+            task.name,
+        )
+    begin_run()
+    try:
+        store_for(task.app).runs.claim_start(task_id, task.request.hostname, clock())
+    except Exception:
+        logger.exception("could not mark run %s running", task_id)
+
+
+def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
+    if sender is None or routine_name_of(sender) is None:
+        return
+    run_id = sender.request.id
+    ledger = end_run()
+    try:
+        done = store_for(sender.app).runs.finish(run_id, RunState.SUCCEEDED, clock(), spend=ledger)
+    except Exception:
+        logger.exception("could not record the success of run %s", run_id)
+        return
+    if not done:
+        logger.warning("run %s succeeded after it was declared lost or replaced", run_id)
+        return
+    _check_ceilings(sender, run_id)
+
+
+def _check_ceilings(task: Any, run_id: str) -> None:
+    app = task.app
+    try:
+        check_after_run(store_for(app), run_id, clock(), settings_for(app).timezone)
+    except Exception:
+        logger.exception("could not check the ceilings after run %s", run_id)
+
+
+def _on_failure(
+    sender: Any = None, task_id: str | None = None, exception: BaseException | None = None, **_: Any
+) -> None:
+    if sender is None or task_id is None or routine_name_of(sender) is None:
+        # A hard time limit is reported without the request: the run's
+        # deadline (the limit plus a margin) covers it.
+        return
+    lost = isinstance(exception, WorkerLostError)
+    error = f"{type(exception).__name__}: {exception}" if exception is not None else "unknown"
+    try:
+        record_failure(store_for(sender.app), task_id, error, clock(), lost=lost)
+    except Exception:
+        logger.exception("could not record the failure of run %s", task_id)
+        return
+    _check_ceilings(sender, task_id)
+
+
+def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: Any) -> None:
+    """Celery's own ``self.retry()``/``autoretry_for``: the same run comes back,
+    so it goes back to ``sent``; it is not one of our retries."""
+    if sender is None or request is None or routine_name_of(sender) is None:
+        return
+    end_run()
+    now = clock()
+    wait = _retry_wait(getattr(reason, "when", None), now)
+    deadline = lost_deadline(now + wait, settings_for(sender.app).run_timeout)
+    try:
+        store_for(sender.app).runs.requeue(
+            request.id, celery_retries=int(request.retries or 0), deadline_at=deadline
+        )
+    except Exception:
+        logger.exception("could not put run %s back to sent for Celery's retry", request.id)
+
+
+def _retry_wait(when: Any, now: datetime) -> timedelta:
+    if isinstance(when, int | float):
+        return timedelta(seconds=max(0.0, float(when)))
+    if isinstance(when, datetime) and when.tzinfo is not None:
+        return max(timedelta(0), when - now)
+    return timedelta(0)
+
+
+def _on_revoked(
+    sender: Any = None,
+    request: Any = None,
+    terminated: bool = False,
+    expired: bool = False,
+    **_: Any,
+) -> None:
+    """A run revoked by someone (Flower, ``celery control revoke``) or expired
+    is closed as ``failed``, not left open to be declared lost and retried.
+    A run beat replaced was closed before beat revoked it: left as it is."""
+    if sender is None or request is None or routine_of_request(request) is None:
+        return
+    reason = "expired" if expired else "revoked"
+    error = "revoked and terminated" if terminated else f"{reason} before it ran"
+    try:
+        closed = store_for(sender.app).runs.settle(
+            request.id,
+            from_states=OPEN_STATES,
+            state=RunState.FAILED,
+            now=clock(),
+            reason=reason,
+            error=error,
+        )
+    except Exception:
+        logger.exception("could not record the revocation of run %s", request.id)
+        return
+    if closed:
+        logger.warning("run %s %s: closed as failed, not retried", request.id, error)
+
+
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    app = getattr(sender, "app", None)
+    if app is None:
+        return
+    try:
+        count = install_all(app)
+    except Exception:
+        logger.exception("could not install the run claim on the worker's tasks")
+        return
+    logger.debug("run claim installed on %d task class(es)", count)
+
+
+def _after_fork(**_: Any) -> None:
+    # Connections inherited from the parent must not be used in the child.
+    with _stores_lock:
+        for store in _stores.values():
+            store.engine.dispose(close=False)
+    install_in_pool_process()
+
+
+def install_in_pool_process() -> None:
+    """A pool process started fresh (spawn) re-created its task classes without
+    the hook and built their tracers already: install and rebuild those. After
+    a fork the classes are the parent's, hooked, and nothing is rebuilt."""
+    from celery import current_app
+    from celery.app.trace import build_tracer
+
+    try:
+        app = current_app._get_current_object()
+        for name, task in list(app.tasks.items()):
+            if install(task):
+                task.__trace__ = build_tracer(name, task, app.loader, app=app)
+    except Exception:
+        logger.exception("could not install the run claim in this pool process")
+
+
+def connect() -> None:
+    """Connect the worker signal handlers (idempotent)."""
+    global _connected
+    if _connected:
+        return
+    signals.worker_init.connect(_on_worker_init, weak=False)
+    signals.task_prerun.connect(_on_prerun, weak=False)
+    signals.task_success.connect(_on_success, weak=False)
+    signals.task_failure.connect(_on_failure, weak=False)
+    signals.task_retry.connect(_on_retry, weak=False)
+    signals.task_revoked.connect(_on_revoked, weak=False)
+    signals.worker_process_init.connect(_after_fork, weak=False)
+    _connected = True

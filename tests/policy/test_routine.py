@@ -1,0 +1,186 @@
+"""One routine model, two doors: every limit gives the same answer to a
+routine declared in code and to a row typed into the ``routines`` table.
+
+Each case is a limit and a value just past it, written once as a declaration
+option and once as the column value; the declaration's ``InvalidRoutine``
+message and the row's ``last_error`` after beat's first due tick must be the
+same text. (``enabled`` and the name's length have no SQL case on both
+databases: the column types refuse such values at the INSERT.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from celery_routines import Ceiling, InvalidRoutine, RoutinesError, Scheduler, register
+from celery_routines.policy.routine import (
+    CATCH_UP_CAP_LIMIT,
+    MAX_RETRIES_LIMIT,
+    SECONDS_LIMIT,
+    Routine,
+    define,
+    from_columns,
+)
+from celery_routines.policy.states import CatchUp, Overlap
+from tests.conftest import FakeClock
+from tests.harness import filesystem_app, insert_routine, published
+
+NAME = "limits"
+
+
+class Case:
+    """A limit: the declaration option and the column that hold the value."""
+
+    def __init__(self, id: str, option: str, code: Any, column: str, sql: Any) -> None:
+        self.id, self.option, self.code, self.column, self.sql = id, option, code, column, sql
+
+
+CASES = [
+    Case("catch_up_cap=0", "catch_up_cap", 0, "catch_up_cap", 0),
+    Case("catch_up_cap-negative", "catch_up_cap", -1, "catch_up_cap", -1),
+    Case("catch_up_cap-over", "catch_up_cap", CATCH_UP_CAP_LIMIT + 1, "catch_up_cap", 100_001),
+    Case("catch_up-unknown", "catch_up", "sometimes", "catch_up", "sometimes"),
+    Case("overlap-unknown", "overlap", "maybe", "overlap", "maybe"),
+    Case("max_lateness-zero", "max_lateness", 0.0, "max_lateness", 0.0),
+    Case("max_lateness-negative", "max_lateness", -5.0, "max_lateness", -5.0),
+    Case("max_lateness-over", "max_lateness", SECONDS_LIMIT + 1.0, "max_lateness", 31622401.0),
+    Case("max_retries-negative", "max_retries", -1, "max_retries", -1),
+    Case("max_retries-over", "max_retries", MAX_RETRIES_LIMIT + 1, "max_retries", 101),
+    Case("retry_base-zero", "retry_base_seconds", 0.0, "retry_base_seconds", 0.0),
+    Case("retry_base-negative", "retry_base_seconds", -60.0, "retry_base_seconds", -60.0),
+    Case(
+        "retry_base-over",
+        "retry_base_seconds",
+        SECONDS_LIMIT + 1.0,
+        "retry_base_seconds",
+        31622401.0,
+    ),
+    Case("timezone-unknown", "timezone", "Mars/Olympus", "timezone", "Mars/Olympus"),
+    Case("args-not-a-list", "args", {"a": 1}, "args", json.dumps({"a": 1})),
+    Case("args-a-string", "args", "text", "args", json.dumps("text")),
+    Case("kwargs-not-a-dict", "kwargs", [1, 2], "kwargs", json.dumps([1, 2])),
+    Case("options-not-a-dict", "options", 5, "options", "5"),
+    Case(
+        "ceiling-two-per-unit",
+        "ceiling",
+        [Ceiling(5), Ceiling(6, per="hour")],
+        "ceiling",
+        json.dumps([{"limit": 5}, {"limit": 6, "per": "hour"}]),
+    ),
+    Case("name-line-break", "name", "two\nlines", "name", "two\nlines"),
+    Case("name-blank", "name", "   ", "name", "   "),
+    Case("task-blank", "task", " ", "task", " "),
+]
+
+
+def declared_message(case: Case) -> str:
+    options = {"name": NAME, case.option: case.code}
+    task = options.pop("task", "tasks.noop")
+    with pytest.raises(InvalidRoutine) as raised:
+        register(task, "* * * * *", **options)
+    return str(raised.value)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_a_limit_gives_the_same_answer_in_code_and_in_sql(
+    case: Case, database_url: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    expected = declared_message(case)
+    folder = tmp_path / "broker"
+    scheduler = Scheduler(filesystem_app(folder, database_url), clock=clock)
+    try:
+        columns: dict[str, Any] = {"cron": "* * * * *", case.column: case.sql}
+        name = columns.pop("name", NAME)
+        insert_routine(scheduler.store, name, **columns)
+        scheduler.tick()
+        clock.advance(minutes=1)
+        scheduler.tick()
+        record = scheduler.store.routines.by_name(name)
+        assert record.last_error == expected
+        assert published(folder) == []
+    finally:
+        scheduler.close()
+
+
+def test_catch_up_cap_zero_is_refused_at_declaration_not_at_the_first_due_tick() -> None:
+    with pytest.raises(InvalidRoutine, match="catch_up_cap must be a whole number from 1 to"):
+        register("tasks.noop", "* * * * *", name=NAME, catch_up_cap=0)
+
+
+def test_a_bad_ceiling_is_refused_with_the_same_words_in_code_and_in_json() -> None:
+    with pytest.raises(RoutinesError) as in_code:
+        Ceiling(0)
+    with pytest.raises(InvalidRoutine) as in_json:
+        from_columns(_row(ceiling='{"limit": 0}'))
+    assert in_json.value.problem == str(in_code.value)
+
+
+# -- the model itself ------------------------------------------------------------------
+
+
+def _row(**columns: Any) -> Any:
+    """What ``from_columns`` reads: a row's attributes."""
+    defaults: dict[str, Any] = {
+        "name": NAME,
+        "task": "tasks.noop",
+        "cron": "* * * * *",
+        "interval_seconds": None,
+        "timezone": None,
+        "enabled": True,
+        "args": "[]",
+        "kwargs": "{}",
+        "options": "{}",
+        "catch_up": "catch_up",
+        "catch_up_cap": 25,
+        "max_lateness": None,
+        "overlap": "skip",
+        "max_retries": 4,
+        "retry_base_seconds": 60.0,
+        "ceiling": None,
+    }
+
+    class Row:
+        pass
+
+    row = Row()
+    for key, value in {**defaults, **columns}.items():
+        setattr(row, key, value)
+    return row
+
+
+def test_both_doors_build_equal_frozen_routines() -> None:
+    code = define(
+        "tasks.noop",
+        "* * * * *",
+        name=NAME,
+        args=[1],
+        kwargs={"a": 2},
+        overlap="queue",
+        catch_up="latest",
+        ceiling=Ceiling(3),
+    )
+    row = from_columns(_row(**code.columns()))
+    assert row == code
+    assert row.overlap is Overlap.QUEUE and row.catch_up is CatchUp.LATEST
+    with pytest.raises(AttributeError):
+        row.catch_up_cap = 1  # type: ignore[misc]
+
+
+def test_the_columns_store_todays_strings() -> None:
+    columns = define("tasks.noop", 60, name=NAME, overlap="replace").columns()
+    assert type(columns["overlap"]) is str and columns["overlap"] == "replace"
+    assert type(columns["catch_up"]) is str and columns["catch_up"] == "catch_up"
+
+
+def test_a_json_column_that_is_not_json_names_the_column_and_the_text() -> None:
+    with pytest.raises(InvalidRoutine, match=r"args is not valid JSON .*'\[oops'"):
+        from_columns(_row(args="[oops"))
+
+
+def test_a_routine_can_be_built_directly_and_is_checked_the_same_way() -> None:
+    with pytest.raises(InvalidRoutine, match="catch_up_cap must be a whole number"):
+        Routine(NAME, "tasks.noop", "* * * * *", None, None, catch_up_cap=0)

@@ -1,0 +1,108 @@
+"""The publisher against a real Redis broker: batched sends, a broker that is
+down, and one bad message among good ones."""
+
+from __future__ import annotations
+
+import json
+import socket
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_routines.sending.publish import (
+    MESSAGES_PER_BATCH,
+    CeleryPublisher,
+    NotSent,
+    OutgoingRun,
+)
+
+WINDOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+
+
+def run(i: int, **kwargs: Any) -> OutgoingRun:
+    return OutgoingRun(
+        run_id=f"run-{i}",
+        routine_name=f"r{i}",
+        task="tasks.noop",
+        args=[i],
+        kwargs=kwargs,
+        options={},
+        window=WINDOW,
+        idempotency_key=f"r{i}@2026-11-30T03:00:00+00:00",
+        attempt=1,
+    )
+
+
+def app_for(broker_url: str) -> Celery:
+    app = Celery("publish_test", set_as_current=False)
+    app.conf.update(broker_url=broker_url, broker_connection_retry_on_startup=False)
+    return app
+
+
+def queued(url: str) -> list[dict[str, Any]]:
+    client = redis.Redis.from_url(url)
+    try:
+        # LPUSH puts the newest first; the worker takes from the other end.
+        return [json.loads(raw) for raw in reversed(client.lrange("celery", 0, -1))]
+    finally:
+        client.close()
+
+
+def test_many_runs_go_out_in_order_one_pipeline_per_batch(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    executed: list[int] = []
+    real_execute = redis.client.Pipeline.execute
+
+    def counting_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        executed.append(sum(1 for args, _ in self.command_stack if args[0] == "LPUSH"))
+        return real_execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counting_execute)
+    publisher = CeleryPublisher(app_for(redis_url))
+    runs = [run(i) for i in range(2 * MESSAGES_PER_BATCH + 7)]
+    try:
+        errors = publisher.publish_many(runs)
+    finally:
+        publisher.close()
+
+    assert errors == [None] * len(runs)
+    messages = queued(redis_url)
+    assert [m["headers"]["id"] for m in messages] == [r.run_id for r in runs]
+    assert {m["headers"]["routine_attempt"] for m in messages} == {1}
+    # Three pipelines carry every LPUSH: a round trip per batch, not per message.
+    assert [n for n in executed if n] == [MESSAGES_PER_BATCH, MESSAGES_PER_BATCH, 7]
+
+
+def test_a_message_that_cannot_be_encoded_fails_alone(redis_url: str) -> None:
+    publisher = CeleryPublisher(app_for(redis_url))
+    runs = [run(0), run(1, when=object()), run(2)]
+    try:
+        errors = publisher.publish_many(runs)
+    finally:
+        publisher.close()
+
+    assert errors[0] is None and errors[2] is None
+    assert errors[1] is not None and not isinstance(errors[1], NotSent)
+    assert [m["headers"]["id"] for m in queued(redis_url)] == ["run-0", "run-2"]
+
+
+def test_a_broker_that_is_down_fails_the_first_send_and_skips_the_rest() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    publisher = CeleryPublisher(app_for(f"redis://127.0.0.1:{port}/0"))
+    try:
+        errors = publisher.publish_many([run(i) for i in range(4)])
+    finally:
+        publisher.close()
+
+    first, *rest = errors
+    assert first is not None and not isinstance(first, NotSent)
+    assert "refused" in str(first).lower() or "connect" in str(first).lower()
+    # Only one send waited out the retry policy; the others were not tried.
+    assert all(isinstance(error, NotSent) for error in rest)
+    assert all(str(error).startswith("not sent: ") for error in rest)
