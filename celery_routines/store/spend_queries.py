@@ -45,6 +45,7 @@ from ..policy.ceilings import Ceiling, period_bounds
 from ..policy.cost import usage
 from ..policy.states import Reason
 from .connections import connections_for
+from .dialects import is_mysql
 from .models import Routine, RoutineRun
 
 runs = RoutineRun.__table__
@@ -176,14 +177,15 @@ class SpendQueries:
         """
         if not routine_ids:
             return set()
-        stmt = (
-            update(routines)
-            .where(
-                routines.c.id.in_(list(routine_ids)),
-                routines.c.suspended_until <= now,
-            )
-            .values(suspended_until=None, suspended_reason=None, updated_at=now)
-            .returning(routines.c.id)
-        )
+        ended = (routines.c.id.in_(list(routine_ids)), routines.c.suspended_until <= now)
+        lift = update(routines).values(suspended_until=None, suspended_reason=None, updated_at=now)
+        if is_mysql(self.engine):
+            # No RETURNING: lock the rows whose suspension ended, lift those.
+            with self.db.write() as conn:
+                found = select(routines.c.id).where(*ended).with_for_update()
+                ids = {row.id for row in conn.execute(found)}
+                if ids:
+                    conn.execute(lift.where(routines.c.id.in_(ids)))
+                return ids
         with self.db.write() as conn:
-            return {row.id for row in conn.execute(stmt)}
+            return {row.id for row in conn.execute(lift.where(*ended).returning(routines.c.id))}
