@@ -9,7 +9,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY . /app
-RUN pip install --no-cache-dir '.[postgres,redis,metrics]' flower \
+RUN pip install --no-cache-dir '.[postgres,mysql,redis,metrics]' flower \
     && useradd --create-home --uid 10001 routines
 
 ENV PYTHONPATH=/app/examples

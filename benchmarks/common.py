@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 PG_ADMIN_URL = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+MYSQL_ADMIN_URL = os.environ.get("BENCH_MYSQL", "mysql+pymysql://root@127.0.0.1:3306/mysql")
 REDIS_HOST = os.environ.get("BENCH_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("BENCH_REDIS_PORT", "6379"))
 # Keeps our Redis database non-empty while we own it, so the test suite's
@@ -45,21 +46,32 @@ def pg_admin() -> Any:
     return sqlalchemy.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
 
 
-def create_database(label: str) -> tuple[str, str]:
-    """A new empty database; returns (name, SQLAlchemy URL)."""
-    name = f"routines_bench_{label}_{uuid.uuid4().hex[:8]}".lower()
-    admin = pg_admin()
+def create_database(label: str, mysql: bool = False) -> tuple[str, str]:
+    """A new empty database (PostgreSQL, or MariaDB/MySQL); returns (name, SQLAlchemy URL)."""
+    name = f"routines_bench_{label}_{uuid.uuid4().hex[:8]}".lower().replace("-", "_")
+    admin = mysql_admin() if mysql else pg_admin()
+    quoted = f"`{name}`" if mysql else f'"{name}"'
     with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        conn.exec_driver_sql(f"CREATE DATABASE {quoted}")
     admin.dispose()
-    return name, PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    base = MYSQL_ADMIN_URL if mysql else PG_ADMIN_URL
+    return name, base.rsplit("/", 1)[0] + "/" + name
 
 
-def drop_database(name: str) -> None:
-    admin = pg_admin()
+def drop_database(name: str, mysql: bool = False) -> None:
+    admin = mysql_admin() if mysql else pg_admin()
     with admin.connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if mysql:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+        else:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     admin.dispose()
+
+
+def mysql_admin() -> Any:
+    import sqlalchemy
+
+    return sqlalchemy.create_engine(MYSQL_ADMIN_URL, isolation_level="AUTOCOMMIT")
 
 
 # -- Redis -----------------------------------------------------------------------

@@ -132,7 +132,7 @@ def steady(peer: Peer, args: argparse.Namespace) -> dict[str, Any]:
     }
     if profile is not None:
         result["profile"] = profile
-    if args.explain and peer.name == "routines":
+    if args.explain and peer.name in ("routines", "routines-mariadb"):
         from .explain import explain_tick
 
         peer.advance(scheduler, 1.0)

@@ -47,6 +47,8 @@ class Peer:
     name = ""
     label = ""
     needs_postgres = False
+    # A throwaway MariaDB/MySQL database instead (its URL also arrives as pg_url).
+    needs_mysql = False
     injected_clock = False
 
     def __init__(self, size: int, scenario: str, db: int, pg_url: str | None) -> None:
@@ -395,8 +397,67 @@ class Routines(Peer):
             )
 
 
+class RoutinesMariaDB(Routines):
+    """celery-routines on MariaDB/MySQL: the same scheduler and scenarios,
+    another store (``BENCH_MYSQL`` for the server)."""
+
+    name = "routines-mariadb"
+    label = "celery-routines (MariaDB)"
+    needs_postgres = False
+    needs_mysql = True
+
+    def load(self) -> None:
+        from sqlalchemy import text
+
+        from celery_routines.store import Store
+
+        self.t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+        store = Store.from_url(self.pg_url)
+        store.migrate()
+        hot, due = self.counts()
+        params = {
+            "n": self.size,
+            "now": naive_utc(self.t0),
+            "far": naive_utc(self.t0 + timedelta(days=1)),
+            "t0": naive_utc(self.t0),
+            "hot": hot,
+            "due": due,
+            "day": DAY,
+            "task": TASK,
+        }
+        # g = 1..n from a cross join of seven digit tables (no generate_series;
+        # works on MySQL 8 and MariaDB alike), one INSERT ... SELECT.
+        digits = (
+            "(SELECT 0 d UNION ALL " + " UNION ALL ".join(f"SELECT {i}" for i in range(1, 10)) + ")"
+        )
+        numbers = (
+            "SELECT 1 + "
+            + " + ".join(f"d{k}.d * {10**k}" for k in range(7))
+            + " AS g FROM "
+            + ", ".join(f"{digits} d{k}" for k in range(7))
+        )
+        with store.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO routines (name, task, interval_seconds, next_run_at,"
+                    " created_at, updated_at) "
+                    "SELECT CONCAT('bench-', g - 1), :task,"
+                    " CASE WHEN g <= :hot THEN 1 ELSE :day END,"
+                    " CASE WHEN g <= :hot THEN CAST(:t0 AS DATETIME(6)) + INTERVAL 1 SECOND"
+                    "      WHEN g <= :due THEN CAST(:t0 AS DATETIME(6))"
+                    "      ELSE CAST(:far AS DATETIME(6)) + INTERVAL (g % :day) SECOND END,"
+                    f" :now, :now FROM ({numbers}) AS numbers WHERE g <= :n"
+                ),
+                params,
+            )
+            conn.execute(text("ANALYZE TABLE routines"))
+        store.dispose()
+        self.restore(self.t0.isoformat())
+        declare_queue(self.app)
+
+
 PEERS: dict[str, type[Peer]] = {
-    cls.name: cls for cls in (Routines, CeleryDefault, RedBeat, DjangoBeat)
+    cls.name: cls for cls in (Routines, RoutinesMariaDB, CeleryDefault, RedBeat, DjangoBeat)
 }
 
 

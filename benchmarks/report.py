@@ -11,6 +11,7 @@ from .peers import PEERS
 FINDINGS = Path(__file__).with_name("findings.md")
 SHORT = {
     "routines": "celery-routines",
+    "routines-mariadb": "celery-routines (MariaDB)",
     "celery": "Celery beat",
     "redbeat": "RedBeat",
     "django": "django-celery-beat",
@@ -324,15 +325,27 @@ def _lateness(results: dict[str, Any]) -> str:
 
 
 def _explain(results: dict[str, Any]) -> str:
+    return "\n".join(
+        _explain_peer(results, peer, title)
+        for peer, title in (("routines", "PostgreSQL"), ("routines-mariadb", "MariaDB"))
+    )
+
+
+def _explain_peer(results: dict[str, Any], peer: str, title: str) -> str:
     sizes = results["sizes"]
-    cell = results["steady"].get("routines", {}).get(str(max(sizes)), {})
+    cell = results["steady"].get(peer, {}).get(str(max(sizes)), {})
     explain = cell.get("explain")
     if not explain:
         return ""
+    how = (
+        "`EXPLAIN (ANALYZE, BUFFERS)` in a rolled-back transaction"
+        if peer == "routines"
+        else "`EXPLAIN` (one line per table: access type, index, estimated rows)"
+    )
     lines = [
-        f"\n## Our due-query at {max(sizes):,} stored\n",
+        f"\n## Our due-query at {max(sizes):,} stored ({title})\n",
         "`store.routines.due_select` as the claim runs it (`FOR UPDATE SKIP LOCKED`), "
-        "`EXPLAIN (ANALYZE, BUFFERS)` in a rolled-back transaction, "
+        f"{how}, "
         "while the 10 hot routines are due:\n",
         "```sql",
         explain["due_select"]["sql"],

@@ -36,7 +36,7 @@ from .common import (
 from .peers import PEERS
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ["routines", "celery", "redbeat", "django"]
+ORDER = ["routines", "routines-mariadb", "celery", "redbeat", "django"]
 
 
 class Child:
@@ -100,8 +100,9 @@ def measure(
 ) -> dict[str, Any]:
     database = None
     argv = [peer, scenario, "--size", str(size), "--redis-db", str(db), *extra]
-    if PEERS[peer].needs_postgres:
-        database, url = create_database(f"{peer}_{size}")
+    mysql = PEERS[peer].needs_mysql
+    if PEERS[peer].needs_postgres or mysql:
+        database, url = create_database(f"{peer}_{size}", mysql=mysql)
         argv += ["--pg-url", url]
     clear_redis_db(db)
     try:
@@ -111,7 +112,7 @@ def measure(
     finally:
         clear_redis_db(db)
         if database:
-            drop_database(database)
+            drop_database(database, mysql=mysql)
 
 
 def burst_many(size: int, beats: int, db: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
             for peer in peers:
                 log(f"== {peer} at {size:,}: steady")
                 extra = ["--ticks", str(args.ticks)]
-                if peer == "routines" and size == largest:
+                if peer in ("routines", "routines-mariadb") and size == largest:
                     extra.append("--explain")
                 results["steady"].setdefault(peer, {})[str(size)] = measure(
                     peer, "steady", size, db, args, extra

@@ -8,6 +8,7 @@ import pytest
 
 from celery_routines.store import Store
 from tests import services
+from tests.work import ScheduleWork, count_schedule_work
 
 pytest_plugins = ("celery.contrib.pytest",)
 
@@ -46,16 +47,35 @@ def postgres_url(postgres_databases: services.PostgresDatabases) -> str:
     return postgres_databases.create()
 
 
+@pytest.fixture(scope="session")
+def mysql_databases() -> Iterator[services.MySQLDatabases]:
+    try:
+        databases = services.MySQLDatabases()
+    except Exception as exc:
+        services.unavailable("MariaDB/MySQL", exc)
+    yield databases
+    databases.drop_all()
+
+
+@pytest.fixture
+def mariadb_url(mysql_databases: services.MySQLDatabases) -> Iterator[str]:
+    url = mysql_databases.create()
+    yield url
+    mysql_databases.drop(url)
+
+
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'routines.db'}"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
 def database_url(request: pytest.FixtureRequest) -> str:
-    """Every store test runs against both supported databases."""
+    """Every store test runs against every supported database."""
     if request.param == "sqlite":
         return request.getfixturevalue("sqlite_url")
+    if request.param == "mariadb":
+        return request.getfixturevalue("mariadb_url")
     return request.getfixturevalue("postgres_url")
 
 
@@ -121,3 +141,9 @@ def _forget_shared_tasks() -> Iterator[None]:
     saved = set(_state._on_app_finalizers)
     yield
     _state._on_app_finalizers.intersection_update(saved)
+
+
+@pytest.fixture
+def schedule_work(monkeypatch: pytest.MonkeyPatch) -> ScheduleWork:
+    """What schedules did during the test: days listed, croniter steps."""
+    return count_schedule_work(monkeypatch)

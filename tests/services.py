@@ -1,4 +1,4 @@
-"""Throwaway PostgreSQL databases and Redis key spaces for the test run.
+"""Throwaway PostgreSQL and MariaDB/MySQL databases and Redis key spaces for the test run.
 
 Locally a missing server skips its tests with the reason; with
 ROUTINES_REQUIRE_SERVICES=1 (set by .ci/run) it fails them instead, so CI can
@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 PG_ADMIN_URL = os.environ.get("ROUTINES_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+MYSQL_ADMIN_URL = os.environ.get("ROUTINES_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306/mysql")
 REDIS_HOST = os.environ.get("ROUTINES_TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("ROUTINES_TEST_REDIS_PORT", "6379"))
 RABBITMQ_URL = os.environ.get("ROUTINES_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672//")
@@ -60,6 +61,43 @@ class PostgresDatabases:
         with self.admin.connect() as conn:
             for name in self.created:
                 conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.admin.dispose()
+
+
+class MySQLDatabases:
+    """MariaDB/MySQL: creates databases named routines_test_<random> and
+    drops them after."""
+
+    def __init__(self) -> None:
+        import sqlalchemy
+
+        self.admin = sqlalchemy.create_engine(MYSQL_ADMIN_URL, isolation_level="AUTOCOMMIT")
+        with self.admin.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+        self.created: list[str] = []
+
+    def create(self) -> str:
+        name = f"routines_test_{uuid.uuid4().hex[:12]}"
+        with self.admin.connect() as conn:
+            conn.exec_driver_sql(
+                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci"
+            )
+        self.created.append(name)
+        return MYSQL_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+    def drop(self, url: str) -> None:
+        """Drop one database now: a test's leftovers would otherwise
+        accumulate on disk for the whole run."""
+        name = url.rsplit("/", 1)[1]
+        with self.admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+        if name in self.created:
+            self.created.remove(name)
+
+    def drop_all(self) -> None:
+        with self.admin.connect() as conn:
+            for name in self.created:
+                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
         self.admin.dispose()
 
 

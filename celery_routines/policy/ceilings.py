@@ -82,6 +82,7 @@ from zoneinfo import ZoneInfo
 
 from celery_routines.errors import ScheduleError
 from celery_routines.policy.catch_up import FirePlan, SkippedWindows
+from celery_routines.policy.cost import FIRES
 from celery_routines.policy.periods import PERIODS, period_bounds, zone_of
 from celery_routines.policy.states import Reason
 from celery_routines.schedules.base import Schedule, count_windows, last_windows
@@ -104,8 +105,6 @@ __all__ = [
 ]
 
 UNIT_MAX_LENGTH = 32
-FIRES = "fires"
-"""The unit every run costs one of, whether or not the task reports spend."""
 CEILING_REASON = Reason.CEILING
 """The ``reason`` of the skipped row summarising a suspension's windows."""
 

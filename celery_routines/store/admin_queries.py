@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Select, and_, func, select, update
+from sqlalchemy import Engine, Select, and_, case, func, select, update
 
 from .connections import connections_for
+from .dialects import is_mysql
 from .models import Routine, RoutineRun
 from .records import RUN_RECORD_FIELDS, RunRecord
 
@@ -80,6 +81,22 @@ class AdminQueries:
             query = query.where(runs.c.state.in_(wanted))
         if since is not None:
             query = query.where(runs.c.created_at >= since)
+        if routine_id is None and is_mysql(self.engine):
+            # MariaDB's optimizer prefers starting from the few routines and
+            # sorting every run they join, or a full scan and a sort, to
+            # walking an index for a LIMIT (measured on 2,000 runs, limit 50).
+            # STRAIGHT_JOIN starts from the runs, the hint walks the listing's
+            # index in order, and each run looks its routine up.
+            index = (
+                "ix_routine_runs_skipped_created"
+                if wanted == ["skipped"]
+                else "ix_routine_runs_created"
+            )
+            query = (
+                query.prefix_with("STRAIGHT_JOIN")
+                .select_from(runs)
+                .with_hint(runs, f"FORCE INDEX FOR ORDER BY ({index})", "*")
+            )
         return query.order_by(
             runs.c.created_at.desc(), runs.c.scheduled_for.desc(), runs.c.attempt.desc()
         ).limit(limit)
@@ -177,11 +194,11 @@ class AdminQueries:
     def routine_counts(self, now: datetime) -> tuple[int, int]:
         """How many routines are suspended, and how many are due, at ``now``
         (the metrics gauges): one scan of ``routines``."""
+        # COUNT(CASE ...), not COUNT(*) FILTER (...): MySQL has no FILTER.
+        due = and_(routines.c.enabled, ~routines.c.paused, routines.c.next_run_at <= now)
         query = select(
-            func.count().filter(routines.c.suspended_until > now),
-            func.count().filter(
-                and_(routines.c.enabled, ~routines.c.paused, routines.c.next_run_at <= now)
-            ),
+            func.count(case((routines.c.suspended_until > now, 1))),
+            func.count(case((due, 1))),
         )
         with self.db.read() as conn:
             suspended, due = conn.execute(query).one()

@@ -1,7 +1,7 @@
 """Where the store's queries get their connection.
 
 Outside a session every query checks a connection out of the pool on its own
-(single statements run in autocommit on PostgreSQL). Inside
+(single statements run in autocommit on PostgreSQL and MySQL). Inside
 :meth:`Connections.session` the thread keeps one connection, and inside
 :meth:`Connections.transaction` every query of the thread runs in that one
 transaction: a beat tick is two transactions on one connection, so it pays one
@@ -21,6 +21,7 @@ from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine
 
+from .dialects import is_mysql
 from .engine import fast_engine
 
 _shared: weakref.WeakKeyDictionary[Engine, Connections] = weakref.WeakKeyDictionary()
@@ -42,11 +43,11 @@ class Connections:
         # Single statements outside a transaction: autocommit on PostgreSQL,
         # no BEGIN/COMMIT round trips around a statement that is atomic anyway.
         self._fast = fast_engine(engine)
-        # On PostgreSQL the held connection is in autocommit too, and a
-        # transaction is an explicit BEGIN ... COMMIT on it: a tick's probes
-        # then cost one round trip each. SQLite takes its write lock at BEGIN
-        # (see engine.py) and keeps SQLAlchemy's own transactions.
-        self._explicit = engine.dialect.name == "postgresql"
+        # On PostgreSQL and MySQL the held connection is in autocommit too,
+        # and a transaction is an explicit BEGIN ... COMMIT on it: a tick's
+        # probes then cost one round trip each. SQLite takes its write lock at
+        # BEGIN (see engine.py) and keeps SQLAlchemy's own transactions.
+        self._explicit = engine.dialect.name == "postgresql" or is_mysql(engine)
         self._local = threading.local()
 
     def _held(self) -> Connection | None:

@@ -1,4 +1,5 @@
-"""Engines for the store: SQLite tuned for several processes, PostgreSQL as is."""
+"""Engines for the store: SQLite tuned for several processes, PostgreSQL as
+is, MySQL/MariaDB in UTC, strict, at READ COMMITTED."""
 
 from __future__ import annotations
 
@@ -12,8 +13,14 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
 from ..errors import ConfigurationError
+from .dialects import MYSQL_FAMILY, is_mysql
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+# The driver of a MySQL/MariaDB URL that names none (``mysql://``): the one
+# the ``mysql`` extra installs. SQLAlchemy's own default, mysqlclient, needs a
+# C compiler and the client headers to install (see the README's store table).
+MYSQL_DEFAULT_DRIVER = "pymysql"
+SUPPORTED_BACKENDS = ("sqlite", "postgresql", *sorted(MYSQL_FAMILY))
 
 
 def make_engine(url: str) -> Engine:
@@ -26,11 +33,13 @@ def make_engine(url: str) -> Engine:
             f"routines_database_url {url!r} is not a SQLAlchemy URL: {exc}"
         ) from None
     backend = parsed.get_backend_name()
-    if backend not in ("sqlite", "postgresql"):
+    if backend not in SUPPORTED_BACKENDS:
         raise ConfigurationError(
             f"routines_database_url {url!r}: backend {backend!r} is not supported; "
-            "use sqlite:/// or postgresql://"
+            "use sqlite:///, postgresql:// or mysql+pymysql://"
         )
+    if backend in MYSQL_FAMILY:
+        return _mysql_engine(parsed)
     try:
         if backend == "sqlite":
             engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
@@ -73,6 +82,51 @@ def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def _mysql_engine(parsed: Any) -> Engine:
+    if "+" not in parsed.drivername:
+        parsed = parsed.set(drivername=f"{parsed.drivername}+{MYSQL_DEFAULT_DRIVER}")
+    if "charset" not in parsed.query:
+        # Names and keys are utf8mb4 in the tables; a connection in the
+        # three-byte "utf8" would refuse or mangle anything past the BMP.
+        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    try:
+        engine = create_engine(
+            parsed,
+            # Each statement sees what is committed when it starts, as on
+            # PostgreSQL; REPEATABLE READ would also take gap locks on the
+            # claim's range scan and make concurrent beats wait on each other.
+            isolation_level="READ COMMITTED",
+            pool_pre_ping=True,
+            pool_size=5,
+            max_overflow=5,
+            # Under the server's wait_timeout (8 h by default), which closes
+            # idle connections from its side.
+            pool_recycle=3600,
+        )
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError(
+            f"routines_database_url {parsed.render_as_string(hide_password=True)!r} needs the "
+            f"driver module {exc.name!r}, which is not installed: install the mysql extra "
+            "(PyMySQL: pip install 'celery-routines[mysql]') and write mysql:// or "
+            "mysql+pymysql://"
+        ) from None
+    event.listen(engine, "connect", _configure_mysql)
+    return engine
+
+
+def _configure_mysql(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    # The tables hold naive UTC (DATETIME(6)); a session in UTC makes the
+    # server's own NOW() and any conversion agree with them.
+    cursor.execute("SET time_zone = '+00:00'")
+    # Strict: a name or key too long for its column is an error, never a
+    # silently truncated value that could make two windows collide.
+    cursor.execute(
+        "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')"
+    )
+    cursor.close()
+
+
 def _configure_sqlite(dbapi_connection: Any, _record: Any) -> None:
     # Let SQLAlchemy issue BEGIN itself (see _begin_immediate), per its docs.
     dbapi_connection.isolation_level = None
@@ -90,24 +144,31 @@ def _begin_immediate(connection: Any) -> None:
 
 
 def fast_engine(engine: Engine) -> Engine:
-    """``engine`` for single statements: autocommit on PostgreSQL (sharing the
-    pool), unchanged on SQLite, whose writers must take the lock at BEGIN."""
-    if engine.dialect.name == "postgresql":
+    """``engine`` for single statements: autocommit on PostgreSQL and MySQL
+    (sharing the pool), unchanged on SQLite, whose writers must take the lock
+    at BEGIN."""
+    if engine.dialect.name == "postgresql" or is_mysql(engine):
         return engine.execution_options(isolation_level="AUTOCOMMIT")
     return engine
 
 
 # -- what a failed connection means, in one line ------------------------------
 
-_MISSING_DATABASE = re.compile(r'database "(?P<name>[^"]+)" does not exist')
+_MISSING_DATABASE = re.compile(
+    r'database "(?P<name>[^"]+)" does not exist'  # PostgreSQL
+    r"|Unknown database '(?P<mysql_name>[^']+)'"  # MySQL/MariaDB 1049
+)
 _MISSING_ROLE = re.compile(r'role "(?P<name>[^"]+)" does not exist')
-# How PostgreSQL and SQLite say that a table or a column is missing: a schema
-# that was never migrated, or migrated by an older version.
+# How PostgreSQL, SQLite and MySQL/MariaDB (1146, 1054) say that a table or a
+# column is missing: a schema that was never migrated, or migrated by an older
+# version.
 _SCHEMA_SIGNS = (
     "no such table",
     "no such column",
     re.compile(r'relation "[^"]+" does not exist'),
     re.compile(r"column \S+ does not exist"),
+    re.compile(r"Table '[^']+' doesn't exist"),
+    "unknown column",
 )
 _UNREACHABLE_SIGNS = (
     "connection refused",
@@ -120,6 +181,10 @@ _UNREACHABLE_SIGNS = (
     "network is unreachable",
     "no such file or directory",  # a Unix socket path with no server behind it
     "server closed the connection",
+    "can't connect to mysql server",  # MySQL/MariaDB 2002, 2003
+    "can't connect to local server",
+    "lost connection to server",
+    "server has gone away",
 )
 
 
@@ -135,6 +200,12 @@ def explain_database_error(exc: BaseException, url: str | None) -> str:
     where = _where(parsed)
     shown = parsed.render_as_string(hide_password=True) if parsed is not None else "?"
     missing = _MISSING_DATABASE.search(text)
+    if missing and missing["mysql_name"]:
+        name = missing["mysql_name"]
+        return (
+            f"the database {name!r} does not exist on {where}: create it (for example "
+            f"`CREATE DATABASE {name} CHARACTER SET utf8mb4`) [routines_database_url {shown}]"
+        )
     if missing:
         name = missing["name"]
         return (
@@ -155,7 +226,11 @@ def explain_database_error(exc: BaseException, url: str | None) -> str:
             f"the server at {where} has no user {role['name']!r}: create it (for example "
             f"`createuser {role['name']}`) or fix routines_database_url {shown}"
         )
-    if "password authentication failed" in lowered or "no password supplied" in lowered:
+    if (
+        "password authentication failed" in lowered
+        or "no password supplied" in lowered
+        or "access denied for user" in lowered  # MySQL/MariaDB 1045
+    ):
         return f"the server at {where} refused the login: check the user and password in {shown}"
     if any(
         sign.search(text) if isinstance(sign, re.Pattern) else sign in lowered
@@ -188,7 +263,8 @@ def _where(parsed: URL | None) -> str:
         return "the configured server"
     if parsed.get_backend_name() == "sqlite":
         return repr(parsed.database or ":memory:")
-    port = parsed.port or (5432 if parsed.get_backend_name() == "postgresql" else None)
+    default_ports = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306}
+    port = parsed.port or default_ports.get(parsed.get_backend_name())
     host = parsed.host or "localhost (Unix socket)"
     return f"{host}:{port}" if port else host
 

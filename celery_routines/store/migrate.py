@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
+from .dialects import is_mysql
 from .migrations.env_settings import VERSION_TABLE
 
 logger = logging.getLogger("celery_routines.store")
@@ -25,6 +26,10 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 HEAD_REVISION = "0003_run_listing_indexes"
 # Any constant works; it only has to be the same for every beat.
 PG_MIGRATION_LOCK = 0x726F7574
+# MySQL/MariaDB: a named lock of the server, held by the migrating connection.
+MYSQL_MIGRATION_LOCK = "celery_routines.migrate"
+# A beat waiting on another's migration gives up after this long, with an error.
+MYSQL_LOCK_WAIT_SECONDS = 300
 
 
 def _alembic_config() -> Any:
@@ -67,6 +72,9 @@ def upgrade(engine: Engine) -> None:
         config = _alembic_config()
         # env.py calls this once per revision applied: our one line each.
         config.attributes["on_version_apply"] = _log_applied
+        if is_mysql(engine):
+            _upgrade_mysql(engine, config)
+            return
         with engine.begin() as connection:
             if connection.dialect.name == "postgresql":
                 # Serialise concurrent start-ups; released at commit.
@@ -99,3 +107,31 @@ def _log_applied(*, step: Any, **_: Any) -> None:
         step.up_revision_id,
         f" ({doc.rstrip('.')})" if doc else "",
     )
+
+
+def _upgrade_mysql(engine: Engine, config: Any) -> None:
+    """MySQL commits at every DDL statement, so a lock tied to a transaction
+    would end at the first CREATE TABLE: ``GET_LOCK`` belongs to the
+    connection and lasts until ``RELEASE_LOCK``. It is taken outside any
+    transaction, so Alembic reads the version table only after the beat that
+    migrated first has finished: it then finds the head and does nothing."""
+    from alembic import command
+
+    with engine.connect() as connection:
+        got = connection.execute(
+            text("SELECT GET_LOCK(:name, :wait)"),
+            {"name": MYSQL_MIGRATION_LOCK, "wait": MYSQL_LOCK_WAIT_SECONDS},
+        ).scalar()
+        connection.commit()
+        if got != 1:
+            raise TimeoutError(
+                f"waited {MYSQL_LOCK_WAIT_SECONDS} s for the migration lock "
+                f"{MYSQL_MIGRATION_LOCK!r} held by another process; is a migration stuck?"
+            )
+        try:
+            with connection.begin():
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+        finally:
+            connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": MYSQL_MIGRATION_LOCK})
+            connection.commit()

@@ -9,7 +9,6 @@ from datetime import datetime
 
 from sqlalchemy import (
     Boolean,
-    Float,
     ForeignKey,
     Index,
     Integer,
@@ -21,7 +20,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from ..policy.routine import NAME_MAX_LENGTH
-from .types import UTCDateTime
+from .dialects import TABLE_OPTIONS
+from .types import Seconds, UTCDateTime
 
 KEY_MAX_LENGTH = 500
 
@@ -37,7 +37,7 @@ class Routine(Base):
     name: Mapped[str] = mapped_column(String(NAME_MAX_LENGTH), unique=True)
     task: Mapped[str] = mapped_column(String(255))
     cron: Mapped[str | None] = mapped_column(String(255))
-    interval_seconds: Mapped[float | None] = mapped_column(Float)
+    interval_seconds: Mapped[float | None] = mapped_column(Seconds)
     # NULL means the configured routines_timezone (rows inserted by plain SQL).
     timezone: Mapped[str | None] = mapped_column(String(64))
     enabled: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
@@ -46,10 +46,10 @@ class Routine(Base):
     options: Mapped[str] = mapped_column(Text, server_default=text("'{}'"))
     catch_up: Mapped[str] = mapped_column(String(16), server_default=text("'catch_up'"))
     catch_up_cap: Mapped[int] = mapped_column(Integer, server_default=text("25"))
-    max_lateness: Mapped[float | None] = mapped_column(Float)
+    max_lateness: Mapped[float | None] = mapped_column(Seconds)
     overlap: Mapped[str] = mapped_column(String(16), server_default=text("'skip'"))
     max_retries: Mapped[int] = mapped_column(Integer, server_default=text("4"))
-    retry_base_seconds: Mapped[float] = mapped_column(Float, server_default=text("60"))
+    retry_base_seconds: Mapped[float] = mapped_column(Seconds, server_default=text("60"))
     # JSON list of {"limit", "per", "unit"}; NULL when the routine has no ceiling.
     ceiling: Mapped[str | None] = mapped_column(Text)
     next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -81,6 +81,7 @@ class Routine(Base):
             postgresql_where=text("next_run_at IS NULL"),
             sqlite_where=text("next_run_at IS NULL"),
         ),
+        TABLE_OPTIONS,
     )
 
 
@@ -151,4 +152,5 @@ class RoutineRun(Base):
             postgresql_where=text("state = 'skipped'"),
             sqlite_where=text("state = 'skipped'"),
         ),
+        TABLE_OPTIONS,
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,7 +21,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
+import celery_routines.store.mysql as mysql_json
+
 from .connections import connections_for
+from .dialects import is_mysql
 from .models import Routine
 from .records import ROUTINE_RECORD_FIELDS, RoutineRecord
 
@@ -73,7 +76,19 @@ class RoutineQueries:
         self.engine = engine
         self.db = connections_for(engine)
         self._postgres = engine.dialect.name == "postgresql"
+        self._mysql = is_mysql(engine)
         self._claim = self._claim_statement()
+        # MySQL has no UPDATE ... RETURNING (MariaDB neither) and refuses a
+        # LIMIT inside IN (...): it claims in two statements in a transaction,
+        # a locking select that skips other beats' locked rows, then an
+        # UPDATE of exactly the rows it locked.
+        self._claim_lock = (
+            self.due_select(
+                bindparam("now"), bindparam("limit"), bindparam("holder"), bindparam("arb")
+            )
+            .with_only_columns(*RECORD_COLUMNS)
+            .with_for_update(skip_locked=True)
+        )
 
     # -- definitions ---------------------------------------------------------
 
@@ -130,6 +145,13 @@ class RoutineQueries:
         params = [{"rid": a.routine_id, "nra": a.next_run_at, "now": now} for a in first_windows]
         if not params:
             return 0
+        if self._mysql:
+            rows = mysql_json.windows((p["rid"], p["nra"]) for p in params)
+            with self.db.fast_write() as conn:
+                result = conn.execute(
+                    mysql_json.ADOPT, {"rows": rows, "now": mysql_json.naive(now)}
+                )
+                return result.rowcount
         stmt = (
             update(table)
             .where(c.id == bindparam("rid"), c.next_run_at.is_(None))
@@ -160,10 +182,28 @@ class RoutineQueries:
             "until": at + timedelta(seconds=ttl_seconds),
             "limit": limit,
         }
-        with self.db.fast_write() as conn:
-            rows = [_record(row) for row in conn.execute(self._claim, params)]
+        if self._mysql:
+            rows = self._claim_due_mysql(params)
+        else:
+            with self.db.fast_write() as conn:
+                rows = [_record(row) for row in conn.execute(self._claim, params)]
         rows.sort(key=lambda r: (r.next_run_at, r.id))
         return rows
+
+    def _claim_due_mysql(self, params: dict[str, Any]) -> list[RoutineRecord]:
+        with self.db.write() as conn:
+            locked = [_record(row) for row in conn.execute(self._claim_lock, params)]
+            if not locked:
+                return []
+            # Every locked row is claimable (the select's own condition) and
+            # stays so until this transaction ends: no other beat can change it.
+            holder, until = params["holder"], params["until"]
+            ids = mysql_json.ids([r.id for r in locked])
+            conn.execute(
+                mysql_json.CLAIM,
+                {"ids": ids, "holder": holder, "until": mysql_json.naive(until)},
+            )
+        return [replace(r, locked_by=holder, locked_until=until) for r in locked]
 
     def _claim_statement(self) -> Any:
         """:meth:`claim_due`'s statement, built once (parameters: now, holder,
@@ -200,6 +240,12 @@ class RoutineQueries:
         """
         if not advances:
             return 0
+        if self._mysql:
+            # One statement, not one UPDATE per routine (see store/mysql.py).
+            rows = mysql_json.windows((a.routine_id, a.next_run_at) for a in advances)
+            params = {"rows": rows, "holder": holder, "now": mysql_json.naive(now)}
+            with self.db.fast_write() as conn:
+                return conn.execute(mysql_json.ADVANCE, params).rowcount
         stmt = (
             update(table)
             .where(c.id == bindparam("rid"), c.locked_by == holder)
@@ -221,6 +267,8 @@ class RoutineQueries:
         meanwhile is not among them)."""
         if not routine_ids:
             return set()
+        if self._mysql:
+            return self._renew_claims_mysql(routine_ids, holder, until)
         # Rows are locked in id order, as the advance writes them: two beats
         # renewing overlapping sets (one took the other's expired claims)
         # then wait for each other instead of deadlocking.
@@ -250,6 +298,23 @@ class RoutineQueries:
         stmt = update(table).where(c.locked_by == holder).values(locked_by=None, locked_until=None)
         with self.db.fast_write() as conn:
             return conn.execute(stmt).rowcount
+
+    def _renew_claims_mysql(
+        self, routine_ids: Sequence[int], holder: str, until: datetime
+    ) -> set[int]:
+        # The rows still held, locked in id order (as above), then renewed:
+        # while locked, nobody else can take them between the two statements.
+        held = (
+            select(c.id)
+            .where(c.id.in_(list(routine_ids)), c.locked_by == holder)
+            .order_by(c.id)
+            .with_for_update()
+        )
+        with self.db.write() as conn:
+            ids = [row.id for row in conn.execute(held)]
+            if ids:
+                conn.execute(update(table).where(c.id.in_(ids)).values(locked_until=until))
+        return set(ids)
 
     def defer(self, routine_ids: Sequence[int], holder: str, until: datetime) -> None:
         """Keep due routines claimed until ``until`` without advancing them
@@ -308,7 +373,19 @@ class RoutineQueries:
         beat's claim on a due routine (so a survivor takes over within the
         lock TTL; on the database's clock, ``arbitration``)."""
         unheld = or_(c.locked_until.is_(None), c.locked_until < arbitration)
-        earliest_window = select(func.min(c.next_run_at)).where(ACTIVE, unheld)
+        if self._mysql:
+            # MySQL reads MIN() under conditions on other columns by scanning
+            # every row; the same minimum as the first entry of the due index
+            # that passes them is a scan that stops there. (NULL sorts first
+            # in MySQL: unscheduled routines are not windows.)
+            earliest_window = (
+                select(c.next_run_at)
+                .where(ACTIVE, unheld, c.next_run_at.is_not(None))
+                .order_by(c.next_run_at)
+                .limit(1)
+            )
+        else:
+            earliest_window = select(func.min(c.next_run_at)).where(ACTIVE, unheld)
         claim_expiry = select(func.min(c.locked_until)).where(
             ACTIVE, c.next_run_at <= now, c.locked_until >= arbitration
         )

@@ -8,9 +8,10 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, literal, or_, update
+from sqlalchemy import case, literal, or_, select, update
 
 from .connections import Connections
+from .dialects import is_mysql
 from .models import RoutineRun
 from .types import UTCDateTime
 
@@ -74,14 +75,16 @@ class RunOutcomeQueries:
 
     def count_duplicate(self, run_id: str) -> str | None:
         """Count a refused delivery on the run; its state, or None if unknown."""
-        stmt = (
-            update(table)
-            .where(c.id == run_id)
-            .values(duplicates=c.duplicates + 1)
-            .returning(c.state)
-        )
+        stmt = update(table).where(c.id == run_id).values(duplicates=c.duplicates + 1)
+        if is_mysql(self.db.engine):
+            # No RETURNING: the UPDATE locks the row, so the state read after
+            # it in the same transaction is the one it counted against.
+            with self.db.write() as conn:
+                if conn.execute(stmt).rowcount != 1:
+                    return None
+                return conn.execute(select(c.state).where(c.id == run_id)).scalar_one()
         with self.db.write() as conn:
-            row = conn.execute(stmt).first()
+            row = conn.execute(stmt.returning(c.state)).first()
         return row.state if row is not None else None
 
     def finish(

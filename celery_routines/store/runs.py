@@ -23,7 +23,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+import celery_routines.store.mysql as mysql_json
+
 from .connections import connections_for
+from .dialects import is_mysql
 from .models import Routine, RoutineRun
 from .records import (
     ROUTINE_RECORD_FIELDS,
@@ -78,6 +81,7 @@ class RunQueries(RunOutcomeQueries):
         self.engine = engine
         self.db = connections_for(engine)
         self._postgres = engine.dialect.name == "postgresql"
+        self._mysql = is_mysql(engine)
         # The tick's statements, built once: building them cost more than running them.
         sent = update(table).where(c.id.in_(bindparam("ids", expanding=True)), c.state == "pending")
         self._mark_sent = sent.values(state="sent", sent_at=bindparam("now"))
@@ -102,6 +106,9 @@ class RunQueries(RunOutcomeQueries):
             return set()
         if self._postgres:
             return self._insert_new_unnest(runs, now)
+        if self._mysql:
+            with self.db.write() as conn:
+                return self._insert_new_mysql(conn, runs, now)
         # One cached single-row statement executed with a parameter list:
         # SQLAlchemy batches it ("insertmanyvalues") and compiles it once,
         # where a multi-row VALUES would be compiled afresh for every batch.
@@ -134,6 +141,24 @@ class RunQueries(RunOutcomeQueries):
         }
         with self.db.fast_write() as conn:
             return {row.id for row in conn.execute(UNNEST_INSERT, columns)}
+
+    def _insert_new_mysql(self, conn: Any, runs: Sequence[NewRun], now: datetime) -> set[str]:
+        """MySQL: insert what is new and learn which rows went in.
+
+        ``ON DUPLICATE KEY UPDATE id = id`` turns a clash on the unique
+        ``(routine_id, idempotency_key, attempt)`` (or the primary key) into a
+        no-op and nothing else: a row too long, a routine that does not exist,
+        a lost connection still raise (``INSERT IGNORE`` would have turned
+        those into warnings). MySQL has no RETURNING (MariaDB has none on an
+        upsert), so the answer is read back in the same transaction: a run id
+        is fresh, so a stored row with one of ours is one this statement wrote.
+        """
+        conn.execute(
+            mysql_json.INSERT_RUNS,
+            {"rows": mysql_json.run_rows(runs), "now": mysql_json.naive(now)},
+        )
+        ours = mysql_json.ids([run.id for run in runs])
+        return {row.id for row in conn.execute(mysql_json.STORED_RUN_IDS, {"ids": ours})}
 
     def find_windows(self, windows: Sequence[tuple[int, str, int]]) -> list[RunRecord]:
         """The stored runs of ``(routine_id, idempotency_key, attempt)`` triples."""
@@ -195,6 +220,17 @@ class RunQueries(RunOutcomeQueries):
         ``deadline_at``: when the run is declared lost if no worker reports back.
         """
         if not run_ids:
+            return
+        if self._mysql:
+            params = {"ids": mysql_json.ids(run_ids), "now": mysql_json.naive(now)}
+            stmt = mysql_json.MARK_SENT
+            if deadline_at is not None:
+                stmt, params["deadline"] = (
+                    mysql_json.MARK_SENT_WITH_DEADLINE,
+                    mysql_json.naive(deadline_at),
+                )
+            with self.db.fast_write() as conn:
+                conn.execute(stmt, params)
             return
         params = {"ids": list(run_ids), "now": now}
         stmt = self._mark_sent
@@ -333,6 +369,11 @@ class RunQueries(RunOutcomeQueries):
         backs it up. False: another beat took it (or the row changed).
         """
         claim = update(table).where(c.id == run_id, c.state == "retrying").values(state=settled)
+        if self._mysql:
+            with self.db.write() as conn:
+                if conn.execute(claim).rowcount != 1:
+                    return False
+                return bool(self._insert_new_mysql(conn, [next_attempt], now))
         insert = (
             self._insert(table)
             .values([{**asdict(next_attempt), "created_at": now}])
@@ -379,12 +420,22 @@ class RunQueries(RunOutcomeQueries):
         ``failed`` with reason ``replaced``; the ids actually moved."""
         if not run_ids:
             return []
-        stmt = (
-            update(table)
-            .where(c.id.in_(list(run_ids)), c.state.in_(("sent", "running")))
-            .values(state="failed", reason="replaced", error=f"replaced by {by}", finished_at=now)
-            .returning(c.id)
-        )
+        moved = c.state.in_(("sent", "running"))
+        values = {
+            "state": "failed",
+            "reason": "replaced",
+            "error": f"replaced by {by}",
+            "finished_at": now,
+        }
+        if self._mysql:
+            # No RETURNING: lock the rows that qualify, then move exactly those.
+            with self.db.write() as conn:
+                found = select(c.id).where(c.id.in_(list(run_ids)), moved).with_for_update()
+                ids = [row.id for row in conn.execute(found)]
+                if ids:
+                    conn.execute(update(table).where(c.id.in_(ids)).values(**values))
+                return ids
+        stmt = update(table).where(c.id.in_(list(run_ids)), moved).values(**values).returning(c.id)
         with self.db.write() as conn:
             return [row.id for row in conn.execute(stmt)]
 

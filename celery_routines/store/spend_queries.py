@@ -18,7 +18,8 @@ sees the runs in flight. A finished run adds what its ``spend`` JSON recorded
 rows and rows whose message was never published (reason ``send_failed``,
 ``retrying`` or ``failed``; the worker refuses to start them) cost nothing. A ``spend``
 value that is not a JSON object of non-negative numbers (a hand-edited row)
-costs 1 fire and is logged, so one bad row cannot stop the beat.
+costs 1 fire and is logged, so one bad row cannot stop the beat (the rule:
+:mod:`celery_routines.policy.cost`).
 
 Summing JSON on SQLite and PostgreSQL
 -------------------------------------
@@ -32,9 +33,6 @@ of the period, still bounded by the index range.
 
 from __future__ import annotations
 
-import json
-import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,12 +41,12 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import ColumnElement, Engine, Select, and_, func, or_, select, update
 
-from ..policy.ceilings import FIRES, Ceiling, period_bounds
+from ..policy.ceilings import Ceiling, period_bounds
+from ..policy.cost import usage
 from ..policy.states import Reason
 from .connections import connections_for
+from .dialects import is_mysql
 from .models import Routine, RoutineRun
-
-logger = logging.getLogger("celery_routines.ceilings")
 
 runs = RoutineRun.__table__
 routines = Routine.__table__
@@ -126,12 +124,7 @@ class SpendQueries:
         """
         with self.db.read() as conn:
             groups = conn.execute(self.used_select(routine_id, start, end)).all()
-        parts: dict[str, list[float]] = {FIRES: []}
-        for spend, count in groups:
-            for unit, amount in _cost(spend).items():
-                parts.setdefault(unit, []).append(amount * count)
-        # fsum: ten runs of 0.1 eur add up to 1.0, not 0.9999999999999999.
-        return {unit: math.fsum(amounts) for unit, amounts in parts.items()}
+        return usage(groups)
 
     def used_by_ceiling(
         self,
@@ -184,40 +177,15 @@ class SpendQueries:
         """
         if not routine_ids:
             return set()
-        stmt = (
-            update(routines)
-            .where(
-                routines.c.id.in_(list(routine_ids)),
-                routines.c.suspended_until <= now,
-            )
-            .values(suspended_until=None, suspended_reason=None, updated_at=now)
-            .returning(routines.c.id)
-        )
+        ended = (routines.c.id.in_(list(routine_ids)), routines.c.suspended_until <= now)
+        lift = update(routines).values(suspended_until=None, suspended_reason=None, updated_at=now)
+        if is_mysql(self.engine):
+            # No RETURNING: lock the rows whose suspension ended, lift those.
+            with self.db.write() as conn:
+                found = select(routines.c.id).where(*ended).with_for_update()
+                ids = {row.id for row in conn.execute(found)}
+                if ids:
+                    conn.execute(lift.where(routines.c.id.in_(ids)))
+                return ids
         with self.db.write() as conn:
-            return {row.id for row in conn.execute(stmt)}
-
-
-def _cost(spend: str | None) -> dict[str, float]:
-    """What one run with this ``spend`` text cost; every run is at least one fire."""
-    cost = {FIRES: 1.0}
-    if spend is None:
-        return cost  # in flight, lost, or finished without a ledger
-    try:
-        recorded = json.loads(spend)
-    except ValueError:
-        recorded = None
-    if not isinstance(recorded, dict):
-        logger.warning("run spend %r is not a JSON object; counted as 1 fire", spend)
-        return cost
-    for unit, amount in recorded.items():
-        if (
-            isinstance(amount, bool)
-            or not isinstance(amount, int | float)
-            or not math.isfinite(amount)
-            or amount < 0
-        ):
-            logger.warning("run spend %r has a bad amount for %r; ignored", spend, unit)
-            continue
-        # A run always costs its own fire, whatever the ledger says.
-        cost[unit] = max(1.0, float(amount)) if unit == FIRES else float(amount)
-    return cost
+            return {row.id for row in conn.execute(lift.where(*ended).returning(routines.c.id))}

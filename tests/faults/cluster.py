@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -81,6 +82,17 @@ class Cluster:
     def kill(self, process: CeleryProcess) -> None:
         os.killpg(process.process.pid, signal.SIGKILL)
         process.process.wait(timeout=10)
+
+    def kill_all(self) -> None:
+        """SIGKILL every process at once: none outlives another long enough to
+        take its routines over (a SIGTERM one by one lets the last beat send
+        again what the first was cut off from marking sent)."""
+        running = [p for p in self.processes if p.process.poll() is None]
+        for process in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.process.pid, signal.SIGKILL)
+        for process in running:
+            process.process.wait(timeout=10)
 
     def stop_all(self) -> None:
         for process in self.processes:
@@ -250,3 +262,74 @@ class BrokerServer:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=10)
+
+
+class MariaDBServer:
+    """A throwaway MariaDB server of the test's own, in ``tmp_path``: never
+    the shared one, so killing it hurts nobody. Its data directory outlives a
+    kill, so a restart is a crash recovery of the same database."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.port = free_port()
+        self.dir = tmp_path / "mariadb"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @staticmethod
+    def available() -> str | None:
+        """Why it cannot run here, or None."""
+        for program in ("mariadb-install-db", "/usr/sbin/mariadbd"):
+            if not shutil.which(program):
+                return f"{program} is not installed (apt-get install mariadb-server)"
+        return None
+
+    def url(self, database: str) -> str:
+        return f"mysql+pymysql://root@127.0.0.1:{self.port}/{database}"
+
+    def install(self) -> None:
+        subprocess.run(
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                f"--datadir={self.dir / 'data'}",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
+            check=True,
+            capture_output=True,
+        )
+
+    def start(self) -> None:
+        log = open(self.dir / "server.log", "ab")  # noqa: SIM115 - owned by the process
+        self.process = subprocess.Popen(
+            [
+                "/usr/sbin/mariadbd",
+                "--no-defaults",
+                f"--datadir={self.dir / 'data'}",
+                f"--port={self.port}",
+                "--bind-address=127.0.0.1",
+                f"--socket={self.dir / 'mariadb.sock'}",
+                "--user=root",
+                "--skip-log-bin",
+                "--innodb-buffer-pool-size=32M",
+            ],
+            stdout=log,
+            stderr=log,
+        )
+        log.close()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"mariadbd exited: {(self.dir / 'server.log').read_text()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError(f"mariadbd did not listen on {self.port}")
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or a pulled plug: no clean shutdown."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)

@@ -1,4 +1,4 @@
-"""Fault tests: real beat subprocesses against real PostgreSQL and Redis."""
+"""Fault tests: real beat subprocesses against real PostgreSQL (or MariaDB) and Redis."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from celery_routines.store import Store
 from tests import services
-from tests.faults.cluster import Cluster
+from tests.faults.cluster import Cluster, MariaDBServer
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
@@ -36,3 +36,37 @@ def cluster(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[Clust
     finally:
         cluster.stop_all()
         store.dispose()
+
+
+@pytest.fixture(params=["postgresql", "mariadb"])
+def store_cluster(
+    request: pytest.FixtureRequest, tmp_path: Path, redis_url: str
+) -> Iterator[Cluster]:
+    """:func:`cluster` on each server store: the faults that test the store's
+    own guarantees (claims, the unique window key) run on both."""
+    url = request.getfixturevalue(
+        "postgres_url" if request.param == "postgresql" else "mariadb_url"
+    )
+    store = Store.from_url(url)
+    store.migrate()
+    cluster = Cluster(tmp_path, url, redis_url, store)
+    try:
+        yield cluster
+    finally:
+        cluster.stop_all()
+        store.dispose()
+
+
+@pytest.fixture
+def private_mariadb(tmp_path: Path) -> Iterator[MariaDBServer]:
+    """A MariaDB server of the test's own, which the test may kill."""
+    missing = MariaDBServer.available()
+    if missing:
+        if services.services_required():
+            pytest.fail(missing, pytrace=False)
+        pytest.skip(missing)
+    server = MariaDBServer(tmp_path)
+    server.install()
+    server.start()
+    yield server
+    server.kill()

@@ -33,8 +33,9 @@ SPEED = 15
 ROUTINES = int(os.environ.get("ROUTINES_STRESS_ROUTINES", "300"))
 SECONDS = float(os.environ.get("ROUTINES_STRESS_SECONDS", "48"))  # 12 fake minutes
 # A window counts as late when it went out this long after its instant, in
-# the beats' (fake) time: 4 s of real time at 15x.
-LATE = timedelta(seconds=60)
+# the beats' (fake) time: 8 s of real time at 15x (a loaded 2-core machine
+# has shown 56 s; a1b4333 sent windows minutes late).
+LATE = timedelta(seconds=120)
 
 
 class FastClock:
@@ -93,8 +94,9 @@ def test_many_beats_under_a_fast_clock_publish_each_window_once_without_deadlock
         cluster.start_beat(f"beat-{n}", FAKETIME=clock.spec(), **env) for n in range(beats)
     ]
     wait_seconds(cluster, SECONDS)
-    cluster.stop_all()
     until = clock.now()
+    cluster.kill_all()  # all at once: shutting down is issue 18's, not this test's
+    cluster.stop_all()
 
     counts = Counter(cluster.broker_task_ids())
     repeated = {task_id: n for task_id, n in counts.items() if n > 1}

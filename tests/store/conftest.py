@@ -6,6 +6,7 @@ import pytest
 from sqlalchemy import text
 
 from celery_routines.store import Store
+from celery_routines.store.dialects import is_mysql
 
 HISTORY_START = datetime(2026, 10, 1, tzinfo=UTC)
 HISTORY_STEP = timedelta(minutes=20)
@@ -46,5 +47,8 @@ def run_history(store: Store) -> Store:
             ],
         )
     with store.engine.begin() as conn:
-        conn.execute(text("ANALYZE"))
+        if is_mysql(store.engine):
+            conn.execute(text("ANALYZE TABLE routines, routine_runs"))
+        else:
+            conn.execute(text("ANALYZE"))
     return store

@@ -9,7 +9,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from celery_routines.store.types import UTCDateTime
+from celery_routines.store.dialects import table_options
+from celery_routines.store.migrations.indexes import create_index, text_default
+from celery_routines.store.types import Seconds, UTCDateTime
 
 revision = "0001_initial"
 down_revision = None
@@ -29,18 +31,18 @@ def upgrade() -> None:
         sa.Column("name", sa.String(200), nullable=False, unique=True),
         sa.Column("task", sa.String(255), nullable=False),
         sa.Column("cron", sa.String(255), nullable=True),
-        sa.Column("interval_seconds", sa.Float(), nullable=True),
+        sa.Column("interval_seconds", Seconds, nullable=True),
         sa.Column("timezone", sa.String(64), nullable=True),
         sa.Column("enabled", sa.Boolean(), nullable=False, server_default=sa.text("true")),
-        sa.Column("args", sa.Text(), nullable=False, server_default=sa.text("'[]'")),
-        sa.Column("kwargs", sa.Text(), nullable=False, server_default=sa.text("'{}'")),
-        sa.Column("options", sa.Text(), nullable=False, server_default=sa.text("'{}'")),
+        sa.Column("args", sa.Text(), nullable=False, server_default=text_default("'[]'")),
+        sa.Column("kwargs", sa.Text(), nullable=False, server_default=text_default("'{}'")),
+        sa.Column("options", sa.Text(), nullable=False, server_default=text_default("'{}'")),
         sa.Column("catch_up", sa.String(16), nullable=False, server_default=sa.text("'catch_up'")),
         sa.Column("catch_up_cap", sa.Integer(), nullable=False, server_default=sa.text("25")),
-        sa.Column("max_lateness", sa.Float(), nullable=True),
+        sa.Column("max_lateness", Seconds, nullable=True),
         sa.Column("overlap", sa.String(16), nullable=False, server_default=sa.text("'skip'")),
         sa.Column("max_retries", sa.Integer(), nullable=False, server_default=sa.text("4")),
-        sa.Column("retry_base_seconds", sa.Float(), nullable=False, server_default=sa.text("60")),
+        sa.Column("retry_base_seconds", Seconds, nullable=False, server_default=sa.text("60")),
         sa.Column("ceiling", sa.Text(), nullable=True),
         sa.Column("next_run_at", UTCDateTime(), nullable=True),
         sa.Column("paused", sa.Boolean(), nullable=False, server_default=sa.text("false")),
@@ -52,21 +54,10 @@ def upgrade() -> None:
         sa.Column("source", sa.String(16), nullable=True),
         sa.Column("created_at", UTCDateTime(), nullable=True),
         sa.Column("updated_at", UTCDateTime(), nullable=True),
+        **table_options(op.get_bind().dialect),
     )
-    op.create_index(
-        "ix_routines_due",
-        "routines",
-        ["next_run_at"],
-        postgresql_where=ENABLED_NOT_PAUSED,
-        sqlite_where=ENABLED_NOT_PAUSED,
-    )
-    op.create_index(
-        "ix_routines_unscheduled",
-        "routines",
-        ["id"],
-        postgresql_where=UNSCHEDULED,
-        sqlite_where=UNSCHEDULED,
-    )
+    create_index("ix_routines_due", "routines", ["next_run_at"], ENABLED_NOT_PAUSED)
+    create_index("ix_routines_unscheduled", "routines", ["id"], UNSCHEDULED)
     op.create_table(
         "routine_runs",
         sa.Column("id", sa.String(64), primary_key=True),
@@ -95,22 +86,11 @@ def upgrade() -> None:
         sa.UniqueConstraint(
             "routine_id", "idempotency_key", "attempt", name="uq_routine_runs_window_attempt"
         ),
+        **table_options(op.get_bind().dialect),
     )
     op.create_index("ix_routine_runs_routine_created", "routine_runs", ["routine_id", "created_at"])
-    op.create_index(
-        "ix_routine_runs_open",
-        "routine_runs",
-        ["routine_id"],
-        postgresql_where=OPEN,
-        sqlite_where=OPEN,
-    )
-    op.create_index(
-        "ix_routine_runs_retry_due",
-        "routine_runs",
-        ["retry_at"],
-        postgresql_where=RETRYING,
-        sqlite_where=RETRYING,
-    )
+    create_index("ix_routine_runs_open", "routine_runs", ["routine_id"], OPEN)
+    create_index("ix_routine_runs_retry_due", "routine_runs", ["retry_at"], RETRYING)
 
 
 def downgrade() -> None:

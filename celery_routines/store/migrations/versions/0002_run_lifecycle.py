@@ -11,6 +11,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 from alembic import op
 
+from celery_routines.store.migrations.indexes import create_index
 from celery_routines.store.types import UTCDateTime
 
 revision = "0002_run_lifecycle"
@@ -38,13 +39,7 @@ def upgrade() -> None:
         sa.Column("celery_retries", sa.Integer(), nullable=False, server_default=sa.text("0")),
     )
     _backfill_deadlines()
-    op.create_index(
-        "ix_routine_runs_deadline",
-        "routine_runs",
-        ["deadline_at"],
-        postgresql_where=OPEN,
-        sqlite_where=OPEN,
-    )
+    create_index("ix_routine_runs_deadline", "routine_runs", ["deadline_at"], OPEN)
 
 
 def _backfill_deadlines() -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from celery_routines.store.migrations.indexes import create_index
+
 revision = "0003_run_listing_indexes"
 down_revision = "0002_run_lifecycle"
 branch_labels = None
@@ -28,13 +30,7 @@ SKIPPED = sa.text("state = 'skipped'")
 
 def upgrade() -> None:
     op.create_index("ix_routine_runs_created", "routine_runs", LISTING_ORDER)
-    op.create_index(
-        "ix_routine_runs_skipped_created",
-        "routine_runs",
-        LISTING_ORDER,
-        postgresql_where=SKIPPED,
-        sqlite_where=SKIPPED,
-    )
+    create_index("ix_routine_runs_skipped_created", "routine_runs", LISTING_ORDER, SKIPPED)
 
 
 def downgrade() -> None:
