@@ -124,6 +124,10 @@ class RoutineEvents:
     def _get_dispatcher(self) -> Any:
         if self._dispatcher is None:
             self._connection = self.app.connection_for_write()
+            # One quick try: an event is not worth holding the tick while the
+            # broker is away (kombu's own retries took 6 s per event, so a
+            # broker outage stalled every tick that had a skip to report).
+            self._connection.ensure_connection(max_retries=1)
             self._dispatcher = self.app.events.Dispatcher(
                 self._connection,
                 hostname=self.hostname,

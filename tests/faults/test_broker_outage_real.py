@@ -21,6 +21,7 @@ from sqlalchemy import text
 
 from celery_routines.store import Store
 from tests import services
+from tests.e2e.processes import wait_until
 from tests.faults.cluster import BrokerServer, Cluster, wait_seconds
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
@@ -60,10 +61,14 @@ def test_broker_down_sends_fail_are_retried_and_go_out_when_it_returns(
     cluster = broker_cluster
     cluster.add_interval_routines(20, intervals=(1.0, 2.0), max_retries=10, retry_base_seconds=1.0)
     beat = cluster.start_beat("beat")
-    wait_seconds(cluster, 5)
+    # The outage starts once beat is sending (its start-up under load can
+    # take longer than a fixed head start), and lasts long enough for several
+    # ticks to fail.
+    wait_until(lambda: "sent r0" in beat.output(), 60, "beat's first sends", [beat])
+    wait_seconds(cluster, 3)
     broker.kill()
     down_at = utc_now()
-    wait_seconds(cluster, 8)
+    wait_seconds(cluster, 10)
     broker.start()
     up_at = utc_now()
     wait_seconds(cluster, 12)
