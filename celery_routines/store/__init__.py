@@ -11,8 +11,10 @@ from sqlalchemy import Engine, bindparam, func, select
 from ..clock import as_utc, utc_now
 from . import migrate
 from .admin_queries import AdminQueries
+from .changes import ChangeQueries
 from .connections import Connections, connections_for
 from .engine import make_engine
+from .prune import PruneQueries
 from .records import NewRun, RoutineRecord, RunRecord
 from .routines import Advance, RoutineQueries, _aware
 from .runs import RunQueries
@@ -48,6 +50,8 @@ class Store:
         self.runs = RunQueries(engine)
         self.admin = AdminQueries(engine)
         self.spend = SpendQueries(engine)
+        self.changes = ChangeQueries(engine)
+        self.prune = PruneQueries(engine)
         # Built once: constructing it cost more than running it.
         self._probe = select(
             *self.routines.probe_columns(bindparam("now"), bindparam("holder"), bindparam("arb")),
