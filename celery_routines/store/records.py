@@ -37,6 +37,7 @@ class RoutineRecord:
     source: str | None = None
     owner: str | None = None
     retired_at: datetime | None = None
+    schedule_fingerprint: str | None = None
     # True when cron, interval_seconds, timezone or enabled changed since
     # next_run_at was computed (compared by the database, see store/routines.py).
     schedule_changed: bool = False

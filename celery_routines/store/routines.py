@@ -25,7 +25,7 @@ import celery_routines.store.mysql as mysql_json
 from .connections import connections_for
 from .declarations import DeclarationQueries, Declared
 from .dialects import is_mysql
-from .fingerprint import record_columns
+from .fingerprint import current_fingerprint, record_columns
 from .models import Routine
 from .records import RoutineRecord
 
@@ -109,7 +109,7 @@ class RoutineQueries:
         """Enabled routines that have no next window yet (new or SQL-inserted)."""
         query = (
             select(*RECORD_COLUMNS)
-            .where(c.next_run_at.is_(None), c.enabled)
+            .where(c.next_run_at.is_(None), c.enabled, c.retired_at.is_(None))
             .order_by(c.id)
             .limit(limit)
         )
@@ -132,7 +132,12 @@ class RoutineQueries:
         stmt = (
             update(table)
             .where(c.id == bindparam("rid"), c.next_run_at.is_(None))
-            .values(next_run_at=bindparam("nra"), last_error=None, updated_at=bindparam("now"))
+            .values(
+                next_run_at=bindparam("nra"),
+                last_error=None,
+                updated_at=bindparam("now"),
+                schedule_fingerprint=current_fingerprint(),
+            )
         )
         with self.db.fast_write() as conn:
             return conn.execute(stmt, params).rowcount
@@ -334,7 +339,9 @@ class RoutineQueries:
         """:meth:`wakeup_columns` plus two flags a tick reads before doing
         anything: routines waiting for adoption, and due routines this beat
         holds itself (``overlap="queue"`` deferrals it rechecks every tick)."""
-        unscheduled = select(c.id).where(c.next_run_at.is_(None), c.enabled).exists()
+        unscheduled = (
+            select(c.id).where(c.next_run_at.is_(None), c.enabled, c.retired_at.is_(None)).exists()
+        )
         held_due = select(c.id).where(ACTIVE, c.next_run_at <= now, c.locked_by == holder).exists()
         return [
             *self.wakeup_columns(now, arbitration),

@@ -119,7 +119,7 @@ def test_code_routines_are_refused_naming_where_they_are_declared(
         lambda: admin.delete("nightly"),
     ):
         with pytest.raises(
-            InvalidRoutine, match="declared in the code of app 'proj'.*tasks.nightly"
+            InvalidRoutine, match=r"declared in the code of app 'proj'.*tasks.nightly"
         ):
             attempt()
 
