@@ -139,7 +139,7 @@ class Scheduler(CeleryScheduler):
                 self.holder,
                 self._clock,
                 events=RoutineEvents(self.app, hostname=self.holder),
-                arbiter=self._store.db_now if self._arbitrate_on_database else None,
+                arbitrate_on_database=self._arbitrate_on_database,
             )
         return self._engine
 
@@ -201,7 +201,7 @@ class Scheduler(CeleryScheduler):
         """The database's clock minus ours, as the tick measured it: a gauge,
         and a warning above a second (at start, then every few minutes)."""
         engine = self._engine
-        if engine is None or engine.arbiter is None:
+        if engine is None or not (engine.arbitrate_on_database or engine.arbiter):
             return
         self._say_skew(engine.offset.total_seconds())
 

@@ -6,19 +6,21 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, bindparam, func, select
+from sqlalchemy import Engine, bindparam, func, select, type_coerce
 
 from ..clock import as_utc, utc_now
 from . import migrate
 from .admin_queries import AdminQueries
 from .changes import ChangeQueries
 from .connections import Connections, connections_for
+from .dialects import database_clock
 from .engine import make_engine
 from .prune import PruneQueries
 from .records import NewRun, RoutineRecord, RunRecord
 from .routines import Advance, RoutineQueries, _aware
 from .runs import RunQueries
 from .spend_queries import SpendQueries
+from .types import UTCDateTime
 
 __all__ = ["Advance", "NewRun", "Probe", "RoutineRecord", "RunRecord", "Store"]
 
@@ -38,6 +40,8 @@ class Probe:
     unscheduled: bool
     # Due routines held by this beat itself (``overlap="queue"`` deferrals).
     held_due: bool
+    # The database's clock when the probe ran, when asked for and it has one.
+    clock: datetime | None = None
 
 
 class Store:
@@ -57,6 +61,18 @@ class Store:
             *self.routines.probe_columns(bindparam("now"), bindparam("holder"), bindparam("arb")),
             *self.runs.instant_columns(),
         )
+        # The same probe arbitrating on the database's clock, which it also
+        # returns: the tick learns the clock offset without a round trip.
+        clock = database_clock(engine.dialect)
+        self._probe_on_clock = (
+            None
+            if clock is None
+            else select(
+                *self.routines.probe_columns(bindparam("now"), bindparam("holder"), clock),
+                *self.runs.instant_columns(),
+                type_coerce(clock, UTCDateTime()).label("clock"),
+            )
+        )
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -65,16 +81,33 @@ class Store:
     def migrate(self) -> None:
         migrate.upgrade(self.engine)
 
-    def probe(self, now: datetime, holder: str, arbitration: datetime | None = None) -> Probe:
+    def probe(
+        self,
+        now: datetime,
+        holder: str,
+        arbitration: datetime | None = None,
+        *,
+        on_database_clock: bool = False,
+    ) -> Probe:
         """Everything a tick needs to know before it does anything, and when
         to wake next, in one round trip (each column reads the first entry of
         an index). Claims and run deadlines are compared on ``arbitration``
-        (the database's clock; ``now`` when not given); every instant returned
-        is on the beat's clock, ``now``'s."""
+        (``now`` when not given), or, ``on_database_clock``, on the database's
+        clock (:meth:`db_now`, read in the same statement), returned as
+        ``Probe.clock``;
+        every instant returned is on the beat's clock, ``now``'s."""
         at = now if arbitration is None else arbitration
-        shift = at - now
+        statement, clock = self._probe, None
+        if on_database_clock:
+            if self._probe_on_clock is None:
+                at = clock = self.db_now()  # no statement: the process clock
+            else:
+                statement = self._probe_on_clock
         with self.connections.fast_read() as conn:
-            row = conn.execute(self._probe, {"now": now, "holder": holder, "arb": at}).one()
+            row = conn.execute(statement, {"now": now, "holder": holder, "arb": at}).one()
+        if statement is self._probe_on_clock:
+            at = clock = row.clock
+        shift = at - now
         expiry = _aware(row.expiry) - shift if row.expiry is not None else None
         window = _aware(row.window) if row.window is not None else None
         routine = [instant for instant in (window, expiry) if instant is not None]
@@ -85,6 +118,7 @@ class Store:
             deadline=_aware(row.deadline) - shift if row.deadline is not None else None,
             unscheduled=bool(row.unscheduled),
             held_due=bool(row.held_due),
+            clock=clock,
         )
 
     def db_now(self) -> datetime:

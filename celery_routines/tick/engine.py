@@ -55,6 +55,7 @@ class TickEngine(Writing):
         revoker: Revoker | None = None,
         events: Events | None = None,
         arbiter: Clock | None = None,
+        arbitrate_on_database: bool = False,
     ) -> None:
         self.store = store
         self.publisher = publisher
@@ -76,11 +77,14 @@ class TickEngine(Writing):
         # The most routines one tick claims: routines_batch_size, less while
         # ticks take too much of routines_lock_ttl (see _fit_claims_to_ttl).
         self.claim_limit = settings.batch_size
-        # The database's clock (Store.db_now): claims and run deadlines are
-        # written and compared on it, so a beat whose clock is off neither
-        # holds claims longer nor declares runs lost early. Windows stay on
-        # ``clock``. Without one (tests on an injected clock) ``clock`` is both.
+        # The clock claims and run deadlines are written and compared on, so
+        # a beat whose clock is off neither holds claims longer nor declares
+        # runs lost early; windows stay on ``clock``. In production it is the
+        # database's (``arbitrate_on_database``: read by the probe itself, no
+        # extra statement); tests may inject one (``arbiter``). Neither:
+        # ``clock`` is both.
         self.arbiter = arbiter
+        self.arbitrate_on_database = arbitrate_on_database
         # The arbiter's clock minus ours, measured at the start of each tick.
         self.offset = timedelta(0)
 
@@ -98,12 +102,15 @@ class TickEngine(Writing):
         now = self.clock()
         with self.store.session():
             if self.arbiter is not None:
-                self.offset = self.arbiter() - now
-                self.sweeps.offset = self.offset
+                self._set_offset(self.arbiter() - now)
             if self.ledger:
                 logger.info("writing down %s before anything else", self.ledger.describe())
                 self._record_published(now)
-            probe = self.store.probe(now, self.holder, now + self.offset)
+            probe = self.store.probe(
+                now, self.holder, now + self.offset, on_database_clock=self.arbitrate_on_database
+            )
+            if probe.clock is not None:
+                self._set_offset(probe.clock - now)
             if self._work(probe, now):
                 self._act(probe, now, report)
                 later = self.clock()
@@ -111,6 +118,10 @@ class TickEngine(Writing):
             report.next_wakeup = self._next_wakeup(probe, self.clock())
         report.duration = time.monotonic() - started
         return report
+
+    def _set_offset(self, offset: timedelta) -> None:
+        self.offset = offset
+        self.sweeps.offset = offset
 
     def _work(self, probe: Probe, now: datetime) -> bool:
         return (

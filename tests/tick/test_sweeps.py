@@ -122,7 +122,9 @@ def test_two_beats_never_both_send_the_same_retry(
         monkeypatch.setattr(
             second.store,
             "probe",
-            lambda now, holder, *arb: next(stale_probe, None) or real_probe(now, holder, *arb),
+            lambda now, holder, *arb, **clock: (
+                next(stale_probe, None) or real_probe(now, holder, *arb, **clock)
+            ),
         )
         first.tick()
         second.tick()
