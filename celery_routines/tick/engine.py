@@ -31,6 +31,7 @@ from celery_routines.store import Advance, Probe, RoutineRecord, Store
 from celery_routines.tick import decide
 from celery_routines.tick.decide import Claimed, Decision, Facts
 from celery_routines.tick.ledger import Unrecorded
+from celery_routines.tick.refresh import Refresher
 from celery_routines.tick.report import TickReport
 from celery_routines.tick.sweeps import Sweeps
 from celery_routines.tick.write import CLAIM_TRUSTED_SHARE, Writing
@@ -70,6 +71,7 @@ class TickEngine(Writing):
         # Skips, suspensions and lost runs also go out as `routine-*` events.
         self.events: Events = events or NoEvents()
         self.sweeps = Sweeps(store, publisher, settings, self.events)
+        self.refresher = Refresher(store, settings, holder, self.events)
         # What this beat published and has not yet written down.
         self.ledger = Unrecorded()
         # Set by the beat when told to stop mid-tick: publishing is bounded.
@@ -107,7 +109,11 @@ class TickEngine(Writing):
                 logger.info("writing down %s before anything else", self.ledger.describe())
                 self._record_published(now)
             probe = self.store.probe(
-                now, self.holder, now + self.offset, on_database_clock=self.arbitrate_on_database
+                now,
+                self.holder,
+                now + self.offset,
+                on_database_clock=self.arbitrate_on_database,
+                refresh=self.refresher.due(now),
             )
             if probe.clock is not None:
                 self._set_offset(probe.clock - now)
@@ -126,6 +132,7 @@ class TickEngine(Writing):
     def _work(self, probe: Probe, now: datetime) -> bool:
         return (
             probe.unscheduled
+            or probe.changed
             or probe.held_due
             or _due(probe.window, now)
             or _due(probe.retry_at, now)
@@ -139,6 +146,8 @@ class TickEngine(Writing):
         # that transaction locks routines before runs, like every other.
         if _due(probe.deadline, now):
             self.sweeps.sweep_lost(now, report)
+        if probe.changed:
+            self.refresher.refresh(now, now + self.offset, report)
         started = time.monotonic()
         with self.store.transaction():
             if probe.unscheduled:
@@ -295,6 +304,9 @@ class TickEngine(Writing):
     ) -> list[Decision]:
         """Read what the claimed routines need, then decide each (pure)."""
         drafts: list[tuple[Claimed, FirePlan | None]] = []
+        # A routine edited outside beat since its window was computed: the
+        # stale window never fires (rescheduled from now instead).
+        claimed = self.refresher.take_changed(claimed, now, now + self.offset, report)
         for record in claimed:
             try:
                 schedule = self._schedule(record)
