@@ -119,7 +119,7 @@ def test_an_idle_tick_that_asks_for_changes_is_still_one_statement(
     scheduler = beat(tmp_path / "broker", database_url, clock)
     statements: list[str] = []
 
-    def record(conn, cursor, statement, parameters, context, executemany) -> None:  # noqa: ANN001
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
         statements.append(statement.split(None, 1)[0].upper())
 
     try:
