@@ -104,37 +104,50 @@ def fill_runs(url: str, rows: int) -> float:
     return time.perf_counter() - started
 
 
-def ticks_with_10_due(url: str, count: int, phase: int) -> list[float]:
-    """``count`` ticks of the real engine, each with 10 routines due (each
-    ``phase`` on its own hours, so no window repeats an earlier phase's)."""
-    from celery_routines.config import Settings
-    from celery_routines.sending.gate import OpenGate
-    from celery_routines.store import Store
-    from celery_routines.tick.engine import TickEngine
+class Ticker:
+    """The real engine on one database, on an injected clock, ticking with
+    10 routines due each time."""
 
-    store = Store.from_url(url)
-    base = T0 + timedelta(hours=phase)
-    clock = [base]
-    # Runs stay open for the whole benchmark: no lost sweep in the measured ticks.
-    settings = Settings(database_url=url, refresh_seconds=86_400, run_timeout=30 * 86_400)
-    engine = TickEngine(store, MemoryPublisher(), OpenGate(), settings, "bench", lambda: clock[0])
-    engine.tick()
-    samples = []
-    for i in range(count):
-        clock[0] = base + timedelta(minutes=i + 1)
-        due = clock[0] - timedelta(seconds=1)
-        with store.engine.begin() as conn:
+    def __init__(self, url: str) -> None:
+        from celery_routines.config import Settings
+        from celery_routines.sending.gate import OpenGate
+        from celery_routines.store import Store
+        from celery_routines.tick.engine import TickEngine
+
+        self.store = Store.from_url(url)
+        self.now = T0
+        # Runs stay open for the whole benchmark: no lost sweep in the measured ticks.
+        settings = Settings(database_url=url, refresh_seconds=86_400, run_timeout=30 * 86_400)
+        self.engine = TickEngine(
+            self.store, MemoryPublisher(), OpenGate(), settings, "bench", lambda: self.now
+        )
+        self.engine.tick()
+
+    def tick(self) -> float:
+        self.now += timedelta(minutes=1)
+        with self.store.engine.begin() as conn:
             conn.exec_driver_sql(
                 "UPDATE routines SET next_run_at = %(due)s WHERE id IN "
                 "(SELECT id FROM routines ORDER BY random() LIMIT %(hot)s)",
-                {"due": due.replace(tzinfo=None), "hot": HOT},
+                {"due": (self.now - timedelta(seconds=1)).replace(tzinfo=None), "hot": HOT},
             )
         started = time.perf_counter()
-        report = engine.tick()
-        samples.append(time.perf_counter() - started)
+        report = self.engine.tick()
+        took = time.perf_counter() - started
         assert report.sent == HOT, report
-    store.dispose()
-    return samples
+        return took
+
+    def close(self) -> None:
+        self.store.dispose()
+
+
+def side_by_side(a: Ticker, b: Ticker, count: int) -> tuple[list[float], list[float]]:
+    """``count`` ticks of each, alternating, so both see the same machine load."""
+    first, second = [], []
+    for _ in range(count):
+        first.append(a.tick())
+        second.append(b.tick())
+    return first, second
 
 
 def prune_forever(url: str, batch: int, stop: Any, passes: Any) -> None:
@@ -159,49 +172,63 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from celery_routines.store import Store
 
-    name, url = create_database("pruning")
+    databases = [create_database("pruning_empty"), create_database("pruning_full")]
+    tickers: list[Ticker] = []
     try:
-        store = Store.from_url(url)
-        store.migrate()
-        store.dispose()
-        load_routines(url)
-        empty = summary_ms(ticks_with_10_due(url, args.ticks, 0))
-        log(f"tick with 10 due, empty run table: {empty}")
+        for _, url in databases:
+            store = Store.from_url(url)
+            store.migrate()
+            store.dispose()
+            load_routines(url)
+        (_, empty_url), (_, full_url) = databases
         log(f"filling {args.rows:,} old runs")
-        fill = fill_runs(url, args.rows)
-        full = summary_ms(ticks_with_10_due(url, args.ticks, 1))
-        log(f"tick with 10 due, {args.rows:,} old runs, no pruning: {full}")
+        fill = fill_runs(full_url, args.rows)
+        empty, full = Ticker(empty_url), Ticker(full_url)
+        tickers = [empty, full]
+        base_empty, base_full = side_by_side(empty, full, args.ticks)
         stop, passes = multiprocessing.Event(), multiprocessing.Queue()
-        pruner = multiprocessing.Process(target=prune_forever, args=(url, args.batch, stop, passes))
+        pruner = multiprocessing.Process(
+            target=prune_forever, args=(full_url, args.batch, stop, passes)
+        )
         started = time.perf_counter()
         pruner.start()
-        time.sleep(2)  # let the pruner get going
-        during = summary_ms(ticks_with_10_due(url, args.ticks, 2))
-        log(f"tick with 10 due while pruning back to back: {during}")
+        time.sleep(1)  # the pruner is under way
+        during_empty, during_full = side_by_side(empty, full, args.ticks)
         pruner.join()
         drained = time.perf_counter() - started
-        stop.set()
         durations, deleted = [], 0
         while not passes.empty():
             seconds, rows = passes.get()
             durations.append(seconds)
             deleted += rows
-        per_pass = statistics.median(durations) if durations else 0.0
-        minutes_at_beat_rate = deleted / args.batch if args.batch else 0
+        rows = [
+            ("empty run table", summary_ms(base_empty)),
+            (f"{args.rows:,} old runs, no pruning", summary_ms(base_full)),
+            ("empty run table (while the other prunes)", summary_ms(during_empty)),
+            (f"{args.rows:,} old runs, pruning back to back", summary_ms(during_full)),
+        ]
         print(f"rows: {args.rows:,} old finished runs (filled in {fill:.0f} s); batch {args.batch}")
-        print(f"tick with 10 due, empty table:         median {empty['median_ms']:.1f} ms"
-              f"  p90 {empty['p90_ms']:.1f} ms")  # fmt: skip
-        print(f"tick with 10 due, full, no pruning:    median {full['median_ms']:.1f} ms"
-              f"  p90 {full['p90_ms']:.1f} ms")  # fmt: skip
-        print(f"tick with 10 due, while pruning:       median {during['median_ms']:.1f} ms"
-              f"  p90 {during['p90_ms']:.1f} ms"
-              f"  ({during['median_ms'] / empty['median_ms']:.2f}x empty)")  # fmt: skip
-        print(f"prune pass of {args.batch}: median {per_pass * 1000:.0f} ms over {len(durations)} "
-              f"passes; {deleted:,} rows deleted")  # fmt: skip
-        print(f"drain back to back: {drained:.0f} s; at beat's one pass a minute: "
-              f"{minutes_at_beat_rate / 60:.1f} h")  # fmt: skip
+        for label, figures in rows:
+            print(
+                f"tick with 10 due, {label:<45} median {figures['median_ms']:6.1f} ms"
+                f"  p90 {figures['p90_ms']:6.1f} ms"
+            )
+        ratio = rows[3][1]["median_ms"] / rows[2][1]["median_ms"]
+        print(f"pruning / empty, same window: {ratio:.2f}x (median)")
+        per_pass = statistics.median(durations) if durations else 0.0
+        print(
+            f"prune pass of {args.batch}: median {per_pass * 1000:.0f} ms over {len(durations)} "
+            f"passes; {deleted:,} rows deleted"
+        )
+        print(
+            f"drain back to back: {drained:.0f} s; at beat's one pass a minute: "
+            f"{deleted / args.batch / 60:.1f} h"
+        )
     finally:
-        drop_database(name)
+        for ticker in tickers:
+            ticker.close()
+        for name, _ in databases:
+            drop_database(name)
 
 
 if __name__ == "__main__":
