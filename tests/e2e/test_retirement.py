@@ -6,24 +6,19 @@ with one skipped row (reason retired) instead of a burst."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
 from celery_routines.store import Store
+from tests.e2e import test_lifecycle
 from tests.e2e.processes import CeleryProcess, environment, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
 
-@pytest.fixture
-def pg_store(postgres_url: str) -> Iterator[Store]:
-    store = Store.from_url(postgres_url)
-    store.migrate()
-    yield store
-    store.dispose()
+pg_store = test_lifecycle.pg_store  # the same fixture: a migrated PostgreSQL store
 
 
 def legacy_rows(store: Store) -> list[tuple[str, str | None, int | None]]:
