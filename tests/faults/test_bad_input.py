@@ -122,6 +122,8 @@ def stored_rows(store: Store) -> dict[str, dict[str, Any]]:
         "updated_at",
         "suspended_until",
         "suspended_reason",
+        # What next_run_at was computed from (beat's, like next_run_at).
+        "schedule_fingerprint",
     }
     with store.engine.connect() as conn:
         rows = conn.execute(text("SELECT * FROM routines")).mappings().all()
