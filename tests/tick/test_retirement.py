@@ -147,3 +147,39 @@ def test_a_retired_routine_schedules_no_retries(store: Store, clock: FakeClock) 
     record = store.routines.by_name("gone")
     assert record is not None
     assert blocked_reason(policy_of(record), clock()) == "retired"
+
+
+def test_one_bad_beat_schedule_entry_becomes_an_invalid_routine_and_beat_starts(
+    database_url: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    class Sunrise:  # a schedule type we do not support (as solar() is, for now)
+        def __repr__(self) -> str:
+            return "<solar: sunrise>"
+
+    folder = tmp_path / "broker"
+    conf = {
+        "beat_schedule": {
+            "sunrise": {"task": "tasks.lights", "schedule": Sunrise()},
+            "typo": {"task": "tasks.x", "schedule": "61 * * * *"},
+            "poll": {"task": "tasks.poll", "schedule": 60.0},
+        }
+    }
+    scheduler = beat(folder, database_url, clock, **conf)
+    try:
+        store = scheduler.store
+        bad = store.routines.by_name("sunrise")
+        assert bad is not None and bad.task == "tasks.lights"
+        assert bad.last_error is not None and "solar" in bad.last_error
+        for _ in range(3):
+            clock.advance(minutes=1)
+            scheduler.tick()
+        assert {m["routine_window"].split("@")[0] for m in published(folder)} == {"poll"}
+        bad = store.routines.by_name("sunrise")
+        assert bad is not None and "solar" in (bad.last_error or "")  # its own error kept
+        with Routines(scheduler.app, clock=clock) as admin:
+            states = {s.name: s.state for s in admin.list() if not s.name.startswith("celery.")}
+        assert states == {"sunrise": "invalid", "typo": "invalid", "poll": "enabled"}
+        typo = store.routines.by_name("typo")
+        assert typo is not None and "61" in (typo.last_error or "")
+    finally:
+        scheduler.close()
