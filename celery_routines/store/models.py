@@ -52,6 +52,8 @@ class Routine(Base):
     retry_base_seconds: Mapped[float] = mapped_column(Seconds, server_default=text("60"))
     # JSON list of {"limit", "per", "unit"}; NULL when the routine has no ceiling.
     ceiling: Mapped[str | None] = mapped_column(Text)
+    # Seconds without a heartbeat before a run is lost; NULL: routines_run_timeout.
+    run_timeout: Mapped[float | None] = mapped_column(Seconds)
     next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     paused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     suspended_until: Mapped[datetime | None] = mapped_column(UTCDateTime)

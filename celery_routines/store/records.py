@@ -34,6 +34,7 @@ class RoutineRecord:
     last_error: str | None
     locked_by: str | None
     locked_until: datetime | None
+    run_timeout: float | None = None
 
 
 ROUTINE_RECORD_FIELDS = tuple(RoutineRecord.__dataclass_fields__)

@@ -331,7 +331,7 @@ def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: 
     end_run()
     now = clock()
     wait = _retry_wait(getattr(reason, "when", None), now)
-    deadline = lost_deadline(now + wait, settings_for(sender.app).run_timeout)
+    deadline = lost_deadline(now + wait, run_timeout_of(sender))
     try:
         store_for(sender.app).runs.requeue(
             request.id, celery_retries=int(request.retries or 0), deadline_at=deadline
