@@ -15,6 +15,7 @@ from .connections import Connections, connections_for
 from .engine import make_engine
 from .records import NewRun, RoutineRecord, RunRecord
 from .routines import Advance, RoutineQueries, _aware
+from .run_metrics import RunMetricsQueries
 from .runs import RunQueries
 from .spend_queries import SpendQueries
 
@@ -48,6 +49,7 @@ class Store:
         self.runs = RunQueries(engine)
         self.admin = AdminQueries(engine)
         self.spend = SpendQueries(engine)
+        self.run_metrics = RunMetricsQueries(engine)
         # Built once: constructing it cost more than running it.
         self._probe = select(
             *self.routines.probe_columns(bindparam("now"), bindparam("holder"), bindparam("arb")),
