@@ -24,16 +24,11 @@ for a drain period (longer than the run timeout plus a retry) so runs lost by
 a kill are declared lost and retried. Only windows due before the kills
 stopped are counted.
 
-Prints: windows expected, sent, succeeded, skipped (catch-up and overlap
-rows), doubled (a run body twice, or two attempts of one window both
-succeeding: must be 0), lost (a window with no run row, or none that
-succeeded: must be 0), the worst start lateness of a first attempt, and for
-the long bodies how many windows ran and whether any body ran twice. Exits 1
-when doubled or lost is not 0.
-
-Needs PostgreSQL (``ROUTINES_TEST_PG``, default
-postgresql://postgres@127.0.0.1:5432/postgres), ``redis-server`` on PATH and,
-for the clock steps, Debian's ``faketime``.
+Prints windows expected, sent, succeeded, skipped, doubled (a body run twice,
+or two attempts of one window both succeeding), lost (a window with no run
+row, or none that succeeded), the worst start lateness of a first attempt,
+and the long bodies' windows; exits 1 unless doubled and lost are 0. Needs
+PostgreSQL (``ROUTINES_TEST_PG``), ``redis-server`` and Debian's ``faketime``.
 """
 
 from __future__ import annotations
@@ -396,7 +391,8 @@ def main() -> int:
                     soak.start(label)
                     del down[label]
             while due_plan and now >= due_plan[0][0]:
-                print(f"{now - started:7.1f}s {disturb(due_plan.pop(0)[1], soak, gate, broker)}")
+                done = disturb(due_plan.pop(0)[1], soak, gate, broker)
+                print(f"{now - started:7.1f}s {done}", flush=True)
             if now >= next_kill:
                 # Keep at least one beat and one worker up: a kill of all is an
                 # outage, which the catch-up policy (not this soak) is about.
@@ -426,6 +422,9 @@ def main() -> int:
         soak.stop_all()
         broker.stop()
         gate.stop()
+    # A PostgreSQL restart left both pools holding dead connections.
+    store.engine.dispose()
+    databases.admin.dispose()
     try:
         result = tally(load_runs(store), ran_log.read_text().splitlines(), cut)
     finally:

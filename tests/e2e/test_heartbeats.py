@@ -94,6 +94,24 @@ def wait_for_start(body_log: Path, processes: list[CeleryProcess]) -> None:
     )
 
 
+def kill_and_wait_for_lost(
+    worker: CeleryProcess, processes: list[CeleryProcess], store: Store, beat: CeleryProcess
+) -> None:
+    """SIGKILL the whole worker (no goodbye); its newest run of ``slow`` must
+    be declared lost within TIMEOUT and one beat loop."""
+    os.killpg(worker.process.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    worker.process.wait(timeout=5)
+    processes.remove(worker)
+    wait_until(
+        lambda: runs_of(store, "slow")[-1].state == "lost",
+        timeout=TIMEOUT + ONE_LOOP + 10,
+        what="beat to declare the run lost",
+        logs=[beat],
+    )
+    assert time.monotonic() - killed <= TIMEOUT + ONE_LOOP + 1.5
+
+
 @pytest.mark.parametrize("pool", ["prefork", "solo", "threads"])
 def test_a_body_running_four_times_the_timeout_is_never_lost_and_runs_once(
     tmp_path: Path,
@@ -139,17 +157,7 @@ def test_a_sigkilled_workers_run_is_lost_within_the_timeout_and_one_loop(
     doomed = start_worker(tmp_path, env, processes, pool="prefork", concurrency=1)
     wait_for_start(body_log, processes)
     time.sleep(TIMEOUT)  # a few heartbeats went out
-    os.killpg(doomed.process.pid, signal.SIGKILL)  # the whole worker, no goodbye
-    killed = time.monotonic()
-    doomed.process.wait(timeout=5)
-    processes.remove(doomed)
-    wait_until(
-        lambda: runs_of(pg_store, "slow")[0].state == "lost",
-        timeout=TIMEOUT + ONE_LOOP + 10,
-        what="beat to declare the run lost",
-        logs=[beat],
-    )
-    assert time.monotonic() - killed <= TIMEOUT + ONE_LOOP + 1.5
+    kill_and_wait_for_lost(doomed, processes, pg_store, beat)
     assert "worker was probably lost" in runs_of(pg_store, "slow")[0].error
 
 
@@ -246,14 +254,4 @@ def test_a_routines_own_run_timeout_paces_its_heartbeat_and_its_lost_deadline(
         what="the second body to start",
         logs=processes,
     )
-    os.killpg(worker.process.pid, signal.SIGKILL)
-    killed = time.monotonic()
-    worker.process.wait(timeout=5)
-    processes.remove(worker)
-    wait_until(
-        lambda: runs_of(pg_store, "slow")[-1].state == "lost",
-        timeout=TIMEOUT + ONE_LOOP + 10,
-        what="beat to declare the second run lost on the routine's own timeout",
-        logs=[beat],
-    )
-    assert time.monotonic() - killed <= TIMEOUT + ONE_LOOP + 1.5
+    kill_and_wait_for_lost(worker, processes, pg_store, beat)
