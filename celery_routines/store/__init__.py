@@ -20,6 +20,7 @@ from .prune import PruneQueries
 from .records import NewRun, RoutineRecord, RunRecord
 from .refresh import RefreshQueries
 from .routines import Advance, RoutineQueries, _aware
+from .run_metrics import RunMetricsQueries
 from .runs import RunQueries
 from .spend_queries import SpendQueries
 from .types import UTCDateTime
@@ -59,6 +60,7 @@ class Store:
         self.runs = RunQueries(engine)
         self.admin = AdminQueries(engine)
         self.spend = SpendQueries(engine)
+        self.run_metrics = RunMetricsQueries(engine)
         self.changes = ChangeQueries(engine)
         self.prune = PruneQueries(engine)
         # Built once: constructing it cost more than running it. Each has a
