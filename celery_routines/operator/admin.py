@@ -20,6 +20,7 @@ from celery_routines.clock import Clock, utc_now
 from celery_routines.config import Settings, settings_from
 from celery_routines.errors import InvalidRoutine, RoutinesError, ScheduleError, UnknownRoutine
 from celery_routines.observe.events import RoutineEvents
+from celery_routines.operator.listing import Listing
 from celery_routines.operator.sending import MAX_BACKFILL, OperationRefused, Sending, UnknownRun
 from celery_routines.operator.views import (
     BackfillResult,
@@ -91,7 +92,7 @@ MAX_LIMIT = 10_000
 # -- the API ---------------------------------------------------------------------
 
 
-class Routines(Sending):
+class Routines(Sending, Listing):
     """Operations on the routines stored for a Celery app (or for ``Settings``).
 
     Sending (trigger, replay, backfill) needs the app, to publish; everything
@@ -212,10 +213,11 @@ class Routines(Sending):
         *,
         state: str | Sequence[str] | None = None,
         since: datetime | str | None = None,
+        until: datetime | str | None = None,
         limit: int = 50,
     ) -> list[RunView]:
-        """Run rows, newest first; ``since`` (UTC unless it says otherwise)
-        filters on when the row was written."""
+        """Run rows, newest first; ``since`` and ``until`` (UTC unless they
+        say otherwise) filter on when the row was written."""
         check_count("limit", limit, MAX_LIMIT)
         states = [state] if isinstance(state, str) else list(state or [])
         for value in states:
@@ -226,6 +228,7 @@ class Routines(Sending):
             routine_id=routine_id,
             states=states,
             since=self._since(since),
+            until=self._since(until, "--until"),
             limit=limit,
         )
         return [run_view(row) for row in rows]
@@ -329,10 +332,10 @@ class Routines(Sending):
     def _schedule(self, record: RoutineRecord) -> Schedule:
         return schedule_from_columns(record.cron, record.interval_seconds, self._zone_of(record))
 
-    def _since(self, since: datetime | str | None) -> datetime | None:
+    def _since(self, since: datetime | str | None, label: str = "--since") -> datetime | None:
         if since is None:
             return None
-        return to_instant(since, "UTC", self.clock(), "--since")
+        return to_instant(since, "UTC", self.clock(), label)
 
     def _summary(
         self,

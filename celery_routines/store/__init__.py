@@ -13,6 +13,7 @@ from . import migrate
 from .admin_queries import AdminQueries
 from .connections import Connections, connections_for
 from .engine import make_engine
+from .panel_queries import PanelQueries
 from .records import NewRun, RoutineRecord, RunRecord
 from .routines import Advance, RoutineQueries, _aware
 from .runs import RunQueries
@@ -48,6 +49,7 @@ class Store:
         self.runs = RunQueries(engine)
         self.admin = AdminQueries(engine)
         self.spend = SpendQueries(engine)
+        self.panel = PanelQueries(engine)
         # Built once: constructing it cost more than running it.
         self._probe = select(
             *self.routines.probe_columns(bindparam("now"), bindparam("holder"), bindparam("arb")),
