@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from celery_routines.clock import Clock
+from celery_routines.errors import ScheduleError
 from celery_routines.operator.views import RoutineSummary
 from celery_routines.operator.windows import check_count
+from celery_routines.schedules.base import Schedule
+from celery_routines.schedules.marks import dst_note
 from celery_routines.store import RoutineRecord, RunRecord, Store
 from celery_routines.store.panel_queries import ROUTINE_STATES
 
@@ -40,6 +43,12 @@ class RoutineRow:
     by hand or by a command)."""
     recent: list[StripCell] = field(default_factory=list)
     """The newest runs, newest first (at most 30)."""
+    next_note: str | None = None
+    """The DST note of the next window (``shifted: 02:30 does not exist``)."""
+    suspended_until: datetime | None = None
+    suspended_reason: str | None = None
+    error: str | None = None
+    """Why the routine is invalid, when it is."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,9 @@ class Listing:
     def _record(self, name: str) -> RoutineRecord:
         raise NotImplementedError
 
+    def _schedule(self, record: RoutineRecord) -> Schedule:
+        raise NotImplementedError
+
     def _summary(
         self, record: RoutineRecord, latest: RunRecord | None, now: datetime
     ) -> RoutineSummary:
@@ -116,9 +128,21 @@ class Listing:
                     summary=self._summary(record, runs[0] if runs else None, now),
                     owner=owner_of(found.sources.get(record.id)),
                     recent=[strip_cell(run) for run in runs],
+                    next_note=self._next_note(record),
+                    suspended_until=record.suspended_until,
+                    suspended_reason=record.suspended_reason,
+                    error=record.last_error,
                 )
             )
         return RoutinePage(rows, found.total, page, per_page)
+
+    def _next_note(self, record: RoutineRecord) -> str | None:
+        if record.next_run_at is None or record.last_error is not None:
+            return None
+        try:
+            return dst_note(self._schedule(record), record.next_run_at)
+        except ScheduleError:
+            return None
 
     def owner(self, name: str) -> str:
         """``code`` or ``SQL/CLI``: where the routine's definition comes from."""

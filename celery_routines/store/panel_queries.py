@@ -94,7 +94,7 @@ class PanelQueries:
             rows = list(conn.execute(query))
             total = conn.execute(count).scalar_one()
         return RoutinePage(
-            records=[_record(row) for row in rows],
+            records=[_record(tuple(row)[:-1]) for row in rows],
             total=total,
             sources={row.id: row.source for row in rows},
         )
