@@ -1,0 +1,162 @@
+"""The panel's pages in process: what they show, the forms' CSRF guard, the
+read-only mode, escaping and masked secrets."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from celery_routines.operator.admin import Routines
+from celery_routines.store import Store
+from tests.conftest import FakeClock
+from tests.operator.web.conftest import client_for
+from tests.operators import add_routine, add_run
+
+SCRIPT = "<script>alert(1)</script>"
+
+
+def csrf_of(page: str) -> str:
+    found = re.search(r'name="csrf_token" value="([0-9a-f]+)"', page)
+    assert found, "the page has no form with a CSRF token"
+    return found.group(1)
+
+
+def test_the_routines_page_shows_state_next_window_and_the_strip(
+    admin: Routines, web_store: Store, clock: FakeClock
+) -> None:
+    routine = add_routine(
+        web_store,
+        "nightly",
+        cron="30 2 * * *",
+        timezone="Europe/Rome",
+        next_run_at=clock.now.replace(year=2027, month=3, day=28, hour=1, minute=30),
+    )
+    add_routine(
+        web_store,
+        "capped",
+        suspended_until=clock.now + timedelta(hours=2),
+        suspended_reason="ceiling spent",
+    )
+    add_run(web_store, routine, "nightly@1", "failed", clock.now, clock.now)
+    page = client_for(admin).get("/routines").text
+    assert "suspended until 2026-11-30 14:00:00 UTC: ceiling spent" in page
+    # 02:30 does not exist in Rome on 2027-03-28: the window's DST note.
+    assert "shifted: 02:30 does not exist" in page
+    assert "2027-03-28 03:30:00 CEST" in page and "2027-03-28 01:30:00 UTC" in page
+    assert 'class="cell failed"' in page
+    assert "page 1 of 1" in page
+
+
+def test_a_routine_page_shows_windows_attempts_skips_ceilings_and_lateness(
+    admin: Routines, web_store: Store, clock: FakeClock
+) -> None:
+    routine = add_routine(
+        web_store,
+        "poll",
+        cron="*/5 * * * *",
+        timezone="Europe/Rome",
+        ceiling='[{"limit": 100, "per": "day", "unit": "fires"}]',
+    )
+    sent = clock.now - timedelta(minutes=30)
+    add_run(
+        web_store, routine, "poll@a", "failed", sent, sent, sent_at=sent + timedelta(seconds=2),
+        error="ZeroDivisionError: division by zero", worker="celery@w1",
+    )  # fmt: skip
+    add_run(
+        web_store, routine, "poll@s", "skipped", clock.now, clock.now, reason="overlap",
+        skipped_count=3,
+    )  # fmt: skip
+    page = client_for(admin, flower_url="http://flower:5555").get("/routines/poll").text
+    assert "ZeroDivisionError: division by zero" in page and "celery@w1" in page
+    assert "overlap" in page and ">3<" in page
+    assert "Next 10 windows" in page
+    # The ceiling resets at the next midnight in the routine's zone.
+    assert "2026-12-01 00:00:00 CET" in page
+    assert "<svg" in page and page.count('class="dot"') == 1
+    assert "2.000 s late" in page
+    assert "http://flower:5555/task/" in page
+
+
+def test_a_form_post_needs_the_pages_csrf_token(admin: Routines, web_store: Store) -> None:
+    add_routine(web_store, "nightly")
+    client = client_for(admin)
+    page = client.get("/routines/nightly").text
+    refused = client.post("/actions/pause", data={"name": "nightly"})
+    assert refused.status_code == 403 and "CSRF" in refused.text
+    wrong = client.post("/actions/pause", data={"name": "nightly", "csrf_token": "0" * 64})
+    assert wrong.status_code == 403
+    assert web_store.routines.by_name("nightly").paused is False
+
+    done = client.post(
+        "/actions/pause",
+        data={"name": "nightly", "csrf_token": csrf_of(page)},
+        follow_redirects=True,
+    )
+    assert done.status_code == 200 and "paused nightly" in done.text
+    assert web_store.routines.by_name("nightly").paused is True
+    assert 'id="resume"' in done.text
+
+
+def test_backfill_shows_the_count_first_and_sends_only_when_confirmed(
+    admin: Routines, web_store: Store
+) -> None:
+    add_routine(web_store, "hourly", cron="0 * * * *", overlap="overlap")
+    client = client_for(admin)
+    token = csrf_of(client.get("/routines/hourly").text)
+    form = {"name": "hourly", "from": "2026-11-30T08:00Z", "to": "2026-11-30T11:00Z"}
+    preview = client.post("/actions/backfill", data={**form, "csrf_token": token})
+    assert re.search(r'id="backfill-count">4<', preview.text)
+    assert admin.runs("hourly") == []
+    done = client.post(
+        "/actions/backfill",
+        data={**form, "csrf_token": token, "confirm": "1"},
+        follow_redirects=True,
+    )
+    assert "4 sent, 0 already stored" in done.text
+    assert len(admin.runs("hourly")) == 4
+    error = client.post("/actions/backfill", data={**form, "to": "2099-01-01", "csrf_token": token})
+    assert error.status_code == 400 and "is in the future" in error.text
+
+
+def test_read_only_hides_every_action_and_refuses_posts(admin: Routines, web_store: Store) -> None:
+    add_routine(web_store, "nightly")
+    client = client_for(admin, read_only=True)
+    page = client.get("/routines/nightly").text
+    assert '<form method="post"' not in page and 'id="pause"' not in page
+    refused = client.post("/actions/pause", data={"name": "nightly"})
+    assert refused.status_code == 403 and "read-only" in refused.text
+    api = client.post("/api/routines/nightly/pause", headers={"Authorization": "Bearer x"})
+    assert api.json() == {"error": "the panel is read-only (started with --read-only)"}
+    assert web_store.routines.by_name("nightly").paused is False
+
+
+def test_names_errors_and_reasons_are_escaped_and_passwords_masked(
+    admin: Routines, web_store: Store, clock: FakeClock
+) -> None:
+    routine = add_routine(web_store, SCRIPT)
+    add_run(web_store, routine, f"{SCRIPT}@1", "skipped", clock.now, clock.now, reason=SCRIPT)
+    client = client_for(admin)
+    for path in (
+        "/routines",
+        "/skips",
+        "/runs",
+        "/routines/%3Cscript%3Ealert%281%29%3C%2Fscript%3E",
+    ):
+        page = client.get(path).text
+        assert SCRIPT not in page, path
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page, path
+    admin.settings = type(admin.settings)(database_url="postgresql://u:hunter2@db:5432/x")
+    page = client.get("/routines").text
+    assert "hunter2" not in page and "postgresql://u:***@db:5432/x" in page
+
+
+def test_live_refresh_is_a_link_that_works_without_javascript(
+    admin: Routines, web_store: Store
+) -> None:
+    client = client_for(admin)
+    off = client.get("/routines?state=paused").text
+    assert 'http-equiv="refresh"' not in off
+    assert 'href="/routines?state=paused&amp;live=1"' in off
+    on = client.get("/routines?state=paused&live=1").text
+    assert '<meta http-equiv="refresh" content="5">' in on and 'data-live="1"' in on
+    assert client.get("/static/panel.js").status_code == 200
