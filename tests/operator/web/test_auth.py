@@ -50,7 +50,8 @@ def test_the_setting_names_users_and_the_bearer_tokens_variable() -> None:
 def test_any_address_but_loopback_needs_authentication() -> None:
     for host in ("127.0.0.1", "::1", "localhost", "127.0.0.2"):
         check_bind(host, parse_web_auth(None, {}))
-    with pytest.raises(ConfigurationError, match=r"refusing to serve the panel on 0\.0\.0\.0") as exc:
+    refusal = r"refusing to serve the panel on 0\.0\.0\.0 "
+    with pytest.raises(ConfigurationError, match=refusal) as exc:
         check_bind("0.0.0.0", parse_web_auth(None, {}))
     assert "routines_web_auth" in str(exc.value) and "--hash-password" in str(exc.value)
     check_bind("0.0.0.0", parse_web_auth("bearer:T", {"T": "x"}))
