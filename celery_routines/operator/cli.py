@@ -371,8 +371,20 @@ def preview_(cron: str, timezone: str, start: str | None, count: int, as_json: b
 
 
 @routines.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=8555, show_default=True, help="Port to bind.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="ROUTINES_WEB_HOST",
+    help="Address to bind (or ROUTINES_WEB_HOST).",
+)
+@click.option(
+    "--port",
+    default=8555,
+    show_default=True,
+    envvar="ROUTINES_WEB_PORT",
+    help="Port to bind (or ROUTINES_WEB_PORT).",
+)
 @click.option("--read-only", is_flag=True, help="Show everything, allow no action.")
 @click.option(
     "--hash-password", is_flag=True, help="Print a password hash for routines_web_auth and exit."

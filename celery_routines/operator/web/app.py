@@ -106,6 +106,8 @@ class GuardMiddleware(BaseHTTPMiddleware):
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         panel = panel_of(request)
+        if request.url.path == request.scope.get("root_path", "") + "/healthz":
+            return await call_next(request)  # says "ok" and nothing else
         api = request.url.path.startswith(request.scope.get("root_path", "") + "/api")
         principal = panel.guard.principal(request.headers.get("authorization"))
         if principal is None:

@@ -51,6 +51,12 @@ def home(request: Request) -> Response:
     return RedirectResponse(request.scope.get("root_path", "") + "/routines", status_code=307)
 
 
+def healthz(request: Request) -> Response:
+    """For health checks, without a login: the store answers."""
+    panel_of(request).admin.store.db_now()
+    return Response("ok", media_type="text/plain")
+
+
 def routines(request: Request) -> Response:
     q = request.query_params
     state, name = q.get("state") or None, q.get("name") or None
@@ -213,6 +219,7 @@ async def action(request: Request) -> Response:
 def routes() -> list[Route]:
     return [
         Route("/", home),
+        Route("/healthz", healthz),
         Route("/routines", page(routines)),
         Route("/routines/{name:path}", page(routine)),
         Route("/skips", page(skips)),
