@@ -8,17 +8,20 @@ store, the clock and the routine look-ups); the SQL is in
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from celery_routines.clock import Clock
+from celery_routines.config import Settings
 from celery_routines.errors import ScheduleError
 from celery_routines.operator.views import RoutineSummary
 from celery_routines.operator.windows import check_count
 from celery_routines.schedules.base import Schedule
 from celery_routines.schedules.marks import dst_note
+from celery_routines.schedules.parse import schedule_from_columns
 from celery_routines.store import RoutineRecord, RunRecord, Store
-from celery_routines.store.panel_queries import ROUTINE_STATES
+from celery_routines.store.panel_queries import ROUTINE_STATES, RecentRun
 
 MAX_PER_PAGE = 500
 STRIP = 30
@@ -75,8 +78,23 @@ def owner_of(source: str | None) -> str:
     return "code" if source == "code" else "SQL/CLI"
 
 
-def strip_cell(run: RunRecord) -> StripCell:
+def strip_cell(run: RecentRun) -> StripCell:
     return StripCell(run.id, run.state, run.scheduled_for, run.attempt, run.reason)
+
+
+@functools.lru_cache(maxsize=4096)
+def _note(cron: str | None, interval: float | None, zone: str, window: datetime) -> str | None:
+    """The DST note of one window: parsing a cron costs more than the rest
+    of a routine's row, and a refreshed page asks for the same ones again."""
+    try:
+        return dst_note(_schedule(cron, interval, zone), window)
+    except ScheduleError:
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _schedule(cron: str | None, interval: float | None, zone: str) -> Schedule:
+    return schedule_from_columns(cron, interval, zone)
 
 
 class Listing:
@@ -84,15 +102,13 @@ class Listing:
 
     store: Store
     clock: Clock
+    settings: Settings
 
     def _record(self, name: str) -> RoutineRecord:
         raise NotImplementedError
 
-    def _schedule(self, record: RoutineRecord) -> Schedule:
-        raise NotImplementedError
-
     def _summary(
-        self, record: RoutineRecord, latest: RunRecord | None, now: datetime
+        self, record: RoutineRecord, latest: RunRecord | RecentRun | None, now: datetime
     ) -> RoutineSummary:
         raise NotImplementedError
 
@@ -139,10 +155,8 @@ class Listing:
     def _next_note(self, record: RoutineRecord) -> str | None:
         if record.next_run_at is None or record.last_error is not None:
             return None
-        try:
-            return dst_note(self._schedule(record), record.next_run_at)
-        except ScheduleError:
-            return None
+        zone = record.timezone or self.settings.timezone
+        return _note(record.cron, record.interval_seconds, zone, record.next_run_at)
 
     def owner(self, name: str) -> str:
         """``code`` or ``SQL/CLI``: where the routine's definition comes from."""

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, and_, func, not_, select, union_all
+from sqlalchemy import ColumnElement, Engine, and_, func, not_, select, true, union_all
 
-from .admin_queries import RUN_COLUMNS, _run
 from .connections import connections_for
 from .models import Routine, RoutineRun
-from .records import RoutineRecord, RunRecord
+from .records import RoutineRecord
 from .routines import RECORD_COLUMNS, _record
 
 routines = Routine.__table__
@@ -37,6 +37,22 @@ class RoutinePage:
     """Routines matching the filters, over every page."""
     sources: dict[int, str | None]
     """``code`` for routines declared in code; ``None`` for SQL/CLI rows."""
+
+
+@dataclass(frozen=True)
+class RecentRun:
+    """What a routine's strip shows of one run."""
+
+    id: str
+    routine_id: int
+    state: str
+    reason: str | None
+    scheduled_for: datetime
+    attempt: int
+    created_at: datetime
+
+
+STRIP_COLUMNS = [runs.c[name] for name in RecentRun.__dataclass_fields__]
 
 
 def state_condition(state: str, now: datetime) -> ColumnElement[bool]:
@@ -105,25 +121,38 @@ class PanelQueries:
                 select(routines.c.source).where(routines.c.id == routine_id)
             ).scalar_one_or_none()
 
-    def recent_runs(self, routine_ids: Sequence[int], per: int = 30) -> dict[int, list[RunRecord]]:
+    def recent_runs(self, routine_ids: Sequence[int], per: int = 30) -> dict[int, list[RecentRun]]:
         """The newest ``per`` run rows of each routine, newest first, in one
-        query: a UNION ALL of one bounded index walk per routine (portable to
-        SQLite, PostgreSQL and MySQL, unlike LATERAL)."""
+        query of one bounded backward walk of ``ix_routine_runs_routine_created``
+        per routine: a LATERAL join on PostgreSQL, a UNION ALL elsewhere
+        (SQLite and MariaDB have no LATERAL)."""
         if not routine_ids:
             return {}
-        arms = [
-            select(*RUN_COLUMNS)
-            .where(runs.c.routine_id == routine_id)
-            .order_by(runs.c.created_at.desc(), runs.c.attempt.desc())
-            .limit(per)
-            .subquery()
-            for routine_id in dict.fromkeys(routine_ids)
-        ]
-        query = union_all(*(select(*arm.c) for arm in arms))
-        found: dict[int, list[RunRecord]] = {routine_id: [] for routine_id in routine_ids}
+        wanted = list(dict.fromkeys(routine_ids))
+        if self.engine.dialect.name == "postgresql":
+            page = select(routines.c.id).where(routines.c.id.in_(wanted)).subquery("page")
+            recent = (
+                select(*STRIP_COLUMNS)
+                .where(runs.c.routine_id == page.c.id)
+                .order_by(runs.c.created_at.desc())
+                .limit(per)
+                .lateral("recent")
+            )
+            query: Any = select(*recent.c).select_from(page.join(recent, true()))
+        else:
+            arms = [
+                select(*STRIP_COLUMNS)
+                .where(runs.c.routine_id == routine_id)
+                .order_by(runs.c.created_at.desc())
+                .limit(per)
+                .subquery()
+                for routine_id in wanted
+            ]
+            query = union_all(*(select(*arm.c) for arm in arms))
+        found: dict[int, list[RecentRun]] = {routine_id: [] for routine_id in wanted}
         with self.db.read() as conn:
             for row in conn.execute(query):
-                found[row.routine_id].append(_run(row))
+                found[row.routine_id].append(RecentRun(*row))
         for rows in found.values():
             rows.sort(key=lambda r: (r.created_at, r.attempt), reverse=True)
         return found
