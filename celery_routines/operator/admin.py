@@ -63,6 +63,7 @@ from celery_routines.schedules.zones import load_zone
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, RunRecord, Store, migrate
 from celery_routines.store.engine import safe_url
+from celery_routines.store.panel_queries import RecentRun
 from celery_routines.store.records import OpenRun
 from celery_routines.store.spend_queries import SpendQueries
 from celery_routines.tick.decide import skip_row
@@ -155,7 +156,9 @@ class Routines(Sending, Listing):
         check_count("windows", windows, MAX_PREVIEW)
         record = self._record(name)
         now = self.clock()
-        latest = self.store.admin.latest_runs().get(record.id)
+        # This routine's newest run only (latest_runs() reads every routine's).
+        newest = self.store.panel.recent_runs([record.id], 1)[record.id]
+        latest = newest[0] if newest else None
         timezone = self._zone_of(record)
         next_windows: list[WindowView] = []
         schedule_error = None
@@ -340,7 +343,7 @@ class Routines(Sending, Listing):
     def _summary(
         self,
         record: RoutineRecord,
-        latest: RunRecord | None,
+        latest: RunRecord | RecentRun | None,
         now: datetime,
         next_retry: RunRecord | RunView | None = None,
     ) -> RoutineSummary:
