@@ -42,8 +42,7 @@ class StripCell:
 class RoutineRow:
     summary: RoutineSummary
     owner: str
-    """``code`` (declared in the app's code) or ``SQL/CLI`` (a row written
-    by hand or by a command)."""
+    """``code (app proj)`` (declared in that app's code), ``cli`` or ``sql``."""
     recent: list[StripCell] = field(default_factory=list)
     """The newest runs, newest first (at most 30)."""
     next_note: str | None = None
@@ -74,8 +73,12 @@ class LatenessPoint:
     """How long after its window the message went out."""
 
 
-def owner_of(source: str | None) -> str:
-    return "code" if source == "code" else "SQL/CLI"
+def owner_of(record: RoutineRecord) -> str:
+    """``code (app proj)`` for a routine declared in code (retired only by
+    that app), ``cli`` or ``sql`` for rows written by a command or by hand."""
+    if record.source == "code":
+        return f"code (app {record.owner})" if record.owner else "code"
+    return record.source or "sql"
 
 
 def strip_cell(run: RecentRun) -> StripCell:
@@ -142,7 +145,7 @@ class Listing:
             rows.append(
                 RoutineRow(
                     summary=self._summary(record, runs[0] if runs else None, now),
-                    owner=owner_of(found.sources.get(record.id)),
+                    owner=owner_of(record),
                     recent=[strip_cell(run) for run in runs],
                     next_note=self._next_note(record),
                     suspended_until=record.suspended_until,
@@ -159,8 +162,9 @@ class Listing:
         return _note(record.cron, record.interval_seconds, zone, record.next_run_at)
 
     def owner(self, name: str) -> str:
-        """``code`` or ``SQL/CLI``: where the routine's definition comes from."""
-        return owner_of(self.store.panel.source_of(self._record(name).id))
+        """Where the routine's definition comes from: ``code (app proj)``,
+        ``cli`` or ``sql``."""
+        return owner_of(self._record(name))
 
     def lateness(self, name: str, hours: float = 24) -> list[LatenessPoint]:
         """How late each window of the last ``hours`` was sent (the first

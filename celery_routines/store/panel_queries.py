@@ -27,7 +27,7 @@ routines = Routine.__table__
 runs = RoutineRun.__table__
 
 # The states a routine is filtered by, as the panel names them.
-ROUTINE_STATES = ("active", "paused", "suspended", "invalid", "disabled")
+ROUTINE_STATES = ("active", "paused", "suspended", "invalid", "disabled", "retired")
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,6 @@ class RoutinePage:
     records: list[RoutineRecord]
     total: int
     """Routines matching the filters, over every page."""
-    sources: dict[int, str | None]
-    """``code`` for routines declared in code; ``None`` for SQL/CLI rows."""
 
 
 @dataclass(frozen=True)
@@ -57,12 +55,14 @@ STRIP_COLUMNS = [runs.c[name] for name in RecentRun.__dataclass_fields__]
 
 def state_condition(state: str, now: datetime) -> ColumnElement[bool]:
     """The SQL twin of :func:`celery_routines.operator.views.routine_state`."""
-    valid = routines.c.last_error.is_(None)
+    serving = routines.c.retired_at.is_(None)
+    valid = and_(serving, routines.c.last_error.is_(None))
     enabled = and_(valid, routines.c.enabled.is_(True))
     running = and_(enabled, routines.c.paused.is_(False))
     suspended = and_(routines.c.suspended_until.is_not(None), routines.c.suspended_until > now)
     conditions = {
-        "invalid": routines.c.last_error.is_not(None),
+        "retired": routines.c.retired_at.is_not(None),
+        "invalid": and_(serving, routines.c.last_error.is_not(None)),
         "disabled": and_(valid, routines.c.enabled.is_(False)),
         "paused": and_(enabled, routines.c.paused.is_(True)),
         "suspended": and_(running, suspended),
@@ -99,7 +99,7 @@ class PanelQueries:
         if name:
             where.append(routines.c.name.like(f"%{_escape_like(name)}%", escape="\\"))
         query = (
-            select(*RECORD_COLUMNS, routines.c.source)
+            select(*RECORD_COLUMNS)
             .where(*where)
             .order_by(routines.c.name)
             .offset(offset)
@@ -109,17 +109,7 @@ class PanelQueries:
         with self.db.read() as conn:
             rows = list(conn.execute(query))
             total = conn.execute(count).scalar_one()
-        return RoutinePage(
-            records=[_record(tuple(row)[:-1]) for row in rows],
-            total=total,
-            sources={row.id: row.source for row in rows},
-        )
-
-    def source_of(self, routine_id: int) -> str | None:
-        with self.db.read() as conn:
-            return conn.execute(
-                select(routines.c.source).where(routines.c.id == routine_id)
-            ).scalar_one_or_none()
+        return RoutinePage(records=[_record(row) for row in rows], total=total)
 
     def recent_runs(self, routine_ids: Sequence[int], per: int = 30) -> dict[int, list[RecentRun]]:
         """The newest ``per`` run rows of each routine, newest first, in one

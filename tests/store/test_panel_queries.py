@@ -24,6 +24,7 @@ def test_the_state_filter_is_the_state_the_admin_api_shows(store: Store) -> None
     add_routine(store, "e-suspended", suspended_until=NOW + timedelta(hours=1))
     add_routine(store, "f-suspension-over", suspended_until=NOW - timedelta(hours=1))
     add_routine(store, "g-paused-and-suspended", paused=True, suspended_until=NOW + timedelta(1))
+    add_routine(store, "h-retired", retired_at=NOW, last_error="bad cron", source="code")
     shown = {r.name: routine_state(r, NOW) for r in store.routines.all()}
     for state in ROUTINE_STATES:
         page = store.panel.routine_page(now=NOW, state=state, limit=100)

@@ -53,7 +53,7 @@ def test_routines_are_listed_by_page_and_filtered_by_state_and_name(
     assert wrong.status_code == 400
     assert wrong.json() == {
         "error": "state 'sleepy' is unknown; use one of active, paused, suspended, invalid, "
-        "disabled"
+        "disabled, retired"
     }
 
 
@@ -76,7 +76,7 @@ def test_each_routine_carries_a_strip_of_its_newest_30_runs(
     assert rows["busy"]["summary"]["last_outcome"] == "failed"
     assert rows["quiet"]["recent"][0]["reason"] == "overlap"
     assert rows["quiet"]["summary"]["last_outcome"] == "skipped (overlap)"
-    assert rows["busy"]["owner"] == "SQL/CLI"
+    assert rows["busy"]["owner"] == "sql"
 
 
 def test_a_routine_and_its_runs_and_the_errors_in_the_clis_words(
@@ -90,7 +90,7 @@ def test_a_routine_and_its_runs_and_the_errors_in_the_clis_words(
 
     detail = client.get("/api/routines/nightly").json()
     assert detail["summary"]["timezone"] == "Europe/Rome"
-    assert len(detail["next_windows"]) == 10 and detail["owner"] == "SQL/CLI"
+    assert len(detail["next_windows"]) == 10 and detail["owner"] == "sql"
     runs = client.get("/api/routines/nightly/runs", params={"state": "failed"}).json()
     assert [r["idempotency_key"] for r in runs] == ["nightly@a"]
     until = (clock.now - timedelta(hours=1)).isoformat()
