@@ -11,7 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import (
+    NoAlertPresentException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
@@ -49,6 +53,15 @@ def wait_for(browser: Any, css: str, timeout: float = 20) -> Any:
     )
 
 
+def wait_text(browser: Any, element_id: str, text: str, timeout: float = 20) -> None:
+    """Until the element shows ``text`` (across the page load a click starts)."""
+    WebDriverWait(
+        browser,
+        timeout,
+        ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+    ).until(lambda b: b.find_element(By.ID, element_id).text == text)
+
+
 def test_a_skipped_windows_reason_is_on_the_skips_page(cluster: PanelCluster, browser: Any) -> None:
     wait_until(
         lambda: bool(cluster.store.admin.runs(states=["skipped"], limit=1)),
@@ -73,15 +86,11 @@ def test_pause_changes_the_state_in_the_database_and_on_the_page(
     browser.get(f"{cluster.url}/routines/words")
     assert browser.find_element(By.ID, "routine-state").text == "active"
     browser.find_element(By.ID, "pause").click()
-    WebDriverWait(browser, 20).until(
-        lambda b: b.find_element(By.ID, "routine-state").text == "paused"
-    )
+    wait_text(browser, "routine-state", "paused")
     assert browser.find_element(By.ID, "flash").text == "paused words"
     assert cluster.store.routines.by_name("words").paused is True
     browser.find_element(By.ID, "resume").click()
-    WebDriverWait(browser, 20).until(
-        lambda b: b.find_element(By.ID, "routine-state").text == "active"
-    )
+    wait_text(browser, "routine-state", "active")
     assert cluster.store.routines.by_name("words").paused is False
 
 

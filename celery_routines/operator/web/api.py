@@ -2,7 +2,8 @@
 
 ``GET /api/routines``, ``/api/routines/{name}``, ``/api/routines/{name}/runs``,
 ``/api/skips``, ``/api/runs``; ``POST /api/routines/{name}/pause|resume|
-trigger|backfill`` and ``POST /api/runs/{id}/replay``. Errors are
+trigger|backfill|enable|disable|delete`` and ``POST /api/runs/{id}/replay``.
+Every action records who did it (``web:<user>``). Errors are
 ``{"error": "..."}`` in the CLI's words; ``/api/openapi.json`` documents it.
 """
 
@@ -136,19 +137,33 @@ def openapi(request: Request) -> Any:
 
 
 def pause(request: Request) -> Any:
-    return panel_of(request).admin.pause(request.path_params["name"])
+    return panel_of(request).admin.pause(request.path_params["name"], by=who(request))
 
 
 def resume(request: Request) -> Any:
     catch_up = flag(body(request), "catch_up")
-    return panel_of(request).admin.resume(request.path_params["name"], catch_up=catch_up)
+    return panel_of(request).admin.resume(
+        request.path_params["name"], catch_up=catch_up, by=who(request)
+    )
+
+
+def enable(request: Request) -> Any:
+    return panel_of(request).admin.enable(request.path_params["name"], by=who(request))
+
+
+def disable(request: Request) -> Any:
+    return panel_of(request).admin.disable(request.path_params["name"], by=who(request))
+
+
+def delete(request: Request) -> Any:
+    return panel_of(request).admin.delete(request.path_params["name"], by=who(request))
 
 
 def trigger(request: Request) -> Any:
     panel = panel_of(request)
     force = flag(body(request), "force")
     with panel.lock:
-        return panel.admin.trigger(request.path_params["name"], force=force)
+        return panel.admin.trigger(request.path_params["name"], force=force, by=who(request))
 
 
 def backfill(request: Request) -> Any:
@@ -166,15 +181,16 @@ def backfill(request: Request) -> Any:
         return {**jsonable(plan), "to_send": plan.to_send}
     with panel.lock:
         return panel.admin.backfill(
-            name, data["from"], data["to"], max_windows=most, force=flag(data, "force")
-        )
+            name, data["from"], data["to"], max_windows=most, force=flag(data, "force"),
+            by=who(request),
+        )  # fmt: skip
 
 
 def replay(request: Request) -> Any:
     panel = panel_of(request)
     force = flag(body(request), "force")
     with panel.lock:
-        return panel.admin.replay(request.path_params["run_id"], force=force)
+        return panel.admin.replay(request.path_params["run_id"], force=force, by=who(request))
 
 
 def with_body(handler: Handler) -> Callable[[Request], Any]:
@@ -205,5 +221,8 @@ def routes() -> list[Route]:
         Route(f"{routine}/resume", with_body(resume), methods=["POST"]),
         Route(f"{routine}/trigger", with_body(trigger), methods=["POST"]),
         Route(f"{routine}/backfill", with_body(backfill), methods=["POST"]),
+        Route(f"{routine}/enable", with_body(enable), methods=["POST"]),
+        Route(f"{routine}/disable", with_body(disable), methods=["POST"]),
+        Route(f"{routine}/delete", with_body(delete), methods=["POST"]),
         Route(routine, answer(show_routine)),
     ]

@@ -88,6 +88,11 @@ OPENAPI: dict[str, Any] = {
             {"catch_up": {"type": "boolean", "description": "replay paused windows by policy"}},
             NAME,
         ),
+        "/api/routines/{name}/enable": _post("Enable a disabled SQL/CLI routine", None, NAME),
+        "/api/routines/{name}/disable": _post("Disable a SQL/CLI routine", None, NAME),
+        "/api/routines/{name}/delete": _post(
+            "Delete a retired or SQL/CLI routine and its runs", None, NAME
+        ),
         "/api/routines/{name}/trigger": _post("Send now under a manual key", FORCE, NAME),
         "/api/routines/{name}/backfill": _post(
             "Send the windows of a past range (preview: count only)",

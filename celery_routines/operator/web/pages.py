@@ -112,6 +112,7 @@ def routine(request: Request) -> Response:
         owner=admin.owner(name),
         windows=list(windows.items())[:20],
         skips=admin.runs(name, state="skipped", limit=50),
+        changes=admin.history(name, limit=10),
         plot=present.lateness_svg(admin.lateness(name, LATENESS_HOURS), now, LATENESS_HOURS),
         hours=LATENESS_HOURS,
         flower=lambda run_id: present.flower_link(panel.flower_url, run_id),
@@ -155,34 +156,48 @@ def runs(request: Request) -> Response:
 # -- actions ---------------------------------------------------------------------
 
 
-def _do(panel: Panel, action: str, form: dict[str, str], who: str) -> tuple[str, str]:
-    """Carry out one action; returns (where to go, what happened)."""
+def _do(panel: Panel, action: str, form: dict[str, str], by: str) -> tuple[str, str]:
+    """Carry out one action through the admin API, recording ``by`` (who did
+    it); returns (where to go, what happened)."""
     admin = panel.admin
     name = form.get("name", "")
     back = f"/routines/{present.path_part(name)}"
     if action == "pause":
-        result = admin.pause(name)
+        result = admin.pause(name, by=by)
         return back, f"paused {name}" if result.changed else f"{name} was already paused"
     if action == "resume":
-        result = admin.resume(name, catch_up=form.get("catch_up") == "1")
+        result = admin.resume(name, catch_up=form.get("catch_up") == "1", by=by)
         if not result.changed:
             return back, f"{name} was already running"
         text = f"resumed {name}; next window {present.utc(result.next_run_at)}"
         if result.skipped_windows:
             text += f"; {result.skipped_windows} window(s) missed while paused recorded as skipped"
         return back, text
+    if action in ("enable", "disable"):
+        change = admin.enable(name, by=by) if action == "enable" else admin.disable(name, by=by)
+        if not change.changed:
+            return back, f"{name} was already {change.action}"
+        text = f"{change.action} {name}"
+        if change.skipped_windows:
+            text += (
+                f"; {change.skipped_windows} window(s) missed while disabled recorded as skipped"
+            )
+        return back, text
+    if action == "delete":
+        deleted = admin.delete(name, by=by)
+        return "/routines", f"deleted {name} and its {deleted.runs_deleted} run(s)"
     if action == "trigger":
         with panel.lock:
-            sent = admin.trigger(name)
+            sent = admin.trigger(name, by=by)
         return back, f"{sent.outcome} {sent.idempotency_key} as run {sent.run_id}"
     if action == "replay":
         with panel.lock:
-            sent = admin.replay(form.get("run_id", ""))
+            sent = admin.replay(form.get("run_id", ""), by=by)
         back = f"/routines/{present.path_part(sent.routine)}"
         return back, f"{sent.outcome} {sent.idempotency_key} attempt {sent.attempt}"
     if action == "backfill":
         with panel.lock:
-            done = admin.backfill(name, form.get("from", ""), form.get("to", ""))
+            done = admin.backfill(name, form.get("from", ""), form.get("to", ""), by=by)
         return back, (
             f"backfill of {name}: {len(done.windows)} window(s), {done.sent} sent, "
             f"{done.existing} already stored, {done.failed} failed"
@@ -207,6 +222,9 @@ async def action(request: Request) -> Response:
                     form.get("name", ""), form.get("from", ""), form.get("to", "")
                 )
                 return render(request, "backfill.html", plan=plan, form=form)
+            if what == "delete" and form.get("confirm") != "1":
+                record = panel.admin.show(form.get("name", ""), windows=1)
+                return render(request, "delete.html", summary=record.summary)
             where, message = _do(panel, what, form, f"web:{request.state.principal}")
         except HANDLED as exc:
             return render(request, "error.html", error_status(exc), error=error_text(exc, panel))

@@ -9,7 +9,7 @@ from datetime import timedelta
 from celery_routines.operator.admin import Routines
 from celery_routines.store import Store
 from tests.conftest import FakeClock
-from tests.operator.web.conftest import client_for
+from tests.operator.web.conftest import BEARER, client_for
 from tests.operators import add_routine, add_run
 
 SCRIPT = "<script>alert(1)</script>"
@@ -160,3 +160,42 @@ def test_live_refresh_is_a_link_that_works_without_javascript(
     on = client.get("/routines?state=paused&live=1").text
     assert '<meta http-equiv="refresh" content="5">' in on and 'data-live="1"' in on
     assert client.get("/static/panel.js").status_code == 200
+
+
+def test_enable_disable_and_delete_record_who_did_it(admin: Routines, web_store: Store) -> None:
+    add_routine(web_store, "adhoc", source="cli")
+    client = client_for(admin)
+    token = csrf_of(client.get("/routines/adhoc").text)
+    done = client.post(
+        "/actions/disable", data={"name": "adhoc", "csrf_token": token}, follow_redirects=True
+    )
+    assert "disabled adhoc" in done.text and 'id="enable"' in done.text
+    assert web_store.routines.by_name("adhoc").enabled is False
+    client.post("/actions/enable", data={"name": "adhoc", "csrf_token": token})
+    assert web_store.routines.by_name("adhoc").enabled is True
+    assert [(c.action, c.changed_by) for c in admin.history("adhoc")] == [
+        ("enabled", "web:local"),
+        ("disabled", "web:local"),
+    ]
+    ask = client.post("/actions/delete", data={"name": "adhoc", "csrf_token": token})
+    assert 'id="confirm-delete"' in ask.text and web_store.routines.by_name("adhoc")
+    client.post("/actions/delete", data={"name": "adhoc", "csrf_token": token, "confirm": "1"})
+    assert web_store.routines.by_name("adhoc") is None
+
+
+def test_a_routine_declared_in_code_offers_no_disable_and_the_api_says_why(
+    admin: Routines, web_store: Store
+) -> None:
+    add_routine(web_store, "nightly", source="code", owner="proj")
+    client = client_for(admin)
+    page = client.get("/routines/nightly").text
+    assert 'id="disable"' not in page and 'id="delete"' not in page and 'id="pause"' in page
+    assert "code (app proj)" in page
+    refused = client.post("/api/routines/nightly/disable", headers=BEARER)
+    assert refused.status_code == 400
+    assert (
+        "cannot disable it here: it is declared in the code of app 'proj'"
+        in (refused.json()["error"])
+    )
+    client.post("/api/routines/nightly/pause", headers=BEARER)
+    assert [(c.action, c.changed_by) for c in admin.history("nightly")] == [("paused", "web:token")]
