@@ -148,14 +148,15 @@ class PanelQueries:
         return found
 
     def lateness(self, routine_id: int, since: datetime) -> list[tuple[datetime, datetime]]:
-        """``(scheduled_for, sent_at)`` of the routine's window sends written
-        since ``since``, oldest first (manual sends and skips have no lateness
+        """``(scheduled_for, sent_at)`` of the routine's window sends of
+        windows since ``since``, oldest first (manual sends and skips have no lateness
         and are left out, as are retries and replays)."""
         query = (
             select(runs.c.scheduled_for, runs.c.sent_at)
             .where(
                 runs.c.routine_id == routine_id,
                 runs.c.created_at >= since,
+                runs.c.scheduled_for >= since,
                 runs.c.sent_at.is_not(None),
                 runs.c.attempt == 1,
                 not_(runs.c.idempotency_key.like("%@manual:%")),

@@ -106,6 +106,13 @@ class PanelCluster:
         wait_until(self.serving, 60, "the panel to answer", self.processes)
         return self
 
+    @property
+    def token(self) -> str:
+        """The API token the web process made up and printed at start."""
+        web = self.processes[-1].output()
+        marker = "API token for this run (Authorization: Bearer ...): "
+        return web.split(marker, 1)[1].split()[0]
+
     def serving(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as answer:

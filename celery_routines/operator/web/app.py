@@ -31,6 +31,7 @@ from celery_routines.clock import Clock, utc_now
 from celery_routines.config import setting
 from celery_routines.errors import RoutinesError
 from celery_routines.operator.admin import OperationRefused, Routines
+from celery_routines.operator.output import ceiling_words, words
 from celery_routines.operator.web import present
 from celery_routines.operator.web.auth import Guard, WebAuth, cross_site, parse_web_auth
 from celery_routines.store.engine import explain_database_error, safe_url
@@ -64,6 +65,8 @@ class Panel:
             outcome=present.outcome_class,
             part=present.path_part,
             duration=present.duration,
+            words=words,
+            ceiling_words=ceiling_words,
         )
 
     @property

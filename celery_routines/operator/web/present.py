@@ -73,6 +73,17 @@ def duration(started: datetime | None, finished: datetime | None) -> str:
     return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
+def seconds_text(seconds: float) -> str:
+    """``850 ms``, ``12 s``, ``4.5 min``, ``5.2 h``: an axis label."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.2g} min"
+    return f"{seconds / 3600:.2g} h"
+
+
 def path_part(value: str) -> str:
     """A routine name or run id as one URL path segment."""
     return quote(value, safe="")
@@ -109,7 +120,7 @@ def lateness_svg(
         f'<line class="axis" x1="{left}" y1="{top + inner_h}" x2="{left + inner_w}" '
         f'y2="{top + inner_h}"/>',
         f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{top + inner_h}"/>',
-        f'<text x="{left - 4}" y="{top + 4}" text-anchor="end">{ceiling:.3g} s</text>',
+        f'<text x="{left - 4}" y="{top + 4}" text-anchor="end">{seconds_text(ceiling)}</text>',
         f'<text x="{left - 4}" y="{top + inner_h}" text-anchor="end">0 s</text>',
         f'<text x="{left}" y="{height - 8}">{escape(utc(start))}</text>',
         f'<text x="{left + inner_w}" y="{height - 8}" text-anchor="end">{escape(utc(now))}</text>',
