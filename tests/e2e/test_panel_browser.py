@@ -62,7 +62,7 @@ def wait_text(browser: Any, element_id: str, text: str, timeout: float = 20) -> 
     ).until(lambda b: b.find_element(By.ID, element_id).text == text)
 
 
-def test_a_skipped_windows_reason_is_on_the_skips_page(cluster: PanelCluster, browser: Any) -> None:
+def test_a_skipped_windows_reason_is_on_the_skips_page(browser: Any, cluster: PanelCluster) -> None:
     wait_until(
         lambda: bool(cluster.store.admin.runs(states=["skipped"], limit=1)),
         60,
@@ -81,7 +81,7 @@ def test_a_skipped_windows_reason_is_on_the_skips_page(cluster: PanelCluster, br
 
 
 def test_pause_changes_the_state_in_the_database_and_on_the_page(
-    cluster: PanelCluster, browser: Any
+    browser: Any, cluster: PanelCluster
 ) -> None:
     browser.get(f"{cluster.url}/routines/words")
     assert browser.find_element(By.ID, "routine-state").text == "active"
@@ -95,7 +95,7 @@ def test_pause_changes_the_state_in_the_database_and_on_the_page(
 
 
 def test_a_backfill_is_counted_confirmed_and_its_runs_appear(
-    cluster: PanelCluster, browser: Any
+    browser: Any, cluster: PanelCluster
 ) -> None:
     browser.get(f"{cluster.url}/routines/words")
     for field, value in (
@@ -122,7 +122,7 @@ def test_a_backfill_is_counted_confirmed_and_its_runs_appear(
     assert "words@2026-01-10T08:00:00+01:00" in keys and len(keys) == 3
 
 
-def test_a_script_in_a_routine_name_is_shown_as_text(cluster: PanelCluster, browser: Any) -> None:
+def test_a_script_in_a_routine_name_is_shown_as_text(browser: Any, cluster: PanelCluster) -> None:
     browser.get(f"{cluster.url}/routines")
     links = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "a.routine-link")]
     assert SCRIPT_NAME in links
@@ -134,7 +134,7 @@ def test_a_script_in_a_routine_name_is_shown_as_text(cluster: PanelCluster, brow
         browser.switch_to.alert.text  # noqa: B018
 
 
-def test_a_post_without_a_token_is_refused(cluster: PanelCluster, browser: Any) -> None:
+def test_a_post_without_a_token_is_refused(browser: Any, cluster: PanelCluster) -> None:
     browser.get(f"{cluster.url}/routines/words")
     status = browser.execute_script(
         "return fetch('/api/routines/words/pause', {method: 'POST'}).then(r => r.status);"

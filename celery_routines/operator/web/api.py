@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from celery_routines.operator.output import jsonable
-from celery_routines.operator.web.app import HANDLED, jsonable_error, panel_of
+from celery_routines.operator.web.context import HANDLED, jsonable_error, panel_of
 from celery_routines.operator.web.openapi import OPENAPI
 
 Handler = Callable[[Request], Any]

@@ -13,10 +13,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+import celery_routines.operator.web.present as present
 from celery_routines.operator.listing import STRIP
 from celery_routines.operator.sending import BackfillPlan
-from celery_routines.operator.web import present
-from celery_routines.operator.web.app import (
+from celery_routines.operator.web.context import (
     HANDLED,
     Panel,
     error_status,

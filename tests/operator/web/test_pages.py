@@ -199,3 +199,33 @@ def test_a_routine_declared_in_code_offers_no_disable_and_the_api_says_why(
     )
     client.post("/api/routines/nightly/pause", headers=BEARER)
     assert [(c.action, c.changed_by) for c in admin.history("nightly")] == [("paused", "web:token")]
+
+
+def test_mounted_under_a_prefix_its_links_and_forms_follow(
+    admin: Routines, web_store: Store
+) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    from starlette.testclient import TestClient
+
+    from celery_routines.operator.web import create_app
+    from celery_routines.operator.web.auth import WebAuth
+
+    add_routine(web_store, "nightly")
+    host = Starlette(
+        routes=[Mount("/ops/routines", app=create_app(routines=admin, auth=WebAuth()))]
+    )
+    client = TestClient(host)
+    page = client.get("/ops/routines/routines").text
+    assert 'href="/ops/routines/routines/nightly"' in page
+    assert 'href="/ops/routines/static/panel.css"' in page
+    assert 'href="/ops/routines/routines?live=1"' in page
+    detail = client.get("/ops/routines/routines/nightly").text
+    assert 'action="/ops/routines/actions/pause"' in detail
+    done = client.post(
+        "/ops/routines/actions/pause",
+        data={"name": "nightly", "csrf_token": csrf_of(detail)},
+        follow_redirects=False,
+    )
+    assert done.headers["location"].startswith("/ops/routines/routines/nightly?")
+    assert client.get("/ops/routines/static/panel.js").status_code == 200
