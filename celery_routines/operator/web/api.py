@@ -101,20 +101,17 @@ def show_routine(request: Request) -> Any:
 
 
 def routine_runs(request: Request) -> Any:
-    q = request.query_params
-    return panel_of(request).admin.runs(
-        request.path_params["name"],
-        state=q.getlist("state"),
-        since=q.get("since") or None,
-        until=q.get("until") or None,
-        limit=number(request, "limit", 50),
-    )
+    return _runs(request, request.path_params["name"])
 
 
 def all_runs(request: Request) -> Any:
+    return _runs(request, request.query_params.get("routine") or None)
+
+
+def _runs(request: Request, name: str | None) -> Any:
     q = request.query_params
     return panel_of(request).admin.runs(
-        q.get("routine") or None,
+        name,
         state=q.getlist("state"),
         since=q.get("since") or None,
         until=q.get("until") or None,

@@ -23,23 +23,15 @@ TOKEN = "test-token-0123456789"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def web_url(request: pytest.FixtureRequest) -> str:
-    if request.param == "sqlite":
-        return request.getfixturevalue("sqlite_url")
-    return request.getfixturevalue("postgres_url")
+def database_url(request: pytest.FixtureRequest) -> str:
+    """The panel's tests run on SQLite and PostgreSQL (the store's own tests
+    cover MariaDB); ``store`` (tests/conftest.py) is built on this."""
+    return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
 
 
 @pytest.fixture
-def web_store(web_url: str) -> Iterator[Store]:
-    store = Store.from_url(web_url)
-    store.migrate()
-    yield store
-    store.dispose()
-
-
-@pytest.fixture
-def admin(web_store: Store, web_url: str, tmp_path: Path, clock: FakeClock) -> Iterator[Routines]:
-    routines = Routines(make_app(tmp_path / "broker", web_url), clock=clock, store=web_store)
+def admin(store: Store, database_url: str, tmp_path: Path, clock: FakeClock) -> Iterator[Routines]:
+    routines = Routines(make_app(tmp_path / "broker", database_url), clock=clock, store=store)
     yield routines
     routines.close()
 

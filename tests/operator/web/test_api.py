@@ -15,18 +15,18 @@ from tests.operators import add_routine, add_run, set_columns
 
 
 def test_routines_are_listed_by_page_and_filtered_by_state_and_name(
-    admin: Routines, web_store: Store, clock: FakeClock
+    admin: Routines, store: Store, clock: FakeClock
 ) -> None:
     for i in range(120):
-        add_routine(web_store, f"job-{i:03d}", paused=(i % 10 == 0))
-    add_routine(web_store, "bad", last_error="cron '61 * * * *': minute 61 is out of range")
+        add_routine(store, f"job-{i:03d}", paused=(i % 10 == 0))
+    add_routine(store, "bad", last_error="cron '61 * * * *': minute 61 is out of range")
     add_routine(
-        web_store,
+        store,
         "capped",
         suspended_until=clock.now + timedelta(hours=2),
         suspended_reason="ceiling 1 fires per day spent",
     )
-    add_routine(web_store, "100%_literal")
+    add_routine(store, "100%_literal")
     client = client_for(admin)
 
     first = client.get("/api/routines", params={"per_page": 50}).json()
@@ -58,15 +58,15 @@ def test_routines_are_listed_by_page_and_filtered_by_state_and_name(
 
 
 def test_each_routine_carries_a_strip_of_its_newest_30_runs(
-    admin: Routines, web_store: Store, clock: FakeClock
+    admin: Routines, store: Store, clock: FakeClock
 ) -> None:
-    busy = add_routine(web_store, "busy")
-    quiet = add_routine(web_store, "quiet")
+    busy = add_routine(store, "busy")
+    quiet = add_routine(store, "quiet")
     for i in range(40):
         at = clock.now - timedelta(minutes=5 * (40 - i))
         state = "failed" if i == 39 else "succeeded"
-        add_run(web_store, busy, f"busy@{i}", state, at, at)
-    add_run(web_store, quiet, "quiet@1", "skipped", clock.now, clock.now, reason="overlap")
+        add_run(store, busy, f"busy@{i}", state, at, at)
+    add_run(store, quiet, "quiet@1", "skipped", clock.now, clock.now, reason="overlap")
     rows = {
         r["summary"]["name"]: r for r in client_for(admin).get("/api/routines").json()["routines"]
     }
@@ -80,12 +80,12 @@ def test_each_routine_carries_a_strip_of_its_newest_30_runs(
 
 
 def test_a_routine_and_its_runs_and_the_errors_in_the_clis_words(
-    admin: Routines, web_store: Store, clock: FakeClock
+    admin: Routines, store: Store, clock: FakeClock
 ) -> None:
-    routine = add_routine(web_store, "nightly", cron="30 2 * * *", timezone="Europe/Rome")
+    routine = add_routine(store, "nightly", cron="30 2 * * *", timezone="Europe/Rome")
     early = clock.now - timedelta(hours=3)
-    add_run(web_store, routine, "nightly@a", "failed", early, early)
-    add_run(web_store, routine, "nightly@b", "succeeded", clock.now, clock.now)
+    add_run(store, routine, "nightly@a", "failed", early, early)
+    add_run(store, routine, "nightly@b", "succeeded", clock.now, clock.now)
     client = client_for(admin)
 
     detail = client.get("/api/routines/nightly").json()
@@ -110,22 +110,22 @@ def test_a_routine_and_its_runs_and_the_errors_in_the_clis_words(
 
 
 def test_a_post_without_the_token_is_refused_and_with_it_pauses(
-    admin: Routines, web_store: Store
+    admin: Routines, store: Store
 ) -> None:
-    add_routine(web_store, "nightly")
+    add_routine(store, "nightly")
     client = client_for(admin)
     refused = client.post("/api/routines/nightly/pause")
     assert refused.status_code == 403 and "bearer token" in refused.json()["error"]
     wrong = client.post("/api/routines/nightly/pause", headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 403
-    assert web_store.routines.by_name("nightly").paused is False
+    assert store.routines.by_name("nightly").paused is False
 
     done = client.post("/api/routines/nightly/pause", headers=BEARER)
     assert done.status_code == 200 and done.json()["changed"] is True
-    assert web_store.routines.by_name("nightly").paused is True
+    assert store.routines.by_name("nightly").paused is True
     again = client.post("/api/routines/nightly/resume", headers=BEARER, json={"catch_up": True})
     assert again.json()["paused"] is False
-    assert web_store.routines.by_name("nightly").paused is False
+    assert store.routines.by_name("nightly").paused is False
 
     # The panel's own CSRF token works as a header too (for its script).
     csrf = client.app.state.panel.guard.csrf_token("local")
@@ -133,10 +133,8 @@ def test_a_post_without_the_token_is_refused_and_with_it_pauses(
     assert by_csrf.status_code == 200
 
 
-def test_a_cross_site_post_is_refused_whatever_it_carries(
-    admin: Routines, web_store: Store
-) -> None:
-    add_routine(web_store, "nightly")
+def test_a_cross_site_post_is_refused_whatever_it_carries(admin: Routines, store: Store) -> None:
+    add_routine(store, "nightly")
     client = client_for(admin)
     for headers in (
         {**BEARER, "Sec-Fetch-Site": "cross-site"},
@@ -145,7 +143,7 @@ def test_a_cross_site_post_is_refused_whatever_it_carries(
         refused = client.post("/api/routines/nightly/pause", headers=headers)
         assert refused.status_code == 403
         assert refused.json() == {"error": "cross-site POST refused"}
-    assert web_store.routines.by_name("nightly").paused is False
+    assert store.routines.by_name("nightly").paused is False
     same = client.post(
         "/api/routines/nightly/pause", headers={**BEARER, "Origin": "http://testserver"}
     )
@@ -153,12 +151,10 @@ def test_a_cross_site_post_is_refused_whatever_it_carries(
 
 
 def test_trigger_backfill_and_replay_through_the_api(
-    admin: Routines, web_store: Store, clock: FakeClock, tmp_path
+    admin: Routines, store: Store, clock: FakeClock, tmp_path
 ) -> None:
-    routine = add_routine(web_store, "hourly", cron="0 * * * *", overlap="overlap")
-    failed = add_run(
-        web_store, routine, "hourly@x", "failed", clock.now - timedelta(days=2), clock.now
-    )
+    routine = add_routine(store, "hourly", cron="0 * * * *", overlap="overlap")
+    failed = add_run(store, routine, "hourly@x", "failed", clock.now - timedelta(days=2), clock.now)
     client = client_for(admin)
     assert client.post("/api/routines/hourly/trigger", headers=BEARER).json()["outcome"] == "sent"
     span = {"from": "2026-11-30T08:00Z", "to": "2026-11-30T10:00Z"}
@@ -182,18 +178,18 @@ def test_trigger_backfill_and_replay_through_the_api(
     assert "is in the future" in future.json()["error"]
     unknown = client.post("/api/runs/nope/replay", headers=BEARER)
     assert unknown.json() == {"error": "no run with id 'nope' is stored"}
-    set_columns(web_store, "hourly", overlap="skip")
-    add_run(web_store, routine, "hourly@open", "running", clock.now, clock.now)
+    set_columns(store, "hourly", overlap="skip")
+    add_run(store, routine, "hourly@open", "running", clock.now, clock.now)
     refused = client.post("/api/routines/hourly/trigger", headers=BEARER)
     assert refused.status_code == 409 and "wait for it to finish" in refused.json()["error"]
 
 
 def test_skips_list_every_decision_not_to_fire(
-    admin: Routines, web_store: Store, clock: FakeClock
+    admin: Routines, store: Store, clock: FakeClock
 ) -> None:
-    routine = add_routine(web_store, "poll")
+    routine = add_routine(store, "poll")
     add_run(
-        web_store, routine, "poll@1", "skipped", clock.now, clock.now, reason="catch_up_cap",
+        store, routine, "poll@1", "skipped", clock.now, clock.now, reason="catch_up_cap",
         skipped_count=7,
     )  # fmt: skip
     [skip] = client_for(admin).get("/api/skips").json()

@@ -64,8 +64,8 @@ def test_the_web_command_refuses_a_public_address_without_auth(tmp_path, sqlite_
     assert "refusing to serve the panel on 0.0.0.0 without authentication" in result.output
 
 
-def test_with_users_configured_every_page_needs_a_login(admin: Routines, web_store: Store) -> None:
-    add_routine(web_store, "nightly")
+def test_with_users_configured_every_page_needs_a_login(admin: Routines, store: Store) -> None:
+    add_routine(store, "nightly")
     auth = parse_web_auth(f"alice:{hash_password('pw', iterations=FAST)}", {})
     client = client_for(admin, auth=auth)
     anonymous = client.get("/routines")

@@ -22,22 +22,22 @@ def csrf_of(page: str) -> str:
 
 
 def test_the_routines_page_shows_state_next_window_and_the_strip(
-    admin: Routines, web_store: Store, clock: FakeClock
+    admin: Routines, store: Store, clock: FakeClock
 ) -> None:
     routine = add_routine(
-        web_store,
+        store,
         "nightly",
         cron="30 2 * * *",
         timezone="Europe/Rome",
         next_run_at=clock.now.replace(year=2027, month=3, day=28, hour=1, minute=30),
     )
     add_routine(
-        web_store,
+        store,
         "capped",
         suspended_until=clock.now + timedelta(hours=2),
         suspended_reason="ceiling spent",
     )
-    add_run(web_store, routine, "nightly@1", "failed", clock.now, clock.now)
+    add_run(store, routine, "nightly@1", "failed", clock.now, clock.now)
     page = client_for(admin).get("/routines").text
     assert "suspended until 2026-11-30 14:00:00 UTC: ceiling spent" in page
     # 02:30 does not exist in Rome on 2027-03-28: the window's DST note.
@@ -48,10 +48,10 @@ def test_the_routines_page_shows_state_next_window_and_the_strip(
 
 
 def test_a_routine_page_shows_windows_attempts_skips_ceilings_and_lateness(
-    admin: Routines, web_store: Store, clock: FakeClock
+    admin: Routines, store: Store, clock: FakeClock
 ) -> None:
     routine = add_routine(
-        web_store,
+        store,
         "poll",
         cron="*/5 * * * *",
         timezone="Europe/Rome",
@@ -59,11 +59,11 @@ def test_a_routine_page_shows_windows_attempts_skips_ceilings_and_lateness(
     )
     sent = clock.now - timedelta(minutes=30)
     add_run(
-        web_store, routine, "poll@a", "failed", sent, sent, sent_at=sent + timedelta(seconds=2),
+        store, routine, "poll@a", "failed", sent, sent, sent_at=sent + timedelta(seconds=2),
         error="ZeroDivisionError: division by zero", worker="celery@w1",
     )  # fmt: skip
     add_run(
-        web_store, routine, "poll@s", "skipped", clock.now, clock.now, reason="overlap",
+        store, routine, "poll@s", "skipped", clock.now, clock.now, reason="overlap",
         skipped_count=3,
     )  # fmt: skip
     page = client_for(admin, flower_url="http://flower:5555").get("/routines/poll").text
@@ -77,15 +77,15 @@ def test_a_routine_page_shows_windows_attempts_skips_ceilings_and_lateness(
     assert "http://flower:5555/task/" in page
 
 
-def test_a_form_post_needs_the_pages_csrf_token(admin: Routines, web_store: Store) -> None:
-    add_routine(web_store, "nightly")
+def test_a_form_post_needs_the_pages_csrf_token(admin: Routines, store: Store) -> None:
+    add_routine(store, "nightly")
     client = client_for(admin)
     page = client.get("/routines/nightly").text
     refused = client.post("/actions/pause", data={"name": "nightly"})
     assert refused.status_code == 403 and "CSRF" in refused.text
     wrong = client.post("/actions/pause", data={"name": "nightly", "csrf_token": "0" * 64})
     assert wrong.status_code == 403
-    assert web_store.routines.by_name("nightly").paused is False
+    assert store.routines.by_name("nightly").paused is False
 
     done = client.post(
         "/actions/pause",
@@ -93,14 +93,14 @@ def test_a_form_post_needs_the_pages_csrf_token(admin: Routines, web_store: Stor
         follow_redirects=True,
     )
     assert done.status_code == 200 and "paused nightly" in done.text
-    assert web_store.routines.by_name("nightly").paused is True
+    assert store.routines.by_name("nightly").paused is True
     assert 'id="resume"' in done.text
 
 
 def test_backfill_shows_the_count_first_and_sends_only_when_confirmed(
-    admin: Routines, web_store: Store
+    admin: Routines, store: Store
 ) -> None:
-    add_routine(web_store, "hourly", cron="0 * * * *", overlap="overlap")
+    add_routine(store, "hourly", cron="0 * * * *", overlap="overlap")
     client = client_for(admin)
     token = csrf_of(client.get("/routines/hourly").text)
     form = {"name": "hourly", "from": "2026-11-30T08:00Z", "to": "2026-11-30T11:00Z"}
@@ -118,8 +118,8 @@ def test_backfill_shows_the_count_first_and_sends_only_when_confirmed(
     assert error.status_code == 400 and "is in the future" in error.text
 
 
-def test_read_only_hides_every_action_and_refuses_posts(admin: Routines, web_store: Store) -> None:
-    add_routine(web_store, "nightly")
+def test_read_only_hides_every_action_and_refuses_posts(admin: Routines, store: Store) -> None:
+    add_routine(store, "nightly")
     client = client_for(admin, read_only=True)
     page = client.get("/routines/nightly").text
     assert '<form method="post"' not in page and 'id="pause"' not in page
@@ -127,14 +127,14 @@ def test_read_only_hides_every_action_and_refuses_posts(admin: Routines, web_sto
     assert refused.status_code == 403 and "read-only" in refused.text
     api = client.post("/api/routines/nightly/pause", headers={"Authorization": "Bearer x"})
     assert api.json() == {"error": "the panel is read-only (started with --read-only)"}
-    assert web_store.routines.by_name("nightly").paused is False
+    assert store.routines.by_name("nightly").paused is False
 
 
 def test_names_errors_and_reasons_are_escaped_and_passwords_masked(
-    admin: Routines, web_store: Store, clock: FakeClock
+    admin: Routines, store: Store, clock: FakeClock
 ) -> None:
-    routine = add_routine(web_store, SCRIPT)
-    add_run(web_store, routine, f"{SCRIPT}@1", "skipped", clock.now, clock.now, reason=SCRIPT)
+    routine = add_routine(store, SCRIPT)
+    add_run(store, routine, f"{SCRIPT}@1", "skipped", clock.now, clock.now, reason=SCRIPT)
     client = client_for(admin)
     for path in (
         "/routines",
@@ -151,7 +151,7 @@ def test_names_errors_and_reasons_are_escaped_and_passwords_masked(
 
 
 def test_live_refresh_is_a_link_that_works_without_javascript(
-    admin: Routines, web_store: Store
+    admin: Routines, store: Store
 ) -> None:
     client = client_for(admin)
     off = client.get("/routines?state=paused").text
@@ -162,31 +162,31 @@ def test_live_refresh_is_a_link_that_works_without_javascript(
     assert client.get("/static/panel.js").status_code == 200
 
 
-def test_enable_disable_and_delete_record_who_did_it(admin: Routines, web_store: Store) -> None:
-    add_routine(web_store, "adhoc", source="cli")
+def test_enable_disable_and_delete_record_who_did_it(admin: Routines, store: Store) -> None:
+    add_routine(store, "adhoc", source="cli")
     client = client_for(admin)
     token = csrf_of(client.get("/routines/adhoc").text)
     done = client.post(
         "/actions/disable", data={"name": "adhoc", "csrf_token": token}, follow_redirects=True
     )
     assert "disabled adhoc" in done.text and 'id="enable"' in done.text
-    assert web_store.routines.by_name("adhoc").enabled is False
+    assert store.routines.by_name("adhoc").enabled is False
     client.post("/actions/enable", data={"name": "adhoc", "csrf_token": token})
-    assert web_store.routines.by_name("adhoc").enabled is True
+    assert store.routines.by_name("adhoc").enabled is True
     assert [(c.action, c.changed_by) for c in admin.history("adhoc")] == [
         ("enabled", "web:local"),
         ("disabled", "web:local"),
     ]
     ask = client.post("/actions/delete", data={"name": "adhoc", "csrf_token": token})
-    assert 'id="confirm-delete"' in ask.text and web_store.routines.by_name("adhoc")
+    assert 'id="confirm-delete"' in ask.text and store.routines.by_name("adhoc")
     client.post("/actions/delete", data={"name": "adhoc", "csrf_token": token, "confirm": "1"})
-    assert web_store.routines.by_name("adhoc") is None
+    assert store.routines.by_name("adhoc") is None
 
 
 def test_a_routine_declared_in_code_offers_no_disable_and_the_api_says_why(
-    admin: Routines, web_store: Store
+    admin: Routines, store: Store
 ) -> None:
-    add_routine(web_store, "nightly", source="code", owner="proj")
+    add_routine(store, "nightly", source="code", owner="proj")
     client = client_for(admin)
     page = client.get("/routines/nightly").text
     assert 'id="disable"' not in page and 'id="delete"' not in page and 'id="pause"' in page
@@ -201,9 +201,7 @@ def test_a_routine_declared_in_code_offers_no_disable_and_the_api_says_why(
     assert [(c.action, c.changed_by) for c in admin.history("nightly")] == [("paused", "web:token")]
 
 
-def test_mounted_under_a_prefix_its_links_and_forms_follow(
-    admin: Routines, web_store: Store
-) -> None:
+def test_mounted_under_a_prefix_its_links_and_forms_follow(admin: Routines, store: Store) -> None:
     from starlette.applications import Starlette
     from starlette.routing import Mount
     from starlette.testclient import TestClient
@@ -211,7 +209,7 @@ def test_mounted_under_a_prefix_its_links_and_forms_follow(
     from celery_routines.operator.web import create_app
     from celery_routines.operator.web.auth import WebAuth
 
-    add_routine(web_store, "nightly")
+    add_routine(store, "nightly")
     host = Starlette(
         routes=[Mount("/ops/routines", app=create_app(routines=admin, auth=WebAuth()))]
     )
