@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -92,6 +93,29 @@ def test_pause_changes_the_state_in_the_database_and_on_the_page(
     browser.find_element(By.ID, "resume").click()
     wait_text(browser, "routine-state", "active")
     assert cluster.store.routines.by_name("words").paused is False
+
+
+def test_live_refresh_shows_a_change_made_elsewhere_without_a_click(
+    browser: Any, cluster: PanelCluster
+) -> None:
+    browser.get(f"{cluster.url}/routines/words?live=1")
+    assert browser.find_element(By.ID, "routine-state").text == "active"
+    marker = browser.execute_script("document.body.dataset.marker = 'same page'; return 1;")
+    # Paused by a script through the API: the open page follows by itself.
+    request = urllib.request.Request(
+        f"{cluster.url}/api/routines/words/pause",
+        headers={"Authorization": f"Bearer {cluster.token}"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200 and marker == 1
+    wait_text(browser, "routine-state", "paused", timeout=30)
+    # Swapped in place by the script, not reloaded.
+    assert browser.execute_script("return document.body.dataset.marker") == "same page"
+    resumed = cluster.store.routines.by_name("words")
+    assert resumed is not None and resumed.paused
+    browser.find_element(By.ID, "resume").click()
+    wait_text(browser, "routine-state", "active")
 
 
 def test_a_backfill_is_counted_confirmed_and_its_runs_appear(

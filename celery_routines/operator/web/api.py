@@ -159,8 +159,7 @@ def delete(request: Request) -> Any:
 def trigger(request: Request) -> Any:
     panel = panel_of(request)
     force = flag(body(request), "force")
-    with panel.lock:
-        return panel.admin.trigger(request.path_params["name"], force=force, by=who(request))
+    return panel.admin.trigger(request.path_params["name"], force=force, by=who(request))
 
 
 def backfill(request: Request) -> Any:
@@ -176,8 +175,7 @@ def backfill(request: Request) -> Any:
     if flag(data, "preview"):
         plan = panel.admin.backfill_plan(name, data["from"], data["to"], max_windows=most)
         return {**jsonable(plan), "to_send": plan.to_send}
-    with panel.lock:
-        return panel.admin.backfill(
+    return panel.admin.backfill(
             name, data["from"], data["to"], max_windows=most, force=flag(data, "force"),
             by=who(request),
         )  # fmt: skip
@@ -186,20 +184,24 @@ def backfill(request: Request) -> Any:
 def replay(request: Request) -> Any:
     panel = panel_of(request)
     force = flag(body(request), "force")
-    with panel.lock:
-        return panel.admin.replay(request.path_params["run_id"], force=force, by=who(request))
+    return panel.admin.replay(request.path_params["run_id"], force=force, by=who(request))
 
 
 def with_body(handler: Handler) -> Callable[[Request], Any]:
     """A POST endpoint: the body is read here (async), the action runs in
-    a worker thread (the admin API blocks)."""
+    a worker thread (the admin API blocks), one action at a time (they
+    share the publisher and the events connection)."""
     from starlette.concurrency import run_in_threadpool
 
     sync = answer(handler)
 
+    def one_at_a_time(request: Request) -> Response:
+        with panel_of(request).lock:
+            return sync(request)
+
     async def endpoint(request: Request) -> Response:
         request.state.body = await request.body()
-        return await run_in_threadpool(sync, request)
+        return await run_in_threadpool(one_at_a_time, request)
 
     endpoint.__name__ = handler.__name__
     return endpoint

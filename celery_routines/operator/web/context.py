@@ -34,7 +34,7 @@ class Panel:
     read_only: bool = False
     flower_url: str | None = None
     refresh_seconds: int = REFRESH_SECONDS
-    # One send at a time: the publisher is not shared across threads.
+    # One action at a time: they share the publisher and the events connection.
     lock: threading.Lock = field(default_factory=threading.Lock)
     templates: Environment = field(init=False)
 

@@ -187,17 +187,14 @@ def _do(panel: Panel, action: str, form: dict[str, str], by: str) -> tuple[str, 
         deleted = admin.delete(name, by=by)
         return "/routines", f"deleted {name} and its {deleted.runs_deleted} run(s)"
     if action == "trigger":
-        with panel.lock:
-            sent = admin.trigger(name, by=by)
+        sent = admin.trigger(name, by=by)
         return back, f"{sent.outcome} {sent.idempotency_key} as run {sent.run_id}"
     if action == "replay":
-        with panel.lock:
-            sent = admin.replay(form.get("run_id", ""), by=by)
+        sent = admin.replay(form.get("run_id", ""), by=by)
         back = f"/routines/{present.path_part(sent.routine)}"
         return back, f"{sent.outcome} {sent.idempotency_key} attempt {sent.attempt}"
     if action == "backfill":
-        with panel.lock:
-            done = admin.backfill(name, form.get("from", ""), form.get("to", ""), by=by)
+        done = admin.backfill(name, form.get("from", ""), form.get("to", ""), by=by)
         return back, (
             f"backfill of {name}: {len(done.windows)} window(s), {done.sent} sent, "
             f"{done.existing} already stored, {done.failed} failed"
@@ -225,7 +222,8 @@ async def action(request: Request) -> Response:
             if what == "delete" and form.get("confirm") != "1":
                 record = panel.admin.show(form.get("name", ""), windows=1)
                 return render(request, "delete.html", summary=record.summary)
-            where, message = _do(panel, what, form, f"web:{request.state.principal}")
+            with panel.lock:
+                where, message = _do(panel, what, form, f"web:{request.state.principal}")
         except HANDLED as exc:
             return render(request, "error.html", error_status(exc), error=error_text(exc, panel))
         target = request.scope.get("root_path", "") + where + "?" + urlencode({"msg": message})
