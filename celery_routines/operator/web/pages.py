@@ -116,8 +116,9 @@ def routine(request: Request) -> Response:
         plot=present.lateness_svg(admin.lateness(name, LATENESS_HOURS), now, LATENESS_HOURS),
         hours=LATENESS_HOURS,
         flower=lambda run_id: present.flower_link(panel.flower_url, run_id),
-        default_from=(now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
-        default_to=now.strftime("%Y-%m-%dT%H:%M"),
+        # Wall times in the routine's zone, as the form reads them.
+        default_from=present.local_input(now - timedelta(hours=1), summary.timezone),
+        default_to=present.local_input(now, summary.timezone),
     )
 
 

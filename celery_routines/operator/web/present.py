@@ -66,6 +66,13 @@ def local(instant: datetime | None, zone: str | None = None) -> str:
     return instant.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
+def local_input(instant: datetime, zone: str) -> str:
+    """``2026-11-30T08:00`` in ``zone``: a form field's default."""
+    with contextlib.suppress(ValueError):
+        instant = instant.astimezone(load_zone(zone))
+    return instant.strftime("%Y-%m-%dT%H:%M")
+
+
 def duration(started: datetime | None, finished: datetime | None) -> str:
     if started is None or finished is None:
         return "-"

@@ -75,6 +75,9 @@ def test_a_routine_page_shows_windows_attempts_skips_ceilings_and_lateness(
     assert "<svg" in page and page.count('class="dot"') == 1
     assert "2.000 s late" in page
     assert "http://flower:5555/task/" in page
+    # The backfill form's defaults are wall times in the routine's zone
+    # (12:00 UTC is 13:00 in Rome), which is how the form reads them.
+    assert 'value="2026-11-30T12:00"' in page and 'value="2026-11-30T13:00"' in page
 
 
 def test_a_form_post_needs_the_pages_csrf_token(admin: Routines, store: Store) -> None:
