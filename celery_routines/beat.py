@@ -27,7 +27,7 @@ from .config import Settings, settings_from
 from .errors import RoutinesError
 from .observe.events import RoutineEvents
 from .observe.metrics import MeasuredPublisher, RoutineMetrics, metrics_for
-from .registry import celery_default_entries, definitions_for
+from .registry import InvalidEntry, celery_default_entries, definitions_for
 from .sending.gate import Gate, OpenGate, RedisGate
 from .sending.publish import CeleryPublisher, Publisher
 from .store import Store
@@ -93,7 +93,8 @@ class Scheduler(CeleryScheduler):
     def _set_up(self) -> None:
         store = Store.from_url(self.settings.database_url)
         store.migrate()
-        definitions = definitions_for(self.app)
+        invalid: list[InvalidEntry] = []
+        definitions = definitions_for(self.app, invalid)
         events = RoutineEvents(self.app, hostname=self.holder)
         try:
             declare(
@@ -104,6 +105,7 @@ class Scheduler(CeleryScheduler):
                 stamp=self.settings.code_version or self._loaded_at,
                 default_zone=self.settings.timezone,
                 events=events,
+                invalid=invalid,
             )
         finally:
             events.close()

@@ -122,6 +122,10 @@ class RoutineMetrics:
             "routines_windows_skipped", "Windows not sent, by reason (the run row's reason).",
             ["reason"], registry=registry,
         )  # fmt: skip
+        self.pruned = counter(
+            "routines_runs_pruned", "Finished run rows deleted by pruning, by state.",
+            ["state"], registry=registry,
+        )  # fmt: skip
         self.send_failures = counter(
             "routines_send_failures", "Publishes that failed (recorded and retried).",
             registry=registry,
@@ -198,6 +202,10 @@ class RoutineMetrics:
         self.tick_duration.observe(report.duration)
         if store is not None:
             self.refresh(store)
+
+    def observe_pruned(self, deleted: dict[str, int]) -> None:
+        for state, count in deleted.items():
+            self.pruned.labels(state=state).inc(count)
 
     def observe_tick_error(self) -> None:
         self.tick_errors.inc()

@@ -61,7 +61,7 @@ from celery_routines.policy.ceilings import (
 )
 from celery_routines.policy.runs import in_progress
 from celery_routines.policy.states import RUN_STATES, Reason, RunState
-from celery_routines.registry import definitions_for
+from celery_routines.registry import InvalidEntry, definitions_for
 from celery_routines.schedules.base import Schedule
 from celery_routines.schedules.keys import window_key
 from celery_routines.schedules.parse import schedule_from_columns
@@ -321,7 +321,8 @@ class Routines(Sending, Managing, Listing):
             )
         # Modules listed in `imports`/`include` declare routines when imported.
         self.app.loader.import_default_modules()
-        definitions = definitions_for(self.app)
+        invalid: list[InvalidEntry] = []
+        definitions = definitions_for(self.app, invalid)
         self.store.migrate()
         declared = declare(
             self.store,
@@ -331,6 +332,7 @@ class Routines(Sending, Managing, Listing):
             stamp=self.settings.code_version or self.clock().isoformat(),
             default_zone=self.settings.timezone,
             events=self.events,
+            invalid=invalid,
         )
         return SyncResult(
             safe_url(self.settings.database_url),

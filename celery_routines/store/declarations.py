@@ -126,7 +126,8 @@ class DeclarationQueries:
                     values.update(next_run_at=None, schedule_fingerprint=None)
                 elif any(getattr(row, col) != definition[col] for col in SCHEDULE_COLUMNS):
                     values.update(next_run_at=None, schedule_fingerprint=None)
-                conn.execute(update(table).where(c.id == row.id).values(**values, last_error=None))
+                values = {"last_error": None, **values}
+                conn.execute(update(table).where(c.id == row.id).values(**values))
             gone = sorted(
                 r.name
                 for r in stored.values()

@@ -16,11 +16,12 @@ import socket
 from collections.abc import Sequence
 from datetime import datetime
 
-from celery_routines.errors import ScheduleError
+from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.observe.events import Events
 from celery_routines.policy.catch_up import SkippedWindows
 from celery_routines.policy.routine import Routine
 from celery_routines.policy.states import Reason
+from celery_routines.registry import InvalidEntry
 from celery_routines.schedules.base import count_windows, last_windows
 from celery_routines.schedules.parse import schedule_from_columns
 from celery_routines.store import Store
@@ -48,10 +49,19 @@ def declare(
     stamp: str,
     default_zone: str,
     events: Events | None = None,
+    invalid: Sequence[InvalidEntry] = (),
 ) -> Declared:
-    """Write ``definitions`` as ``owner``'s code at declaration stamp ``stamp``."""
+    """Write ``definitions`` as ``owner``'s code at declaration stamp ``stamp``;
+    each ``invalid`` beat_schedule entry becomes an invalid routine with its
+    error (no schedule: beat never fires it, and starts anyway)."""
+    names = {d.name for d in definitions}
+    broken = [_invalid_columns(exc, task) for exc, task in invalid if exc.routine_name not in names]
+    for columns in broken:
+        logger.error(
+            "%s; stored as an invalid routine, beat starts without it", columns["last_error"]
+        )
     declared = store.routines.upsert_definitions(
-        [d.columns() for d in definitions], now, owner=owner, stamp=stamp
+        [d.columns() for d in definitions] + broken, now, owner=owner, stamp=stamp
     )
     if declared.newer_stamp is not None:
         logger.warning(
@@ -77,6 +87,8 @@ def declare(
             events.retired(name, since=now, owner=owner)
     by_name = {d.name: d for d in definitions}
     for revived in declared.revived:
+        if revived.name not in by_name:
+            continue  # an invalid entry: it has no schedule to count windows on
         skipped = _missed_while_retired(store, by_name[revived.name], revived, now, default_zone)
         logger.warning(
             "%s is declared again: back in service from now (%d window(s) missed while retired "
@@ -86,6 +98,18 @@ def declare(
         )
         store.changes.record(revived.name, "revived", by, now, {"owner": owner, "stamp": stamp})
     return declared
+
+
+def _invalid_columns(exc: InvalidRoutine, task: str | None) -> dict[str, object]:
+    return {
+        "name": exc.routine_name,
+        "task": task or "(unknown)",
+        "cron": None,
+        "interval_seconds": None,
+        "timezone": None,
+        "enabled": True,
+        "last_error": str(exc),
+    }
 
 
 def _missed_while_retired(

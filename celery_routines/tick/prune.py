@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from celery_routines.errors import ScheduleError
@@ -64,20 +65,27 @@ class Pruner:
     minute (a starting beat has other work), never raising into the tick."""
 
     def __init__(
-        self, store: Store, keep_days: float, batch: int, default_zone: str, metrics: object = None
+        self,
+        store: Store,
+        keep_days: float,
+        batch: int,
+        default_zone: str,
+        metrics: object = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.monotonic = monotonic
         self.store = store
         self.keep = timedelta(days=keep_days)
         self.batch = batch
         self.default_zone = default_zone
         self.metrics = metrics
-        self.next_pass = time.monotonic() + PRUNE_EVERY
+        self.next_pass = monotonic() + PRUNE_EVERY
         self.total: Counter[str] = Counter()
 
     def maybe_prune(self, now: datetime) -> dict[str, int] | None:
-        if time.monotonic() < self.next_pass:
+        if self.monotonic() < self.next_pass:
             return None
-        self.next_pass = time.monotonic() + PRUNE_EVERY
+        self.next_pass = self.monotonic() + PRUNE_EVERY
         try:
             _, _, deleted = prune_once(self.store, now, self.keep, self.batch, self.default_zone)
         except Exception:
