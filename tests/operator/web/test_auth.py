@@ -82,3 +82,14 @@ def test_with_users_configured_every_page_needs_a_login(admin: Routines, store: 
     basic_post = client.post("/api/routines/nightly/pause", auth=("alice", "pw"))
     assert basic_post.status_code == 403
     assert client.post("/api/routines/nightly/pause", headers=bearer).status_code == 200
+
+
+def test_the_web_command_prints_a_hash_for_a_password_it_never_stores(tmp_path, sqlite_url) -> None:
+    app = make_app(tmp_path / "broker", sqlite_url)
+    result = CliRunner().invoke(
+        cli.routines, ["web", "--hash-password"], obj=cli_context(app), input="pw\npw\n"
+    )
+    assert result.exit_code == 0, result.output
+    hashed = result.output.strip().splitlines()[-1]
+    assert hashed.startswith("pbkdf2_sha256$") and check_password("pw", hashed)
+    assert parse_web_auth(f"alice:{hashed}", {}).users["alice"] == hashed
