@@ -39,12 +39,15 @@ def state_text(
     error: str | None,
 ) -> str:
     """``active``, ``paused``, ``suspended until <time>: <reason>``,
-    ``invalid: <error>``, ``disabled``."""
+    ``invalid: <error>``, ``disabled``, ``retired (... since <time>)``."""
     state = state_word(summary.state)
     if state == "suspended" and suspended_until is not None:
         return f"suspended until {utc(suspended_until)}: {suspended_reason or 'no reason recorded'}"
     if state == "invalid" and error:
         return f"invalid: {error}"
+    retired_at = getattr(summary, "retired_at", None)
+    if state == "retired" and retired_at is not None:
+        return f"retired (no longer declared in code since {utc(retired_at)})"
     return state
 
 

@@ -38,7 +38,9 @@ def test_the_routines_page_shows_state_next_window_and_the_strip(
         suspended_reason="ceiling spent",
     )
     add_run(store, routine, "nightly@1", "failed", clock.now, clock.now)
+    add_routine(store, "gone", source="code", owner="proj", retired_at=clock.now)
     page = client_for(admin).get("/routines").text
+    assert "retired (no longer declared in code since 2026-11-30 12:00:00 UTC)" in page
     assert "suspended until 2026-11-30 14:00:00 UTC: ceiling spent" in page
     # 02:30 does not exist in Rome on 2027-03-28: the window's DST note.
     assert "shifted: 02:30 does not exist" in page
