@@ -232,3 +232,24 @@ def test_mounted_under_a_prefix_its_links_and_forms_follow(admin: Routines, stor
     )
     assert done.headers["location"].startswith("/ops/routines/routines/nightly?")
     assert client.get("/ops/routines/static/panel.js").status_code == 200
+
+
+def test_the_runs_page_puts_open_runs_first_and_filters_by_time(
+    admin: Routines, store: Store, clock: FakeClock
+) -> None:
+    routine = add_routine(store, "poll")
+    old = clock.now - timedelta(days=2)
+    add_run(store, routine, "poll@old", "succeeded", old, old)
+    add_run(store, routine, "poll@new", "succeeded", clock.now, clock.now)
+    add_run(store, routine, "poll@open", "running", old, old)
+    client = client_for(admin)
+    page = client.get("/runs").text
+    open_part, finished_part = page.split("Finished runs")
+    assert open_part.count("<tr data-run=") == 1 and "running" in open_part
+    assert finished_part.count("<tr data-run=") == 2
+    recent = client.get("/runs", params={"since": "1d", "state": "succeeded"}).text
+    assert recent.count("<tr data-run=") == 1 and "Finished runs" not in recent
+    older = client.get("/runs", params={"until": "1d"}).text
+    assert older.count("<tr data-run=") == 2  # the open one and the old one
+    bad = client.get("/runs", params={"until": "someday"})
+    assert bad.status_code == 400 and "--until &#39;someday&#39; is not a date" in bad.text
