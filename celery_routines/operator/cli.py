@@ -350,9 +350,17 @@ def sync(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(result)
     else:
+        if result.newer_stamp is not None:
+            click.echo(
+                f"nothing written: the routines in {result.database} were written by newer "
+                f"code (declaration stamp {result.newer_stamp})"
+            )
+            return
         click.echo(f"{len(result.routines)} routine(s) written to {result.database}")
         for name in result.routines:
-            click.echo(f"  {name}")
+            click.echo(f"  {name}" + ("  (back in service)" if name in result.revived else ""))
+        for name in result.retired:
+            click.echo(f"  {name}  retired: no longer declared in code")
 
 
 @routines.command(name="preview")

@@ -153,3 +153,25 @@ def test_prune_prints_counts_per_state_and_keeps_what_is_needed(
     assert left == {"poll@4", "poll@last", "capped@1", "capped@2"}
     assert newest in {named.run.id for named in store.admin.runs(limit=100)}
     assert "deleted 0 finished run(s)" in ok(invoke("prune"))
+
+
+def test_sync_retires_what_the_code_no_longer_declares_and_says_so(
+    invoke,
+    store: Store,
+    clock: FakeClock,
+) -> None:
+    from celery_routines.registry import forget
+
+    register("tasks.a", "* * * * *", name="a")
+    register("tasks.b", "* * * * *", name="b")
+    ok(invoke("sync"))
+    forget("b")
+    clock.advance(seconds=1)
+    out = ok(invoke("sync"))
+    assert "  b  retired: no longer declared in code" in out.splitlines()
+    assert json.loads(ok(invoke("history", "b", "--json")))[0]["action"] == "retired"
+    register("tasks.b", "* * * * *", name="b")
+    clock.advance(minutes=5)
+    assert "  b  (back in service)" in ok(invoke("sync")).splitlines()
+    record = store.routines.by_name("b")
+    assert record is not None and record.retired_at is None
