@@ -92,12 +92,13 @@ class PanelQueries:
         limit: int = 50,
     ) -> RoutinePage:
         """Routines by name, ``limit`` from ``offset``; ``name`` matches any
-        part of the name (a literal: ``%`` and ``_`` are only characters)."""
+        part of the name, ignoring case (a literal: ``%`` and ``_`` are only
+        characters)."""
         where: list[ColumnElement[bool]] = []
         if state:
             where.append(state_condition(state, now))
         if name:
-            where.append(routines.c.name.like(f"%{_escape_like(name)}%", escape="\\"))
+            where.append(routines.c.name.ilike(f"%{_escape_like(name)}%", escape="\\"))
         query = (
             select(*RECORD_COLUMNS)
             .where(*where)

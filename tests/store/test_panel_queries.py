@@ -51,3 +51,17 @@ def test_the_strips_of_a_page_are_one_query_of_the_newest_runs(store: Store) -> 
         newest = 5 + i - 1
         assert minutes == list(range(newest, newest - 4, -1))
     assert store.panel.recent_runs([], per=4) == {}
+
+
+def test_the_name_filter_is_a_literal_part_of_the_name(store: Store) -> None:
+    for name in ("100%_done", "1000-done", "back\\slash", "report.daily"):
+        add_routine(store, name)
+    for part, expected in (
+        ("0%_", ["100%_done"]),
+        ("00", ["1000-done", "100%_done"]),
+        ("k\\s", ["back\\slash"]),
+        ("_", ["100%_done"]),
+        ("T.D", ["report.daily"]),  # case is ignored on every database
+    ):
+        page = store.panel.routine_page(now=NOW, name=part, limit=10)
+        assert sorted(r.name for r in page.records) == sorted(expected), part
