@@ -16,6 +16,7 @@ from .changes import ChangeQueries
 from .connections import Connections, connections_for
 from .dialects import database_clock
 from .engine import make_engine
+from .panel_queries import PanelQueries
 from .prune import PruneQueries
 from .records import NewRun, RoutineRecord, RunRecord
 from .refresh import RefreshQueries
@@ -61,6 +62,7 @@ class Store:
         self.admin = AdminQueries(engine)
         self.spend = SpendQueries(engine)
         self.run_metrics = RunMetricsQueries(engine)
+        self.panel = PanelQueries(engine)
         self.changes = ChangeQueries(engine)
         self.prune = PruneQueries(engine)
         # Built once: constructing it cost more than running it. Each has a
