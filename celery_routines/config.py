@@ -71,6 +71,12 @@ def _lookup(app: Celery | None, name: str) -> Any:
     return os.environ.get(name.upper())
 
 
+def setting(app: Celery | None, name: str) -> Any:
+    """A setting outside :class:`Settings` (``routines_web_auth``,
+    ``routines_flower_url``): ``app.conf``, then the environment."""
+    return _lookup(app, name)
+
+
 def _number(name: str, raw: Any, default: float, kind: type) -> Any:
     if raw is None or raw == "":
         return default

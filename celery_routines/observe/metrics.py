@@ -10,10 +10,11 @@ Everything is measured in the beat process, from each tick's
 :class:`~celery_routines.tick.TickReport`, from the publisher (lateness: send
 time minus the window's instant, first attempts only) and from two cheap
 counts read at most every ``refresh_every`` seconds (suspended routines, due
-routines). Duplicate deliveries refused by workers are counted on the run rows
-(``duplicates``) and by :func:`celery_routines.worker.refused_deliveries`, not
-here: ``routines_duplicates_refused_total`` counts what beat itself refused to
-send because another beat had written the window's row first.
+routines). What the workers did (outcomes, durations, start lateness, refused
+duplicate deliveries, after-run suspensions) is read from the database at the
+same refresh (:mod:`celery_routines.observe.run_metrics`).
+``routines_duplicates_refused_total`` counts what beat itself refused to send
+because another beat had written the window's row first.
 
 Each :class:`RoutineMetrics` has its own ``CollectorRegistry``, so two
 schedulers in one process (tests, or beat embedded in a worker) never collide.
@@ -31,6 +32,7 @@ from celery import Celery
 
 from celery_routines.clock import Clock, utc_now
 from celery_routines.errors import ConfigurationError
+from celery_routines.observe.run_metrics import RunMetrics
 from celery_routines.sending.publish import OutgoingRun, Publisher
 
 if TYPE_CHECKING:
@@ -183,6 +185,8 @@ class RoutineMetrics:
             "routines_tick_duration_seconds", "Duration of one beat tick.",
             buckets=TICK_BUCKETS, registry=registry,
         )  # fmt: skip
+        # What the workers did, read from the database (see run_metrics.py).
+        self.runs = RunMetrics(prom, registry)
 
     # -- feeding -------------------------------------------------------------
 
@@ -232,6 +236,10 @@ class RoutineMetrics:
             return
         self.suspended.set(suspended)
         self.due.set(due)
+        try:
+            self.runs.read(store)
+        except Exception as exc:
+            logger.warning("could not read the run metrics: %s", exc)
 
     # -- serving -------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from celery_routines.operator.lifecycle_views import (
     DeleteResult,
     PruneResult,
 )
+from celery_routines.operator.listing import Listing
 from celery_routines.operator.manage import Managing
 from celery_routines.operator.sending import MAX_BACKFILL, OperationRefused, Sending, UnknownRun
 from celery_routines.operator.views import (
@@ -68,6 +69,7 @@ from celery_routines.schedules.zones import load_zone
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, RunRecord, Store, migrate
 from celery_routines.store.engine import safe_url
+from celery_routines.store.panel_queries import RecentRun
 from celery_routines.store.records import OpenRun
 from celery_routines.store.spend_queries import SpendQueries
 from celery_routines.tick.declarations import declare, who
@@ -101,7 +103,7 @@ MAX_LIMIT = 10_000
 # -- the API ---------------------------------------------------------------------
 
 
-class Routines(Sending, Managing):
+class Routines(Sending, Managing, Listing):
     """Operations on the routines stored for a Celery app (or for ``Settings``).
 
     Sending (trigger, replay, backfill) needs the app, to publish; everything
@@ -164,7 +166,9 @@ class Routines(Sending, Managing):
         check_count("windows", windows, MAX_PREVIEW)
         record = self._record(name)
         now = self.clock()
-        latest = self.store.admin.latest_runs().get(record.id)
+        # This routine's newest run only (latest_runs() reads every routine's).
+        newest = self.store.panel.recent_runs([record.id], 1)[record.id]
+        latest = newest[0] if newest else None
         timezone = self._zone_of(record)
         next_windows: list[WindowView] = []
         schedule_error = None
@@ -222,10 +226,11 @@ class Routines(Sending, Managing):
         *,
         state: str | Sequence[str] | None = None,
         since: datetime | str | None = None,
+        until: datetime | str | None = None,
         limit: int = 50,
     ) -> list[RunView]:
-        """Run rows, newest first; ``since`` (UTC unless it says otherwise)
-        filters on when the row was written."""
+        """Run rows, newest first; ``since`` and ``until`` (UTC unless they
+        say otherwise) filter on when the row was written."""
         check_count("limit", limit, MAX_LIMIT)
         states = [state] if isinstance(state, str) else list(state or [])
         for value in states:
@@ -236,6 +241,7 @@ class Routines(Sending, Managing):
             routine_id=routine_id,
             states=states,
             since=self._since(since),
+            until=self._since(until, "--until"),
             limit=limit,
         )
         return [run_view(row) for row in rows]
@@ -350,15 +356,15 @@ class Routines(Sending, Managing):
     def _schedule(self, record: RoutineRecord) -> Schedule:
         return schedule_from_columns(record.cron, record.interval_seconds, self._zone_of(record))
 
-    def _since(self, since: datetime | str | None) -> datetime | None:
+    def _since(self, since: datetime | str | None, label: str = "--since") -> datetime | None:
         if since is None:
             return None
-        return to_instant(since, "UTC", self.clock(), "--since")
+        return to_instant(since, "UTC", self.clock(), label)
 
     def _summary(
         self,
         record: RoutineRecord,
-        latest: RunRecord | None,
+        latest: RunRecord | RecentRun | None,
         now: datetime,
         next_retry: RunRecord | RunView | None = None,
     ) -> RoutineSummary:

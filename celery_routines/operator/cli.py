@@ -380,5 +380,37 @@ def preview_(cron: str, timezone: str, start: str | None, count: int, as_json: b
     print_windows(windows)
 
 
+@routines.command()
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="ROUTINES_WEB_HOST",
+    help="Address to bind (or ROUTINES_WEB_HOST).",
+)
+@click.option(
+    "--port",
+    default=8555,
+    show_default=True,
+    envvar="ROUTINES_WEB_PORT",
+    help="Port to bind (or ROUTINES_WEB_PORT).",
+)
+@click.option("--read-only", is_flag=True, help="Show everything, allow no action.")
+@click.option(
+    "--hash-password", is_flag=True, help="Print a password hash for routines_web_auth and exit."
+)
+@click.pass_context
+@_errors
+def web(ctx: click.Context, host: str, port: int, read_only: bool, hash_password: bool) -> None:
+    """Serve the panel (pages and HTTP API) on HOST:PORT; loopback only unless
+    routines_web_auth is set. Needs the web extra: pip install 'celery-routines[web]'."""
+    from celery_routines.operator.web.serve import password_hash_prompt, serve
+
+    if hash_password:
+        click.echo(password_hash_prompt())
+        return
+    serve(_admin(ctx), host=host, port=port, read_only=read_only)
+
+
 register_commands(routines, _admin, _errors, json_option)
 install_short_app_errors()

@@ -8,6 +8,7 @@ which writes, publishes and marks them in the tick's order.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +35,24 @@ from celery_routines.sending.publish import CeleryPublisher, Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
 from celery_routines.store.records import OpenRun
 from celery_routines.tick.declarations import who
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """What a backfill of a range would send, before it is confirmed."""
+
+    routine: str
+    start: datetime
+    end: datetime
+    windows: int
+    """Windows in the range."""
+    stored: int
+    """Of those, windows that already have a run row: not sent again."""
+
+    @property
+    def to_send(self) -> int:
+        return self.windows - self.stored
+
 
 # A backfill larger than this is almost always a typo in --from; the caller
 # can raise it explicitly.
@@ -161,9 +180,49 @@ class Sending:
         Naive and string bounds are read in the routine's zone. ``end`` may
         not be in the future: beat sends those windows.
         """
-        check_count("max_windows", max_windows, 1_000_000)
         record = self._record(name)
         now = self.clock()
+        first, last, runs = self._backfill_runs(record, start, end, max_windows, now)
+        if not force and runs:
+            new_count = len(runs) - self._stored(runs)
+            if new_count:
+                self._check_may_send(record, new_count, now)
+        results = self._dispatch(record, runs, "backfill") if runs else []
+        detail = {"from": first, "to": last, "windows": len(runs), "force": force}
+        self._log_change(record.name, "backfilled", by, detail)
+        return BackfillResult(record.name, first, last, [send_result(record, d) for d in results])
+
+    def backfill_plan(
+        self,
+        name: str,
+        start: datetime | str,
+        end: datetime | str,
+        *,
+        max_windows: int = MAX_BACKFILL,
+    ) -> BackfillPlan:
+        """What :meth:`backfill` with the same range would do, sending
+        nothing: how many windows it covers and how many are already stored
+        (those are not sent again). The same checks and messages."""
+        record = self._record(name)
+        first, last, runs = self._backfill_runs(record, start, end, max_windows, self.clock())
+        return BackfillPlan(record.name, first, last, len(runs), self._stored(runs))
+
+    def _stored(self, runs: list[NewRun]) -> int:
+        """How many of these windows already have a run row."""
+        if not runs:
+            return 0
+        keys = [(r.routine_id, r.idempotency_key, r.attempt) for r in runs]
+        return len(self.store.runs.find_windows(keys))
+
+    def _backfill_runs(
+        self,
+        record: RoutineRecord,
+        start: datetime | str,
+        end: datetime | str,
+        max_windows: int,
+        now: datetime,
+    ) -> tuple[datetime, datetime, list[NewRun]]:
+        check_count("max_windows", max_windows, 1_000_000)
         timezone = self._zone_of(record)
         first = to_instant(start, timezone, now, "--from")
         last = to_instant(end, timezone, now, "--to")
@@ -189,17 +248,7 @@ class Sending:
             )
             for w in windows
         ]
-        if not force and runs:
-            stored = self.store.runs.find_windows(
-                [(r.routine_id, r.idempotency_key, r.attempt) for r in runs]
-            )
-            new_count = len(runs) - len(stored)
-            if new_count:
-                self._check_may_send(record, new_count, now)
-        results = self._dispatch(record, runs, "backfill") if runs else []
-        detail = {"from": first, "to": last, "windows": len(runs), "force": force}
-        self._log_change(record.name, "backfilled", by, detail)
-        return BackfillResult(record.name, first, last, [send_result(record, d) for d in results])
+        return first, last, runs
 
     # -- internals ---------------------------------------------------------
 

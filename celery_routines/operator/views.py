@@ -220,6 +220,7 @@ def definition_of(record: RoutineRecord) -> dict[str, Any]:
         "max_retries": record.max_retries,
         "retry_base_seconds": record.retry_base_seconds,
         "ceiling": loads(record.ceiling),
+        "run_timeout": record.run_timeout,
     }
 
 

@@ -16,10 +16,12 @@ from .changes import ChangeQueries
 from .connections import Connections, connections_for
 from .dialects import database_clock
 from .engine import make_engine
+from .panel_queries import PanelQueries
 from .prune import PruneQueries
 from .records import NewRun, RoutineRecord, RunRecord
 from .refresh import RefreshQueries
 from .routines import Advance, RoutineQueries, _aware
+from .run_metrics import RunMetricsQueries
 from .runs import RunQueries
 from .spend_queries import SpendQueries
 from .types import UTCDateTime
@@ -59,6 +61,8 @@ class Store:
         self.runs = RunQueries(engine)
         self.admin = AdminQueries(engine)
         self.spend = SpendQueries(engine)
+        self.run_metrics = RunMetricsQueries(engine)
+        self.panel = PanelQueries(engine)
         self.changes = ChangeQueries(engine)
         self.prune = PruneQueries(engine)
         # Built once: constructing it cost more than running it. Each has a

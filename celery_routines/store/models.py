@@ -52,6 +52,8 @@ class Routine(Base):
     retry_base_seconds: Mapped[float] = mapped_column(Seconds, server_default=text("60"))
     # JSON list of {"limit", "per", "unit"}; NULL when the routine has no ceiling.
     ceiling: Mapped[str | None] = mapped_column(Text)
+    # Seconds without a heartbeat before a run is lost; NULL: routines_run_timeout.
+    run_timeout: Mapped[float | None] = mapped_column(Seconds)
     next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     paused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     suspended_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -170,6 +172,8 @@ class RoutineRun(Base):
         # The run listings across routines (admin runs/skips), newest first:
         # a backward range scan in the listing's exact order, stopping at its limit.
         Index("ix_routine_runs_created", "created_at", "scheduled_for", "attempt"),
+        # Run metrics (issue 18): the runs finished since the last read.
+        Index("ix_routine_runs_finished", "finished_at"),
         Index(
             "ix_routine_runs_skipped_created",
             "created_at",
@@ -180,3 +184,21 @@ class RoutineRun(Base):
         ),
         TABLE_OPTIONS,
     )
+
+
+class RoutineWorkerEvent(Base):
+    """What a worker did that no run row's own columns date: a refused
+    duplicate delivery (``duplicate``), a suspension decided by the after-run
+    ceiling check (``suspended``). Append-only; beat's metrics read the rows
+    past the last id they saw, so every worker process (prefork children
+    included) is counted once, whichever beat exports it."""
+
+    __tablename__ = "routine_worker_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    routine_id: Mapped[int | None] = mapped_column(Integer)
+    run_id: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (TABLE_OPTIONS,)

@@ -41,6 +41,7 @@ class RoutineRecord:
     # True when cron, interval_seconds, timezone or enabled changed since
     # next_run_at was computed (compared by the database, see store/routines.py).
     schedule_changed: bool = False
+    run_timeout: float | None = None
 
 
 ROUTINE_RECORD_FIELDS = tuple(RoutineRecord.__dataclass_fields__)

@@ -223,8 +223,8 @@ class TickEngine(Writing):
     def _mark_published(self) -> None:
         """The ledger's published runs -> ``sent``, oldest batch first."""
         while self.ledger.sent:
-            run_ids, sent_at = self.ledger.sent[0]
-            deadline = lost_deadline(sent_at + self.offset, self.settings.run_timeout)
+            run_ids, sent_at, timeout = self.ledger.sent[0]
+            deadline = lost_deadline(sent_at + self.offset, timeout or self.settings.run_timeout)
             self.store.runs.mark_sent(run_ids, sent_at, deadline_at=deadline)
             self.ledger.marked()
 

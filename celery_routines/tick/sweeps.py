@@ -198,7 +198,9 @@ class Sweeps:
                 idempotency_key=run.idempotency_key,
                 attempt=attempt,
                 scheduled_for=run.scheduled_for,
-                deadline_at=lost_deadline(now + self.offset, self.settings.run_timeout),
+                deadline_at=lost_deadline(
+                    now + self.offset, model.run_timeout or self.settings.run_timeout
+                ),
             )
             if not self.store.runs.take_retry(run.id, settled, next_run, now):
                 report.conflicts += 1
@@ -211,14 +213,12 @@ class Sweeps:
             return
         messages = [outgoing_run(model, next_run) for _, model, next_run in taken]
         errors = publish_runs(self.publisher, messages)
-        ledger.published(
-            [
-                next_run.id
-                for (_, _, next_run), error in zip(taken, errors, strict=True)
-                if not error
-            ],
-            now,
-        )
+        published = [
+            (next_run.id, model.run_timeout)
+            for (_, model, next_run), error in zip(taken, errors, strict=True)
+            if not error
+        ]
+        ledger.published([i for i, _ in published], now, [t for _, t in published])
         for (item, _, next_run), error in zip(taken, errors, strict=True):
             if error is None:
                 report.retries_sent += 1

@@ -37,7 +37,7 @@ from celery_routines.policy.runs import after_failure, lost_deadline, policy_of
 from celery_routines.policy.states import OPEN_STATES, Reason, RunState
 from celery_routines.sending.publish import ROUTINE_HEADER, RUN_TIMEOUT_HEADER
 from celery_routines.store import Store
-from celery_routines.worker import heartbeat
+from celery_routines.worker import counting, heartbeat
 from celery_routines.worker.ceiling import check_after_run
 from celery_routines.worker.spend import begin_run, end_run
 
@@ -168,6 +168,7 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
     global _refused
     with _stores_lock:
         _refused += 1
+    counting.refused(store, task_id, now)
     try:
         state = store.runs.count_duplicate(task_id)
     except Exception:
@@ -299,7 +300,12 @@ def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
 def _check_ceilings(task: Any, run_id: str) -> None:
     app = task.app
     try:
-        check_after_run(store_for(app), run_id, clock(), settings_for(app).timezone)
+        store = store_for(app)
+
+        def suspended(routine: str, until: datetime, reason: str) -> None:
+            counting.suspended(app, store, run_id, routine, until, reason)
+
+        check_after_run(store, run_id, clock(), settings_for(app).timezone, suspended)
     except Exception:
         logger.exception("could not check the ceilings after run %s", run_id)
 
@@ -331,7 +337,7 @@ def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: 
     end_run()
     now = clock()
     wait = _retry_wait(getattr(reason, "when", None), now)
-    deadline = lost_deadline(now + wait, settings_for(sender.app).run_timeout)
+    deadline = lost_deadline(now + wait, run_timeout_of(sender))
     try:
         store_for(sender.app).runs.requeue(
             request.id, celery_retries=int(request.retries or 0), deadline_at=deadline
@@ -401,6 +407,7 @@ def _after_fork(**_: Any) -> None:
         for store in _stores.values():
             store.engine.dispose(close=False)
     heartbeat.forget_all()
+    counting.forget_all()
     install_in_pool_process()
 
 
