@@ -47,6 +47,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 CLOCK: Clock = utc_now
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+by_option = click.option("--by", help="Who makes the change, for its history (default: user@host).")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -219,12 +220,13 @@ def skips(ctx: click.Context, since: str | None, limit: int, as_json: bool) -> N
 
 @routines.command()
 @click.argument("name")
+@by_option
 @json_option
 @click.pass_context
 @_errors
-def pause(ctx: click.Context, name: str, as_json: bool) -> None:
+def pause(ctx: click.Context, name: str, by: str | None, as_json: bool) -> None:
     """Stop firing NAME until it is resumed (no retries are scheduled meanwhile)."""
-    print_pause(_admin(ctx).pause(name), as_json)
+    print_pause(_admin(ctx).pause(name, by=by), as_json)
 
 
 @routines.command()
@@ -235,10 +237,11 @@ def pause(ctx: click.Context, name: str, as_json: bool) -> None:
     help="Treat the paused time like downtime: leave the next window where it was, "
     "so beat replays missed windows under the routine's catch_up policy and cap.",
 )
+@by_option
 @json_option
 @click.pass_context
 @_errors
-def resume(ctx: click.Context, name: str, catch_up: bool, as_json: bool) -> None:
+def resume(ctx: click.Context, name: str, catch_up: bool, by: str | None, as_json: bool) -> None:
     """Fire NAME again.
 
     By default a pause is a decision, not an outage: the windows that fell due
@@ -247,20 +250,21 @@ def resume(ctx: click.Context, name: str, catch_up: bool, as_json: bool) -> None
     comes back as a burst, whatever its catch_up policy. Pass --catch-up to
     let the catch_up policy decide instead.
     """
-    print_pause(_admin(ctx).resume(name, catch_up=catch_up), as_json)
+    print_pause(_admin(ctx).resume(name, catch_up=catch_up, by=by), as_json)
 
 
 @routines.command()
 @click.argument("name")
 @click.option("--force", is_flag=True, help="Send even over an open run or a spent ceiling.")
+@by_option
 @json_option
 @click.pass_context
 @_errors
-def trigger(ctx: click.Context, name: str, force: bool, as_json: bool) -> None:
+def trigger(ctx: click.Context, name: str, force: bool, by: str | None, as_json: bool) -> None:
     """Send NAME now under a manual key (NAME@manual:<uuid>) that never collides
     with a window. Refused while an open run exists under overlap skip/queue, or
     when a ceiling is spent, unless --force."""
-    result = _admin(ctx).trigger(name, force=force)
+    result = _admin(ctx).trigger(name, force=force, by=by)
     print_json(result) if as_json else click.echo(send_line(result))
     fail_if_not_sent([result])
 
@@ -268,12 +272,13 @@ def trigger(ctx: click.Context, name: str, force: bool, as_json: bool) -> None:
 @routines.command()
 @click.argument("run_id")
 @click.option("--force", is_flag=True, help="Send even over an open run or a spent ceiling.")
+@by_option
 @json_option
 @click.pass_context
 @_errors
-def replay(ctx: click.Context, run_id: str, force: bool, as_json: bool) -> None:
+def replay(ctx: click.Context, run_id: str, force: bool, by: str | None, as_json: bool) -> None:
     """Resend a failed, skipped or lost run as the next attempt of its window."""
-    result = _admin(ctx).replay(run_id, force=force)
+    result = _admin(ctx).replay(run_id, force=force, by=by)
     print_json(result) if as_json else click.echo(send_line(result))
     fail_if_not_sent([result])
 
@@ -290,6 +295,7 @@ def replay(ctx: click.Context, run_id: str, force: bool, as_json: bool) -> None:
     help="Refuse a range with more windows than this.",
 )
 @click.option("--force", is_flag=True, help="Send even over an open run or a spent ceiling.")
+@by_option
 @json_option
 @click.pass_context
 @_errors
@@ -300,6 +306,7 @@ def backfill(
     end: str,
     max_windows: int,
     force: bool,
+    by: str | None,
     as_json: bool,
 ) -> None:
     """Send the windows of NAME from --from to --to (both included), oldest first.
@@ -310,7 +317,7 @@ def backfill(
     skipped window with `replay RUN_ID`. Dates without an offset are read in
     the routine's timezone.
     """
-    result = _admin(ctx).backfill(name, start, end, max_windows=max_windows, force=force)
+    result = _admin(ctx).backfill(name, start, end, max_windows=max_windows, force=force, by=by)
     if as_json:
         print_json(result)
     else:

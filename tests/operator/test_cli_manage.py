@@ -175,3 +175,12 @@ def test_sync_retires_what_the_code_no_longer_declares_and_says_so(
     assert "  b  (back in service)" in ok(invoke("sync")).splitlines()
     record = store.routines.by_name("b")
     assert record is not None and record.retired_at is None
+
+
+def test_pause_and_resume_are_in_the_history_with_who(invoke, store: Store) -> None:
+    add_routine(store, "poll")
+    ok(invoke("pause", "poll", "--by", "ops-bot"))
+    ok(invoke("resume", "poll"))
+    history = json.loads(ok(invoke("history", "poll", "--json")))
+    assert [(h["action"], h["changed_by"]) for h in history][1] == ("paused", "ops-bot")
+    assert history[0]["action"] == "resumed" and "@" in history[0]["changed_by"]
