@@ -24,8 +24,9 @@ TaskT = TypeVar("TaskT")
 _declared: dict[str, Routine] = {}
 
 
-def routine(schedule: Any, **options: Any) -> Callable[[TaskT], TaskT]:
-    """Run the decorated Celery task on ``schedule``; returns the same task."""
+def routine(schedule: Any = None, **options: Any) -> Callable[[TaskT], TaskT]:
+    """Run the decorated Celery task on ``schedule`` (or once, ``at=...``);
+    returns the same task."""
 
     def decorate(task: TaskT) -> TaskT:
         register(task, schedule, **options)
@@ -34,7 +35,7 @@ def routine(schedule: Any, **options: Any) -> Callable[[TaskT], TaskT]:
     return decorate
 
 
-def register(task_or_task_name: Any, schedule: Any, **options: Any) -> Routine:
+def register(task_or_task_name: Any, schedule: Any = None, **options: Any) -> Routine:
     """Declare a routine for a task object or a task name defined elsewhere."""
     task_name = _task_name(task_or_task_name, options.get("name"))
     definition = define(task_name, schedule, **options)

@@ -18,14 +18,18 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import InitVar, dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
 from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.policy.ceilings import Ceiling, one_per_unit, parse_ceilings
 from celery_routines.policy.states import CatchUp, Overlap, choices
+from celery_routines.schedules.base import NEVER
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.interval import IntervalSchedule
+from celery_routines.schedules.oneoff import OneOffSchedule, parse_at
 from celery_routines.schedules.parse import parse_schedule
+from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.schedules.zones import load_zone
 
 # The longest routine name; also the width of ``routines.name``.
@@ -52,8 +56,14 @@ OPTION_NAMES = frozenset(
         "ceiling",
         "enabled",
         "options",
+        "at",
+        "starts_at",
+        "ends_at",
+        "jitter",
     }
 )
+# The widest jitter: a day (a send instant further from its window is a schedule).
+JITTER_LIMIT = 86400
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,14 @@ class Routine:
     ceilings: tuple[Ceiling, ...] = ()
     enabled: bool = True
     options: Mapping[str, Any] = field(default_factory=dict)
+    at: datetime | None = None
+    """A one-off's instant (aware UTC); then ``cron``/``interval_seconds`` are None."""
+    solar: str | None = None
+    """A solar schedule as ``"<event> <lat> <lon>"``."""
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+    jitter: int | None = None
+    """Whole seconds; each window goes out ``[0, jitter)`` seconds after it."""
     # Set by from_columns: args, kwargs and options were just read from JSON,
     # so serialising them again to check them would only cost time.
     from_json: InitVar[bool] = False
@@ -100,6 +118,7 @@ class Routine:
         set_(self, "max_retries", _whole("max_retries", self.max_retries, 0, MAX_RETRIES_LIMIT))
         set_(self, "retry_base_seconds", _seconds("retry_base_seconds", self.retry_base_seconds))
         set_(self, "ceilings", _ceilings(self.ceilings))
+        _check_schedule_fields(self)
         if not isinstance(self.enabled, bool):
             raise ScheduleError(f"enabled must be True or False, got {self.enabled!r}")
         args, kwargs, options = self.args, self.kwargs, self.options
@@ -133,6 +152,11 @@ class Routine:
             "max_retries": self.max_retries,
             "retry_base_seconds": self.retry_base_seconds,
             "ceiling": json.dumps([c.as_json() for c in self.ceilings]) if self.ceilings else None,
+            "at": self.at,
+            "solar": self.solar,
+            "starts_at": self.starts_at,
+            "ends_at": self.ends_at,
+            "jitter_seconds": self.jitter,
         }
 
 
@@ -151,19 +175,36 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
             f"known options are {', '.join(sorted(OPTION_NAMES))}",
         )
     timezone = options.get("timezone")
+    at = solar_spec = None
+    cron = interval = None
     try:
         if timezone is not None:
             load_zone(timezone)
-        parsed = parse_schedule(schedule, timezone or "UTC")
+        zone = timezone or "UTC"
+        starts_at = _instant_option("starts_at", options.get("starts_at"), zone)
+        ends_at = _instant_option("ends_at", options.get("ends_at"), zone)
+        if options.get("at") is not None:
+            if schedule is not None:
+                raise ScheduleError(
+                    f"give either a schedule or at=..., not both (schedule {schedule!r}, "
+                    f"at {options['at']!r})"
+                )
+            at = parse_at(options["at"], zone)
+            parsed: Any = None
+        else:
+            parsed = parse_schedule(schedule, zone)
     except ScheduleError as exc:
         raise InvalidRoutine(name, str(exc)) from None
     if isinstance(parsed, CronSchedule):
-        cron, interval = parsed.expression, None
+        cron = parsed.expression
         if timezone is None and parsed.timezone != "UTC":
             timezone = parsed.timezone  # a Celery crontab that carries its own zone
-    else:
-        assert isinstance(parsed, IntervalSchedule)  # parse_schedule returns only these two
-        cron, interval = None, float(parsed.seconds)
+    elif isinstance(parsed, IntervalSchedule):
+        interval = float(parsed.seconds)
+    elif isinstance(parsed, SolarSchedule):
+        solar_spec = parsed.spec
+    elif isinstance(parsed, OneOffSchedule):
+        at = parsed.at
     ceiling = options.get("ceiling")
     return Routine(
         name=name,
@@ -182,6 +223,11 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
         ceilings=() if ceiling is None else ceiling,
         enabled=options.get("enabled", True),
         options=options.get("options", {}),
+        at=at,
+        solar=solar_spec,
+        starts_at=starts_at,
+        ends_at=ends_at,
+        jitter=options.get("jitter"),
     )
 
 
@@ -214,6 +260,11 @@ def from_columns(row: Any) -> Routine:
         ceilings=ceilings,
         enabled=row.enabled,
         options=options,
+        at=getattr(row, "at", None),
+        solar=getattr(row, "solar", None),
+        starts_at=getattr(row, "starts_at", None),
+        ends_at=getattr(row, "ends_at", None),
+        jitter=getattr(row, "jitter_seconds", None),
         from_json=True,
     )
 
@@ -233,6 +284,37 @@ def _check_name(name: Any, task_name: Any) -> None:
         )
     if not name.isprintable():
         raise InvalidRoutine(name, "name must not contain control characters or line breaks")
+
+
+def _check_schedule_fields(routine: Routine) -> None:
+    """The limits of the schedule kinds and bounds added to cron and interval,
+    the same for both doors (a declaration and a ``routines`` row)."""
+    kinds = [
+        name
+        for name in ("cron", "interval_seconds", "at", "solar")
+        if getattr(routine, name) is not None
+    ]
+    if len(kinds) > 1:
+        raise ScheduleError(f"set only one of cron, interval_seconds, at or solar, got {kinds}")
+    for label in ("at", "starts_at", "ends_at"):
+        value = getattr(routine, label)
+        if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
+            raise ScheduleError(f"{label} must be a timezone-aware datetime, got {value!r}")
+    if routine.at is not None and routine.at >= NEVER:
+        raise ScheduleError(f"at must be before {NEVER.date()}, got {routine.at.isoformat()}")
+    starts, ends = routine.starts_at, routine.ends_at
+    if starts is not None and ends is not None and ends < starts:
+        raise ScheduleError(
+            f"ends_at ({ends.isoformat()}) is before starts_at ({starts.isoformat()})"
+        )
+    if routine.solar is not None:
+        SolarSchedule.from_spec(routine.solar)
+    if routine.jitter is not None:
+        _whole("jitter", routine.jitter, 1, JITTER_LIMIT)
+
+
+def _instant_option(label: str, value: Any, timezone: str) -> datetime | None:
+    return None if value is None else parse_at(value, timezone, label)
 
 
 def _member(kind: type[E], label: str, value: Any) -> E:

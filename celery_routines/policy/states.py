@@ -42,6 +42,8 @@ class Reason(StrEnum):
     OVERLAP = "overlap"
     CEILING = "ceiling"
     PAUSED = "paused"
+    # The worker took the message after its ``expires`` (window + max_lateness).
+    EXPIRED = "expired"
     # Failures.
     LOST = "lost"
     SEND_FAILED = "send_failed"

@@ -65,6 +65,14 @@ class Routine(Base):
     source: Mapped[str | None] = mapped_column(String(16))
     created_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Schedule kinds besides cron and interval_seconds (exactly one is set):
+    # a one-off's instant, a solar event "<event> <lat> <lon>".
+    at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    solar: Mapped[str | None] = mapped_column(String(100))
+    # Bounds of any schedule, and the deterministic spread of its send instants.
+    starts_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ends_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    jitter_seconds: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (
         # The due-query walks this index from the oldest due row: a range scan

@@ -34,6 +34,11 @@ class RoutineRecord:
     last_error: str | None
     locked_by: str | None
     locked_until: datetime | None
+    at: datetime | None = None
+    solar: str | None = None
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+    jitter_seconds: int | None = None
 
 
 ROUTINE_RECORD_FIELDS = tuple(RoutineRecord.__dataclass_fields__)

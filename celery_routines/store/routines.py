@@ -36,7 +36,16 @@ c = table.c
 ACTIVE = text("routines.enabled AND NOT routines.paused")
 RECORD_COLUMNS = [c[name] for name in ROUTINE_RECORD_FIELDS]
 # Columns that decide when a routine fires: a change resets its next window.
-SCHEDULE_COLUMNS = ("cron", "interval_seconds", "timezone")
+SCHEDULE_COLUMNS = (
+    "cron",
+    "interval_seconds",
+    "timezone",
+    "at",
+    "solar",
+    "starts_at",
+    "ends_at",
+    "jitter_seconds",
+)
 
 
 def _record(row: Any) -> RoutineRecord:
@@ -118,7 +127,7 @@ class RoutineQueries:
                 if row is None:
                     conn.execute(table.insert().values(**values, created_at=now))
                     continue
-                if any(getattr(row, col) != definition[col] for col in SCHEDULE_COLUMNS):
+                if any(getattr(row, col) != definition.get(col) for col in SCHEDULE_COLUMNS):
                     values.update(next_run_at=None)
                 conn.execute(
                     update(table)
