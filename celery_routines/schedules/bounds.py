@@ -21,6 +21,7 @@ from celery_routines.schedules.base import (
     first_window,
     last_windows,
 )
+from celery_routines.schedules.oneoff import OneOffSchedule
 from celery_routines.schedules.zones import aware_utc
 
 __all__ = ["BoundedSchedule", "bounded"]
@@ -57,11 +58,14 @@ class BoundedSchedule:
         return self._clip(self.inner.next_after(instant))
 
     def first_window(self, now: datetime) -> datetime:
-        if self.starts_at is not None and now < self.starts_at:
-            return self._clip(first_from(self.inner, self.starts_at))
-        first = first_window(self.inner, now)
-        if self.starts_at is not None and first < self.starts_at:
-            first = first_from(self.inner, self.starts_at)
+        if self.starts_at is None:
+            return self._clip(first_window(self.inner, now))
+        first = first_from(self.inner, self.starts_at)
+        if first <= now and not isinstance(self.inner, OneOffSchedule):
+            # Started in the past: continue on the chain from starts_at (an
+            # interval keeps its grid), the first window after now.
+            passed = last_windows(self.inner, first, now, 1)
+            first = self.inner.next_after(passed[-1] if passed else first)
         return self._clip(first)
 
     def first_from(self, start: datetime) -> datetime:
