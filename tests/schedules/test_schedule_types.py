@@ -157,7 +157,7 @@ def test_a_celery_solar_entry_parses_and_round_trips_through_its_column() -> Non
     assert schedule_from_columns(None, None, "UTC", solar=parsed.spec) == parsed
     days = list(parsed.windows(T, T + timedelta(days=10)))
     assert len(days) == 10 and all(
-        b - a < timedelta(hours=24, minutes=5) for a, b in zip(days, days[1:])
+        b - a < timedelta(hours=24, minutes=5) for a, b in pairwise(days)
     )
 
 
