@@ -28,7 +28,7 @@ from celery_routines.schedules.base import NEVER
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.interval import IntervalSchedule
 from celery_routines.schedules.oneoff import OneOffSchedule, parse_at
-from celery_routines.schedules.parse import parse_schedule
+from celery_routines.schedules.parse import check_one_kind, parse_schedule
 from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.schedules.zones import load_zone
 
@@ -184,15 +184,9 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
         starts_at = _instant_option("starts_at", options.get("starts_at"), zone)
         ends_at = _instant_option("ends_at", options.get("ends_at"), zone)
         if options.get("at") is not None:
-            if schedule is not None:
-                raise ScheduleError(
-                    f"give either a schedule or at=..., not both (schedule {schedule!r}, "
-                    f"at {options['at']!r})"
-                )
+            # A schedule given as well is refused by the model, like a row with both.
             at = parse_at(options["at"], zone)
-            parsed: Any = None
-        else:
-            parsed = parse_schedule(schedule, zone)
+        parsed = None if schedule is None and at is not None else parse_schedule(schedule, zone)
     except ScheduleError as exc:
         raise InvalidRoutine(name, str(exc)) from None
     if isinstance(parsed, CronSchedule):
@@ -204,7 +198,7 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
     elif isinstance(parsed, SolarSchedule):
         solar_spec = parsed.spec
     elif isinstance(parsed, OneOffSchedule):
-        at = parsed.at
+        at = parsed.at  # a one-off schedule object given positionally
     ceiling = options.get("ceiling")
     return Routine(
         name=name,
@@ -289,17 +283,11 @@ def _check_name(name: Any, task_name: Any) -> None:
 def _check_schedule_fields(routine: Routine) -> None:
     """The limits of the schedule kinds and bounds added to cron and interval,
     the same for both doors (a declaration and a ``routines`` row)."""
-    kinds = [
-        name
-        for name in ("cron", "interval_seconds", "at", "solar")
-        if getattr(routine, name) is not None
-    ]
-    if len(kinds) > 1:
-        raise ScheduleError(f"set only one of cron, interval_seconds, at or solar, got {kinds}")
     for label in ("at", "starts_at", "ends_at"):
         value = getattr(routine, label)
         if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
             raise ScheduleError(f"{label} must be a timezone-aware datetime, got {value!r}")
+    check_one_kind(routine.cron, routine.interval_seconds, routine.at, routine.solar)
     if routine.at is not None and routine.at >= NEVER:
         raise ScheduleError(f"at must be before {NEVER.date()}, got {routine.at.isoformat()}")
     starts, ends = routine.starts_at, routine.ends_at

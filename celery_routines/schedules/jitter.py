@@ -26,8 +26,8 @@ __all__ = ["jitter_offset", "send_instant", "window_of"]
 
 def jitter_offset(routine_name: str, jitter: int | None) -> timedelta:
     """The offset of every window of ``routine_name``: ``[0, jitter)`` whole seconds."""
-    if not jitter:
-        return timedelta(0)
+    if not jitter or jitter < 1:
+        return timedelta(0)  # no jitter (a bad value never reaches here: the model refuses it)
     digest = hashlib.sha256(routine_name.encode()).digest()
     return timedelta(seconds=int.from_bytes(digest[:8], "big") % jitter)
 

@@ -24,7 +24,13 @@ from celery_routines.schedules.interval import IntervalSchedule
 from celery_routines.schedules.oneoff import OneOffSchedule
 from celery_routines.schedules.solar import SolarSchedule
 
-__all__ = ["crontab_to_cron", "parse_schedule", "schedule_from_columns", "schedule_of"]
+__all__ = [
+    "check_one_kind",
+    "crontab_to_cron",
+    "parse_schedule",
+    "schedule_from_columns",
+    "schedule_of",
+]
 
 
 def parse_schedule(value: object, timezone: str) -> Schedule:
@@ -73,11 +79,7 @@ def schedule_from_columns(
     """The schedule of a stored row; exactly one of ``cron``,
     ``interval_seconds``, ``at`` and ``solar`` is set, and ``starts_at`` /
     ``ends_at`` bound any of them."""
-    kinds = {"cron": cron, "interval_seconds": interval_seconds, "at": at, "solar": solar}
-    given = [name for name, value in kinds.items() if value is not None]
-    if len(given) != 1:
-        shown = ", ".join(f"{name}={value!r}" for name, value in kinds.items())
-        raise ScheduleError(f"set exactly one of cron, interval_seconds, at or solar (got {shown})")
+    check_one_kind(cron, interval_seconds, at, solar)
     base: Schedule
     if cron is not None:
         base = CronSchedule(cron, timezone)
@@ -89,6 +91,22 @@ def schedule_from_columns(
         assert solar is not None  # narrowed by the check above
         base = SolarSchedule.from_spec(solar)
     return bounded(base, starts_at, ends_at)
+
+
+def check_one_kind(
+    cron: str | None, interval_seconds: float | None, at: datetime | None, solar: str | None
+) -> None:
+    """Exactly one schedule kind is set; the same words for a declaration and a row."""
+    kinds = {"cron": cron, "interval_seconds": interval_seconds, "at": at, "solar": solar}
+    given = {name: value for name, value in kinds.items() if value is not None}
+    if len(given) != 1:
+        shown = ", ".join(
+            f"{name}={value.isoformat() if isinstance(value, datetime) else repr(value)}"
+            for name, value in given.items()
+        )
+        raise ScheduleError(
+            f"set exactly one of cron, interval_seconds, at or solar (got {shown or 'none'})"
+        )
 
 
 def schedule_of(row: Any, timezone: str) -> Schedule:

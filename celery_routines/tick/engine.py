@@ -263,15 +263,14 @@ class TickEngine(Writing):
         for record in self.store.routines.unscheduled(self.settings.batch_size):
             try:
                 schedule = self._schedule(record)
-            except ScheduleError as exc:
+                jitter = from_columns(record).jitter  # the send instants need a valid jitter
+            except (ScheduleError, InvalidRoutine) as exc:
                 self._invalid(record, exc, now, holder=None)
                 continue
             # From the whole second, so interval windows (and their keys) do
             # not carry the adoption instant's microseconds forever.
             first = first_window(schedule, now.replace(microsecond=0))
-            first_windows.append(
-                Advance(record.id, send_instant(first, record.name, record.jitter_seconds))
-            )
+            first_windows.append(Advance(record.id, send_instant(first, record.name, jitter)))
             if is_never(first):
                 logger.info(
                     "adopted %s: %s, which has no window left: done",
