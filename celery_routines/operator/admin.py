@@ -56,7 +56,7 @@ from celery_routines.policy.runs import in_progress
 from celery_routines.policy.states import RUN_STATES, Reason, RunState
 from celery_routines.registry import definitions_for
 from celery_routines.schedules.base import Schedule, count_windows, is_never, last_windows
-from celery_routines.schedules.jitter import window_of
+from celery_routines.schedules.jitter import jitter_offset, send_instant, window_of
 from celery_routines.schedules.keys import window_key
 from celery_routines.schedules.parse import schedule_of
 from celery_routines.schedules.zones import load_zone
@@ -285,13 +285,17 @@ class Routines(Sending):
     def _paused_windows(
         self, record: RoutineRecord, due: datetime, now: datetime
     ) -> tuple[NewRun, datetime]:
-        """The skip row for the windows in ``[due, now]`` and the next window."""
-        schedule = self._schedule(record)
-        count = 1 + count_windows(schedule, due, now)
-        last = (last_windows(schedule, due, now, 1) or [due])[-1]
-        summary = SkippedWindows(Reason.PAUSED, count, due, last)
+        """The skip row for the windows sent by ``now`` from the one due at
+        ``due`` (a send instant: a jittered window goes out its offset after
+        it), and the send instant of the next window."""
+        schedule, jitter = self._schedule(record), record.jitter_seconds
+        offset = jitter_offset(record.name, jitter)
+        window = window_of(due, record.name, jitter)
+        count = 1 + count_windows(schedule, window, now - offset)
+        last = (last_windows(schedule, window, now - offset, 1) or [window])[-1]
+        summary = SkippedWindows(Reason.PAUSED, count, window, last)
         skip = skip_row(record.id, record.name, self._zone_of(record), summary)
-        return skip, schedule.next_after(last)
+        return skip, send_instant(schedule.next_after(last), record.name, jitter)
 
     # -- schema ------------------------------------------------------------
 
