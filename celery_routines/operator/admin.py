@@ -20,6 +20,13 @@ from celery_routines.clock import Clock, utc_now
 from celery_routines.config import Settings, settings_from
 from celery_routines.errors import InvalidRoutine, RoutinesError, ScheduleError, UnknownRoutine
 from celery_routines.observe.events import RoutineEvents
+from celery_routines.operator.lifecycle_views import (
+    ChangeResult,
+    ChangeView,
+    DeleteResult,
+    PruneResult,
+)
+from celery_routines.operator.manage import Managing
 from celery_routines.operator.sending import MAX_BACKFILL, OperationRefused, Sending, UnknownRun
 from celery_routines.operator.views import (
     BackfillResult,
@@ -46,7 +53,6 @@ from celery_routines.operator.windows import (
     take_windows,
     to_instant,
 )
-from celery_routines.policy.catch_up import SkippedWindows
 from celery_routines.policy.ceilings import (
     Ceiling,
     parse_ceilings,
@@ -55,8 +61,8 @@ from celery_routines.policy.ceilings import (
 from celery_routines.policy.runs import in_progress
 from celery_routines.policy.states import RUN_STATES, Reason, RunState
 from celery_routines.registry import definitions_for
-from celery_routines.schedules.base import Schedule, count_windows, is_never, last_windows
-from celery_routines.schedules.jitter import jitter_offset, send_instant, window_of
+from celery_routines.schedules.base import Schedule, is_never
+from celery_routines.schedules.jitter import window_of
 from celery_routines.schedules.keys import window_key
 from celery_routines.schedules.parse import schedule_of
 from celery_routines.schedules.zones import load_zone
@@ -65,15 +71,19 @@ from celery_routines.store import NewRun, RoutineRecord, RunRecord, Store, migra
 from celery_routines.store.engine import safe_url
 from celery_routines.store.records import OpenRun
 from celery_routines.store.spend_queries import SpendQueries
-from celery_routines.tick.decide import skip_row
+from celery_routines.tick.declarations import declare, who
 
 __all__ = [
     "MAX_BACKFILL",
     "BackfillResult",
     "CeilingUsage",
+    "ChangeResult",
+    "ChangeView",
+    "DeleteResult",
     "MigrateResult",
     "OperationRefused",
     "PauseResult",
+    "PruneResult",
     "RoutineDetail",
     "RoutineSummary",
     "Routines",
@@ -92,7 +102,7 @@ MAX_LIMIT = 10_000
 # -- the API ---------------------------------------------------------------------
 
 
-class Routines(Sending):
+class Routines(Sending, Managing):
     """Operations on the routines stored for a Celery app (or for ``Settings``).
 
     Sending (trigger, replay, backfill) needs the app, to publish; everything
@@ -240,12 +250,15 @@ class Routines(Sending):
 
     # -- pause and resume --------------------------------------------------
 
-    def pause(self, name: str) -> PauseResult:
+    def pause(self, name: str, *, by: str | None = None) -> PauseResult:
         record = self._record(name)
-        changed = self.store.admin.pause(record.id, self.clock())
+        now = self.clock()
+        changed = self.store.admin.pause(record.id, now)
+        if changed:
+            self.store.changes.record(record.name, "paused", by or who(), now)
         return PauseResult(record.name, True, changed, record.next_run_at)
 
-    def resume(self, name: str, *, catch_up: bool = False) -> PauseResult:
+    def resume(self, name: str, *, catch_up: bool = False, by: str | None = None) -> PauseResult:
         """Unpause. By default the windows that fell due while paused are
         recorded as one ``skipped`` row (reason ``paused``) and the routine
         continues with its first window after now: a pause is a decision, not
@@ -259,7 +272,7 @@ class Routines(Sending):
         next_run_at = record.next_run_at
         if not catch_up and record.next_run_at is not None and record.next_run_at <= now:
             try:
-                skip, next_run_at = self._paused_windows(record, record.next_run_at, now)
+                skip, next_run_at = self._missed(record, record.next_run_at, now, Reason.PAUSED)
             except ScheduleError:
                 # Invalid schedule: beat's invalid-retry path deals with it.
                 skip, next_run_at = None, record.next_run_at
@@ -280,22 +293,10 @@ class Routines(Sending):
                 )
         if not changed:
             next_run_at = record.next_run_at
+        else:
+            detail = {"catch_up": catch_up, "skipped_windows": skipped}
+            self.store.changes.record(record.name, "resumed", by or who(), now, detail)
         return PauseResult(record.name, False, changed, next_run_at, skipped)
-
-    def _paused_windows(
-        self, record: RoutineRecord, due: datetime, now: datetime
-    ) -> tuple[NewRun, datetime]:
-        """The skip row for the windows sent by ``now`` from the one due at
-        ``due`` (a send instant: a jittered window goes out its offset after
-        it), and the send instant of the next window."""
-        schedule, jitter = self._schedule(record), record.jitter_seconds
-        offset = jitter_offset(record.name, jitter)
-        window = window_of(due, record.name, jitter)
-        count = 1 + count_windows(schedule, window, now - offset)
-        last = (last_windows(schedule, window, now - offset, 1) or [window])[-1]
-        summary = SkippedWindows(Reason.PAUSED, count, window, last)
-        skip = skip_row(record.id, record.name, self._zone_of(record), summary)
-        return skip, send_instant(schedule.next_after(last), record.name, jitter)
 
     # -- schema ------------------------------------------------------------
 
@@ -320,8 +321,22 @@ class Routines(Sending):
         self.app.loader.import_default_modules()
         definitions = definitions_for(self.app)
         self.store.migrate()
-        self.store.routines.upsert_definitions([d.columns() for d in definitions], self.clock())
-        return SyncResult(safe_url(self.settings.database_url), [d.name for d in definitions])
+        declared = declare(
+            self.store,
+            definitions,
+            self.clock(),
+            owner=self.settings.owner,
+            stamp=self.settings.code_version or self.clock().isoformat(),
+            default_zone=self.settings.timezone,
+            events=self.events,
+        )
+        return SyncResult(
+            safe_url(self.settings.database_url),
+            [d.name for d in definitions],
+            retired=declared.retired,
+            revived=[r.name for r in declared.revived],
+            newer_stamp=declared.newer_stamp,
+        )
 
     # -- internals ---------------------------------------------------------
 
@@ -373,6 +388,8 @@ class Routines(Sending):
             last_outcome=outcome,
             last_run_at=latest.created_at if latest is not None else None,
             next_retry_at=next_retry.retry_at if next_retry is not None else None,
+            retired_at=record.retired_at,
+            source=record.source or "sql",
         )
 
     def _ceilings(self, record: RoutineRecord) -> tuple[Ceiling, ...]:

@@ -24,6 +24,7 @@ from celery_routines.operator.admin import (
     preview,
 )
 from celery_routines.operator.app_errors import install_short_app_errors
+from celery_routines.operator.cli_manage import register_commands
 from celery_routines.operator.output import (
     fail_if_not_sent,
     next_run_cells,
@@ -33,6 +34,7 @@ from celery_routines.operator.output import (
     print_windows,
     runs_table,
     send_line,
+    state_text,
     table,
     utc,
 )
@@ -128,7 +130,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
                 s.schedule,
                 s.timezone,
                 *next_run_cells(s),
-                s.state,
+                state_text(s),
                 s.last_outcome,
                 utc(s.next_retry_at),
             )
@@ -370,4 +372,5 @@ def preview_(cron: str, timezone: str, start: str | None, count: int, as_json: b
     print_windows(windows)
 
 
+register_commands(routines, _admin, _errors, json_option)
 install_short_app_errors()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from celery import Celery
 
@@ -32,6 +33,7 @@ from celery_routines.sending.dispatch import SENT, Dispatched, dispatch
 from celery_routines.sending.publish import CeleryPublisher, Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
 from celery_routines.store.records import OpenRun
+from celery_routines.tick.declarations import who
 
 # A backfill larger than this is almost always a typo in --from; the caller
 # can raise it explicitly.
@@ -80,7 +82,7 @@ class Sending:
     def _open_runs(self, record: RoutineRecord, now: datetime) -> list[OpenRun]:
         raise NotImplementedError
 
-    def trigger(self, name: str, *, force: bool = False) -> SendResult:
+    def trigger(self, name: str, *, force: bool = False, by: str | None = None) -> SendResult:
         """Send the routine now, outside its schedule, under a manual key
         (``name@manual:<uuid>``) that can never collide with a window."""
         record = self._record(name)
@@ -94,9 +96,11 @@ class Sending:
             attempt=1,
             scheduled_for=now,
         )
-        return send_result(record, self._dispatch(record, [run], "trigger")[0])
+        result = send_result(record, self._dispatch(record, [run], "trigger")[0])
+        self._log_change(record.name, "triggered", by, {"run_id": result.run_id, "force": force})
+        return result
 
-    def replay(self, run_id: str, *, force: bool = False) -> SendResult:
+    def replay(self, run_id: str, *, force: bool = False, by: str | None = None) -> SendResult:
         """Send a failed, skipped or lost window again, as the next attempt of
         its idempotency key."""
         run = self.store.runs.get(run_id)
@@ -135,7 +139,10 @@ class Sending:
             attempt=latest.attempt + 1,
             scheduled_for=run.scheduled_for,
         )
-        return send_result(record, self._dispatch(record, [new], "replay")[0])
+        result = send_result(record, self._dispatch(record, [new], "replay")[0])
+        detail = {"run_id": run_id, "new_run_id": result.run_id, "force": force}
+        self._log_change(record.name, "replayed", by, detail)
+        return result
 
     def backfill(
         self,
@@ -145,6 +152,7 @@ class Sending:
         *,
         max_windows: int = MAX_BACKFILL,
         force: bool = False,
+        by: str | None = None,
     ) -> BackfillResult:
         """Send the windows in ``[start, end]``, oldest first, each under its
         own window key: a window that already has a run row (sent by beat,
@@ -189,6 +197,8 @@ class Sending:
             if new_count:
                 self._check_may_send(record, new_count, now)
         results = self._dispatch(record, runs, "backfill") if runs else []
+        detail = {"from": first, "to": last, "windows": len(runs), "force": force}
+        self._log_change(record.name, "backfilled", by, detail)
         return BackfillResult(record.name, first, last, [send_result(record, d) for d in results])
 
     # -- internals ---------------------------------------------------------
@@ -223,6 +233,9 @@ class Sending:
                 f"routine {record.name!r}: sending {fires} run(s) would pass its ceiling "
                 f"({spent}); pass --force to send anyway"
             )
+
+    def _log_change(self, name: str, action: str, by: str | None, detail: dict[str, Any]) -> None:
+        self.store.changes.record(name, action, by or who(), self.clock(), detail)
 
     def _dispatch(self, record: RoutineRecord, runs: list[NewRun], how: str) -> list[Dispatched]:
         results = dispatch(

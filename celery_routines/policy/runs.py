@@ -47,6 +47,8 @@ class RetryPolicy:
     enabled: bool = True
     paused: bool = False
     suspended_until: datetime | None = None
+    # No longer declared in code by its owner: it fires nothing, retries included.
+    retired: bool = False
 
 
 def policy_of(routine: Any) -> RetryPolicy:
@@ -57,6 +59,7 @@ def policy_of(routine: Any) -> RetryPolicy:
         enabled=routine.enabled,
         paused=routine.paused,
         suspended_until=routine.suspended_until,
+        retired=getattr(routine, "retired_at", None) is not None,
     )
 
 
@@ -79,6 +82,8 @@ def retry_delay(attempt: int, base_seconds: float) -> timedelta:
 
 def blocked_reason(policy: RetryPolicy, now: datetime) -> str | None:
     """Why the routine may not retry right now (paused, suspended, disabled)."""
+    if policy.retired:
+        return "retired"
     if not policy.enabled:
         return "disabled"
     if policy.paused:

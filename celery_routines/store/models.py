@@ -61,8 +61,17 @@ class Routine(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     locked_by: Mapped[str | None] = mapped_column(String(100))
     locked_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    # "code" for routines declared with routine()/register()/beat_schedule; NULL for SQL rows.
+    # "code" for routines declared with routine()/register()/beat_schedule,
+    # "cli" for routines added with `celery routines add`; NULL or "sql" for SQL rows.
     source: Mapped[str | None] = mapped_column(String(16))
+    # The app whose code declared it (routines_owner, else the app's main).
+    owner: Mapped[str | None] = mapped_column(String(200))
+    # Declaration stamp of the code that last wrote it: an older one never wins.
+    declared_version: Mapped[str | None] = mapped_column(String(100))
+    # Set while a code routine is no longer declared by its owner: never fired.
+    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The schedule next_run_at was computed from, as the database spells it.
+    schedule_fingerprint: Mapped[str | None] = mapped_column(String(400))
     created_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Schedule kinds besides cron and interval_seconds (exactly one is set):
@@ -91,6 +100,23 @@ class Routine(Base):
         ),
         TABLE_OPTIONS,
     )
+
+
+class RoutineChange(Base):
+    """Who changed which routine, when and how (``celery routines history``)."""
+
+    __tablename__ = "routine_changes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # By name, not a foreign key: the history of a deleted routine stays.
+    routine: Mapped[str] = mapped_column(String(NAME_MAX_LENGTH))
+    action: Mapped[str] = mapped_column(String(32))
+    changed_by: Mapped[str | None] = mapped_column(String(255))
+    changed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # JSON object: the changed fields and their new values, or the operation's arguments.
+    detail: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_routine_changes_routine", "routine", "id"), TABLE_OPTIONS)
 
 
 class RoutineRun(Base):

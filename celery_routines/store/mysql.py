@@ -66,7 +66,14 @@ ADVANCE = text(
 )
 ADOPT = text(
     f"UPDATE {_WINDOWS} STRAIGHT_JOIN routines r FORCE INDEX (PRIMARY) ON r.id = j.rid"
-    " SET r.next_run_at = j.nra, r.last_error = NULL, r.updated_at = :now"
+    " SET r.next_run_at = j.nra, r.last_error = NULL, r.updated_at = :now,"
+    # store/fingerprint.py's expression, as SQLAlchemy spells it on MySQL.
+    " r.schedule_fingerprint = concat(coalesce(r.cron, ''), '|',"
+    " coalesce(CAST(r.interval_seconds AS CHAR), ''), '|', coalesce(r.timezone, ''), '|',"
+    " CASE WHEN r.enabled THEN 'on' ELSE 'off' END, '|',"
+    " coalesce(CAST(r.at AS CHAR), ''), '|', coalesce(r.solar, ''), '|',"
+    " coalesce(CAST(r.starts_at AS CHAR), ''), '|', coalesce(CAST(r.ends_at AS CHAR), ''), '|',"
+    " coalesce(CAST(r.jitter_seconds AS CHAR), ''))"
     " WHERE r.next_run_at IS NULL"
 )
 CLAIM = text(

@@ -32,6 +32,7 @@ from celery_routines.store import Advance, Probe, RoutineRecord, Store
 from celery_routines.tick import decide
 from celery_routines.tick.decide import Claimed, Decision, Facts
 from celery_routines.tick.ledger import Unrecorded
+from celery_routines.tick.refresh import Refresher
 from celery_routines.tick.report import TickReport
 from celery_routines.tick.sweeps import Sweeps
 from celery_routines.tick.write import CLAIM_TRUSTED_SHARE, Writing
@@ -56,6 +57,7 @@ class TickEngine(Writing):
         revoker: Revoker | None = None,
         events: Events | None = None,
         arbiter: Clock | None = None,
+        arbitrate_on_database: bool = False,
     ) -> None:
         self.store = store
         self.publisher = publisher
@@ -70,6 +72,7 @@ class TickEngine(Writing):
         # Skips, suspensions and lost runs also go out as `routine-*` events.
         self.events: Events = events or NoEvents()
         self.sweeps = Sweeps(store, publisher, settings, self.events)
+        self.refresher = Refresher(store, settings, holder, self.events)
         # What this beat published and has not yet written down.
         self.ledger = Unrecorded()
         # Set by the beat when told to stop mid-tick: publishing is bounded.
@@ -77,11 +80,14 @@ class TickEngine(Writing):
         # The most routines one tick claims: routines_batch_size, less while
         # ticks take too much of routines_lock_ttl (see _fit_claims_to_ttl).
         self.claim_limit = settings.batch_size
-        # The database's clock (Store.db_now): claims and run deadlines are
-        # written and compared on it, so a beat whose clock is off neither
-        # holds claims longer nor declares runs lost early. Windows stay on
-        # ``clock``. Without one (tests on an injected clock) ``clock`` is both.
+        # The clock claims and run deadlines are written and compared on, so
+        # a beat whose clock is off neither holds claims longer nor declares
+        # runs lost early; windows stay on ``clock``. In production it is the
+        # database's (``arbitrate_on_database``: read by the probe itself, no
+        # extra statement); tests may inject one (``arbiter``). Neither:
+        # ``clock`` is both.
         self.arbiter = arbiter
+        self.arbitrate_on_database = arbitrate_on_database
         # The arbiter's clock minus ours, measured at the start of each tick.
         self.offset = timedelta(0)
 
@@ -99,12 +105,19 @@ class TickEngine(Writing):
         now = self.clock()
         with self.store.session():
             if self.arbiter is not None:
-                self.offset = self.arbiter() - now
-                self.sweeps.offset = self.offset
+                self._set_offset(self.arbiter() - now)
             if self.ledger:
                 logger.info("writing down %s before anything else", self.ledger.describe())
                 self._record_published(now)
-            probe = self.store.probe(now, self.holder, now + self.offset)
+            probe = self.store.probe(
+                now,
+                self.holder,
+                now + self.offset,
+                on_database_clock=self.arbitrate_on_database,
+                refresh=self.refresher.due(now),
+            )
+            if probe.clock is not None:
+                self._set_offset(probe.clock - now)
             if self._work(probe, now):
                 self._act(probe, now, report)
                 later = self.clock()
@@ -113,9 +126,14 @@ class TickEngine(Writing):
         report.duration = time.monotonic() - started
         return report
 
+    def _set_offset(self, offset: timedelta) -> None:
+        self.offset = offset
+        self.sweeps.offset = offset
+
     def _work(self, probe: Probe, now: datetime) -> bool:
         return (
             probe.unscheduled
+            or probe.changed
             or probe.held_due
             or _due(probe.window, now)
             or _due(probe.retry_at, now)
@@ -129,6 +147,8 @@ class TickEngine(Writing):
         # that transaction locks routines before runs, like every other.
         if _due(probe.deadline, now):
             self.sweeps.sweep_lost(now, report)
+        if probe.changed:
+            self.refresher.refresh(now, now + self.offset, report)
         started = time.monotonic()
         with self.store.transaction():
             if probe.unscheduled:
@@ -293,6 +313,9 @@ class TickEngine(Writing):
     ) -> list[Decision]:
         """Read what the claimed routines need, then decide each (pure)."""
         drafts: list[tuple[Claimed, FirePlan | None]] = []
+        # A routine edited outside beat since its window was computed: the
+        # stale window never fires (rescheduled from now instead).
+        claimed = self.refresher.take_changed(claimed, now, now + self.offset, report)
         for record in claimed:
             try:
                 schedule = self._schedule(record)

@@ -122,7 +122,9 @@ def test_two_beats_never_both_send_the_same_retry(
         monkeypatch.setattr(
             second.store,
             "probe",
-            lambda now, holder, *arb: next(stale_probe, None) or real_probe(now, holder, *arb),
+            lambda now, holder, *arb, **clock: (
+                next(stale_probe, None) or real_probe(now, holder, *arb, **clock)
+            ),
         )
         first.tick()
         second.tick()
@@ -198,7 +200,13 @@ def test_the_tick_wakes_for_a_retry_and_does_not_spin_on_an_overdue_run(
     database_url: str, tmp_path: Path, clock: FakeClock
 ) -> None:
     register("tasks.flaky", timedelta(hours=1), name="flaky")
-    beat = make_scheduler(tmp_path / "b", database_url, clock, beat_max_loop_interval=300)
+    beat = make_scheduler(
+        tmp_path / "b",
+        database_url,
+        clock,
+        beat_max_loop_interval=300,
+        routines_refresh_seconds=300,
+    )
     try:
         beat.tick()
         clock.advance(hours=1)

@@ -4,7 +4,7 @@
 All nullable: existing rows keep their cron or interval and stay unbounded.
 
 Revision ID: 0005_schedule_types
-Revises: 0003_run_listing_indexes
+Revises: 0004_lifecycle
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from alembic import op
 from celery_routines.store.types import UTCDateTime
 
 revision = "0005_schedule_types"
-down_revision = "0003_run_listing_indexes"
+# Chained after lifecycle (issue 13) once that branch was merged in; the
+# revision was written against 0003_run_listing_indexes.
+down_revision = "0004_lifecycle"
 branch_labels = None
 depends_on = None
 
