@@ -37,13 +37,25 @@ from celery_routines.policy.routine import define
 from celery_routines.policy.states import Reason
 from celery_routines.schedules.base import Schedule, count_windows, last_windows
 from celery_routines.schedules.jitter import jitter_offset, send_instant, window_of
+from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.store import NewRun, RoutineRecord, Store
 from celery_routines.tick.decide import skip_row
 from celery_routines.tick.declarations import who
 from celery_routines.tick.prune import prune_once
 
 SOURCE = "cli"
-SCHEDULE_FIELDS = ("cron", "interval_seconds", "timezone")
+SCHEDULE_FIELDS = (
+    "cron",
+    "interval_seconds",
+    "timezone",
+    "at",
+    "solar",
+    "starts_at",
+    "ends_at",
+    "jitter_seconds",
+)
+# Schedule bounds and jitter: define() options and the columns holding them.
+BOUND_OPTIONS = (("starts_at", "starts_at"), ("ends_at", "ends_at"), ("jitter", "jitter_seconds"))
 JSON_FIELDS = ("args", "kwargs", "options", "ceiling")
 # The most rows one `prune` call deletes before it returns (it works in batches).
 PRUNE_CALL_LIMIT = 10_000_000
@@ -85,12 +97,22 @@ class Managing:
         max_lateness: Any = None,
         ceilings: Sequence[Any] | None = None,
         by: str | None = None,
+        at: Any = None,
+        starts_at: Any = None,
+        ends_at: Any = None,
+        jitter: int | None = None,
     ) -> ChangeResult:
         """Store a new routine (``source = 'cli'``); beat adopts it within
         ``routines_refresh_seconds``."""
-        if cron is None and every is None:
-            raise InvalidRoutine(name, "give its schedule: --cron EXPR or --every DURATION")
+        if cron is None and every is None and at is None:
+            raise InvalidRoutine(
+                name, "give its schedule: --cron EXPR, --every DURATION or --at INSTANT"
+            )
         given = _given(
+            at=at,
+            starts_at=starts_at,
+            ends_at=ends_at,
+            jitter=jitter,
             timezone=timezone,
             args=args,
             kwargs=kwargs,
@@ -100,7 +122,8 @@ class Managing:
             max_lateness=max_lateness,
             ceilings=ceilings,
         )
-        definition = define(task, _schedule_of(name, cron, every), name=name, **given)
+        schedule = None if cron is None and every is None else _schedule_of(name, cron, every)
+        definition = define(task, schedule, name=name, **given)
         by = by or who()
         now = self.clock()
         columns = definition.columns()
@@ -129,6 +152,10 @@ class Managing:
         max_lateness: Any = None,
         ceilings: Sequence[Any] | None = None,
         by: str | None = None,
+        at: Any = None,
+        starts_at: Any = None,
+        ends_at: Any = None,
+        jitter: int | None = None,
     ) -> ChangeResult:
         """Change a routine added outside the code. A new schedule or zone
         takes effect from now (the stale next window never fires); any other
@@ -138,8 +165,14 @@ class Managing:
         if cron is not None and every is not None:
             raise InvalidRoutine(name, "give either --cron or --every, not both")
         current = _current_options(record)
+        if cron is not None or every is not None:
+            current.pop("at", None)  # a new repeating schedule replaces a one-off
         current.update(
             _given(
+                at=at,
+                starts_at=starts_at,
+                ends_at=ends_at,
+                jitter=jitter,
                 timezone=timezone,
                 args=args,
                 kwargs=kwargs,
@@ -152,6 +185,10 @@ class Managing:
         )
         if cron is not None or every is not None:
             schedule: Any = _schedule_of(name, cron, every)
+        elif "at" in current:
+            schedule = None  # a one-off (given now, or stored)
+        elif record.solar is not None:
+            schedule = SolarSchedule.from_spec(record.solar)
         elif record.cron is not None:
             schedule = record.cron
         else:
@@ -327,6 +364,12 @@ def _current_options(record: RoutineRecord) -> dict[str, Any]:
         "retry_base_seconds": record.retry_base_seconds,
         "ceiling": ceilings,
         "enabled": record.enabled,
+        **({"at": record.at} if record.at is not None else {}),
+        **{
+            option: getattr(record, column)
+            for option, column in BOUND_OPTIONS
+            if getattr(record, column) is not None
+        },
     }
 
 
@@ -346,6 +389,8 @@ def _same(key: str, stored: Any, new: Any) -> bool:
 
 
 def _shown(key: str, value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
     return _loads(value, None) if key in JSON_FIELDS and isinstance(value, str) else value
 
 
