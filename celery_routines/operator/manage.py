@@ -39,21 +39,14 @@ from celery_routines.schedules.base import Schedule, count_windows, last_windows
 from celery_routines.schedules.jitter import jitter_offset, send_instant, window_of
 from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.store import NewRun, RoutineRecord, Store
+from celery_routines.store.declarations import SCHEDULE_COLUMNS
 from celery_routines.tick.decide import skip_row
 from celery_routines.tick.declarations import who
 from celery_routines.tick.prune import prune_once
 
 SOURCE = "cli"
-SCHEDULE_FIELDS = (
-    "cron",
-    "interval_seconds",
-    "timezone",
-    "at",
-    "solar",
-    "starts_at",
-    "ends_at",
-    "jitter_seconds",
-)
+# Columns that decide when a routine fires: changing one reschedules it.
+SCHEDULE_FIELDS = SCHEDULE_COLUMNS
 # Schedule bounds and jitter: define() options and the columns holding them.
 BOUND_OPTIONS = (("starts_at", "starts_at"), ("ends_at", "ends_at"), ("jitter", "jitter_seconds"))
 JSON_FIELDS = ("args", "kwargs", "options", "ceiling")

@@ -4,7 +4,6 @@ expires in the queue."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,19 +13,14 @@ from sqlalchemy import text
 from celery_routines.schedules.base import NEVER
 from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.store import Store
+from tests.e2e import test_lifecycle
 from tests.e2e.processes import CeleryProcess, environment, wait_until
 from tests.e2e.test_end_to_end import run_counts, start
 from tests.harness import insert_routine
 
+pg_store = test_lifecycle.pg_store  # a migrated PostgreSQL store, shared fixture
+
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
-
-
-@pytest.fixture
-def pg_store(postgres_url: str) -> Iterator[Store]:
-    store = Store.from_url(postgres_url)
-    store.migrate()
-    yield store
-    store.dispose()
 
 
 def _naive(instant: datetime) -> datetime:
