@@ -182,6 +182,8 @@ class Managing:
             schedule = None  # a one-off (given now, or stored)
         elif record.solar is not None:
             schedule = SolarSchedule.from_spec(record.solar)
+        elif record.rrule is not None:
+            schedule = record.rrule
         elif record.cron is not None:
             schedule = record.cron
         else:

@@ -214,6 +214,8 @@ def _describe_kind(record: RoutineRecord) -> str:
         return f"once at {iso_utc(record.at)}"
     if record.solar is not None:
         return f"solar {record.solar}"
+    if record.rrule is not None:
+        return "rrule " + " ".join(record.rrule.split())
     return "(none)"
 
 
@@ -230,6 +232,7 @@ def definition_of(record: RoutineRecord) -> dict[str, Any]:
         "interval_seconds": record.interval_seconds,
         "at": iso_utc(record.at) if record.at is not None else None,
         "solar": record.solar,
+        "rrule": record.rrule,
         "starts_at": iso_utc(record.starts_at) if record.starts_at is not None else None,
         "ends_at": iso_utc(record.ends_at) if record.ends_at is not None else None,
         "jitter": record.jitter_seconds,

@@ -29,6 +29,7 @@ from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.interval import IntervalSchedule
 from celery_routines.schedules.oneoff import OneOffSchedule, parse_at
 from celery_routines.schedules.parse import check_one_kind, parse_schedule
+from celery_routines.schedules.rrule import RRuleSchedule
 from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.schedules.zones import load_zone
 
@@ -92,6 +93,8 @@ class Routine:
     """A one-off's instant (aware UTC); then ``cron``/``interval_seconds`` are None."""
     solar: str | None = None
     """A solar schedule as ``"<event> <lat> <lon>"``."""
+    rrule: str | None = None
+    """An RFC 5545 rule with a local ``DTSTART``, read in ``timezone``."""
     starts_at: datetime | None = None
     ends_at: datetime | None = None
     jitter: int | None = None
@@ -154,6 +157,7 @@ class Routine:
             "ceiling": json.dumps([c.as_json() for c in self.ceilings]) if self.ceilings else None,
             "at": self.at,
             "solar": self.solar,
+            "rrule": self.rrule,
             "starts_at": self.starts_at,
             "ends_at": self.ends_at,
             "jitter_seconds": self.jitter,
@@ -175,7 +179,7 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
             f"known options are {', '.join(sorted(OPTION_NAMES))}",
         )
     timezone = options.get("timezone")
-    at = solar_spec = None
+    at = solar_spec = rule = None
     cron = interval = None
     try:
         if timezone is not None:
@@ -197,6 +201,8 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
         interval = float(parsed.seconds)
     elif isinstance(parsed, SolarSchedule):
         solar_spec = parsed.spec
+    elif isinstance(parsed, RRuleSchedule):
+        rule = parsed.rule
     elif isinstance(parsed, OneOffSchedule):
         at = parsed.at  # a one-off schedule object given positionally
     ceiling = options.get("ceiling")
@@ -219,6 +225,7 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
         options=options.get("options", {}),
         at=at,
         solar=solar_spec,
+        rrule=rule,
         starts_at=starts_at,
         ends_at=ends_at,
         jitter=options.get("jitter"),
@@ -256,6 +263,7 @@ def from_columns(row: Any) -> Routine:
         options=options,
         at=getattr(row, "at", None),
         solar=getattr(row, "solar", None),
+        rrule=getattr(row, "rrule", None),
         starts_at=getattr(row, "starts_at", None),
         ends_at=getattr(row, "ends_at", None),
         jitter=getattr(row, "jitter_seconds", None),
@@ -287,7 +295,7 @@ def _check_schedule_fields(routine: Routine) -> None:
         value = getattr(routine, label)
         if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
             raise ScheduleError(f"{label} must be a timezone-aware datetime, got {value!r}")
-    check_one_kind(routine.cron, routine.interval_seconds, routine.at, routine.solar)
+    check_one_kind(routine.cron, routine.interval_seconds, routine.at, routine.solar, routine.rrule)
     if routine.at is not None and routine.at >= NEVER:
         raise ScheduleError(f"at must be before {NEVER.date()}, got {routine.at.isoformat()}")
     starts, ends = routine.starts_at, routine.ends_at

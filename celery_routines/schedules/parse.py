@@ -22,6 +22,7 @@ from celery_routines.schedules.bounds import bounded
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.interval import IntervalSchedule
 from celery_routines.schedules.oneoff import OneOffSchedule
+from celery_routines.schedules.rrule import RRuleSchedule, looks_like_rrule
 from celery_routines.schedules.solar import SolarSchedule
 
 __all__ = [
@@ -46,6 +47,10 @@ def parse_schedule(value: object, timezone: str) -> Schedule:
     # bool is an int subclass: `routine(True)` is a mistake, not one second.
     if isinstance(value, bool):
         raise _unsupported(value)
+    if isinstance(value, RRuleSchedule):
+        return value
+    if isinstance(value, str) and looks_like_rrule(value):
+        return RRuleSchedule(value, timezone)
     if isinstance(value, str):
         if _is_number(value):
             raise ScheduleError(
@@ -75,11 +80,12 @@ def schedule_from_columns(
     solar: str | None = None,
     starts_at: datetime | None = None,
     ends_at: datetime | None = None,
+    rrule: str | None = None,
 ) -> Schedule:
     """The schedule of a stored row; exactly one of ``cron``,
     ``interval_seconds``, ``at`` and ``solar`` is set, and ``starts_at`` /
     ``ends_at`` bound any of them."""
-    check_one_kind(cron, interval_seconds, at, solar)
+    check_one_kind(cron, interval_seconds, at, solar, rrule)
     base: Schedule
     if cron is not None:
         base = CronSchedule(cron, timezone)
@@ -87,6 +93,8 @@ def schedule_from_columns(
         base = IntervalSchedule(interval_seconds)
     elif at is not None:
         base = OneOffSchedule(at)
+    elif rrule is not None:
+        base = RRuleSchedule(rrule, timezone)
     else:
         assert solar is not None  # narrowed by the check above
         base = SolarSchedule.from_spec(solar)
@@ -94,10 +102,20 @@ def schedule_from_columns(
 
 
 def check_one_kind(
-    cron: str | None, interval_seconds: float | None, at: datetime | None, solar: str | None
+    cron: str | None,
+    interval_seconds: float | None,
+    at: datetime | None,
+    solar: str | None,
+    rrule: str | None = None,
 ) -> None:
     """Exactly one schedule kind is set; the same words for a declaration and a row."""
-    kinds = {"cron": cron, "interval_seconds": interval_seconds, "at": at, "solar": solar}
+    kinds = {
+        "cron": cron,
+        "interval_seconds": interval_seconds,
+        "at": at,
+        "solar": solar,
+        "rrule": rrule,
+    }
     given = {name: value for name, value in kinds.items() if value is not None}
     if len(given) != 1:
         shown = ", ".join(
@@ -105,7 +123,7 @@ def check_one_kind(
             for name, value in given.items()
         )
         raise ScheduleError(
-            f"set exactly one of cron, interval_seconds, at or solar (got {shown or 'none'})"
+            f"set exactly one of cron, interval_seconds, at, solar or rrule (got {shown or 'none'})"
         )
 
 
@@ -119,6 +137,7 @@ def schedule_of(row: Any, timezone: str) -> Schedule:
         solar=getattr(row, "solar", None),
         starts_at=getattr(row, "starts_at", None),
         ends_at=getattr(row, "ends_at", None),
+        rrule=getattr(row, "rrule", None),
     )
 
 

@@ -32,6 +32,7 @@ SCHEDULE_COLUMNS = (
     "timezone",
     "at",
     "solar",
+    "rrule",
     "starts_at",
     "ends_at",
     "jitter_seconds",

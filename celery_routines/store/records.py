@@ -43,6 +43,7 @@ class RoutineRecord:
     schedule_changed: bool = False
     at: datetime | None = None
     solar: str | None = None
+    rrule: str | None = None
     starts_at: datetime | None = None
     ends_at: datetime | None = None
     jitter_seconds: int | None = None

@@ -179,3 +179,58 @@ def test_polar_night_has_no_sunrise_for_weeks_but_the_next_one_is_found() -> Non
 def test_a_bad_solar_spec_is_named(spec: str, message: str) -> None:
     with pytest.raises(ScheduleError, match=message):
         SolarSchedule.from_spec(spec)
+
+
+# -- rrule ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rule", "after", "expected"),
+    [
+        pytest.param(
+            "DTSTART:20260301T023000\nRRULE:FREQ=DAILY",
+            datetime(2026, 3, 28, 12, 0, tzinfo=UTC),
+            datetime(2026, 3, 29, 1, 30, tzinfo=UTC),  # 03:30 CEST: 02:30 does not exist
+            id="spring_gap_shifts_forward",
+        ),
+        pytest.param(
+            "DTSTART:20260301T023000\nRRULE:FREQ=DAILY",
+            datetime(2026, 10, 24, 12, 0, tzinfo=UTC),
+            datetime(2026, 10, 25, 0, 30, tzinfo=UTC),  # the first 02:30 (CEST) only
+            id="autumn_repeat_first",
+        ),
+    ],
+)
+def test_rrule_follows_the_fixed_hour_rule(rule: str, after: datetime, expected: datetime) -> None:
+    from celery_routines.schedules.rrule import RRuleSchedule
+
+    schedule = RRuleSchedule(rule, "Europe/Rome")
+    assert schedule.next_after(after) == expected
+    # The repeated hour fires once: the next window is the next day's.
+    assert schedule.next_after(expected) - expected >= timedelta(hours=23)
+
+
+def test_an_rrule_with_count_ends_and_one_is_parsed_from_a_string() -> None:
+    rule = "DTSTART:20261201T090000\nRRULE:FREQ=WEEKLY;BYDAY=MO;COUNT=2"
+    parsed = parse_schedule(rule, "Europe/Rome")
+    assert list(parsed.windows(T - timedelta(days=60), T + timedelta(days=60))) == [
+        datetime(2026, 12, 7, 8, 0, tzinfo=UTC),
+        datetime(2026, 12, 14, 8, 0, tzinfo=UTC),
+    ]
+    assert parsed.next_after(datetime(2026, 12, 14, 8, 0, tzinfo=UTC)) == NEVER
+    assert schedule_from_columns(None, None, "Europe/Rome", rrule=rule) == parsed
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        ("RRULE:FREQ=DAILY", r"needs a DTSTART"),
+        ("DTSTART;TZID=Europe/Rome:20261201T090000\nRRULE:FREQ=DAILY", r"as a local time"),
+        ("DTSTART:20261201T090000\nRRULE:FREQ=SOMETIMES", r"is invalid"),
+    ],
+)
+def test_a_bad_rrule_is_named(rule: str, message: str) -> None:
+    from celery_routines.schedules.rrule import RRuleSchedule
+
+    with pytest.raises(ScheduleError, match=message):
+        RRuleSchedule(rule, "UTC")

@@ -127,3 +127,23 @@ def test_jitter_keeps_the_windows_and_moves_every_send_instant_by_the_same_offse
         sent = send_instant(window, name, jitter)
         assert sent - window == offset
         assert window_of(sent, name, jitter) == window
+
+
+@SETTINGS
+@given(
+    data=st.data(),
+    zone=zones,
+    hour=st.integers(0, 23),
+    minute=st.integers(0, 59),
+    days=st.integers(1, 20),
+)
+def test_a_daily_rrule_fires_like_the_fixed_hour_cron_of_the_same_time(
+    data: st.DataObject, zone: str, hour: int, minute: int, days: int
+) -> None:
+    from celery_routines.schedules.rrule import RRuleSchedule
+
+    after = data.draw(starts(zone))
+    rule = RRuleSchedule(f"DTSTART:19990101T{hour:02d}{minute:02d}00\nRRULE:FREQ=DAILY", zone)
+    cron = CronSchedule(f"{minute} {hour} * * *", zone)
+    until = after + timedelta(days=days)
+    assert list(rule.windows(after, until)) == list(cron.windows(after, until))

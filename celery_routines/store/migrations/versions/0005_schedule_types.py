@@ -1,4 +1,4 @@
-"""Schedule kinds and bounds: one-off ``at``, ``solar``, ``starts_at``,
+"""Schedule kinds and bounds: one-off ``at``, ``solar``, ``rrule``, ``starts_at``,
 ``ends_at`` and ``jitter_seconds`` on ``routines`` (issue 16).
 
 All nullable: existing rows keep their cron or interval and stay unbounded.
@@ -21,18 +21,23 @@ down_revision = "0004_lifecycle"
 branch_labels = None
 depends_on = None
 
-COLUMNS = ("at", "solar", "starts_at", "ends_at", "jitter_seconds")
+COLUMNS = ("at", "solar", "rrule", "starts_at", "ends_at", "jitter_seconds")
 
 
 def upgrade() -> None:
     op.add_column("routines", sa.Column("at", UTCDateTime(), nullable=True))
     op.add_column("routines", sa.Column("solar", sa.String(100), nullable=True))
+    op.add_column("routines", sa.Column("rrule", sa.Text(), nullable=True))
     op.add_column("routines", sa.Column("starts_at", UTCDateTime(), nullable=True))
     op.add_column("routines", sa.Column("ends_at", UTCDateTime(), nullable=True))
     op.add_column("routines", sa.Column("jitter_seconds", sa.Integer(), nullable=True))
+    # The fingerprint now spells these columns too (an rrule is free text).
+    with op.batch_alter_table("routines") as batch:
+        batch.alter_column("schedule_fingerprint", type_=sa.Text(), existing_type=sa.String(400))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("routines") as batch:
+        batch.alter_column("schedule_fingerprint", type_=sa.String(400), existing_type=sa.Text())
         for name in reversed(COLUMNS):
             batch.drop_column(name)
