@@ -224,6 +224,12 @@ KIND_CASES = [
         {"cron": "* * * * *", "at": DAY},
     ),
     KindCase(
+        "rrule-without-dtstart",
+        "RRULE:FREQ=DAILY;BYHOUR=9",
+        {},
+        {"rrule": "RRULE:FREQ=DAILY;BYHOUR=9"},
+    ),
+    KindCase(
         "at-at-the-end-of-time",
         None,
         {"at": "9999-06-01T00:00+00:00"},

@@ -184,3 +184,22 @@ def test_a_window_of_a_routine_with_max_lateness_carries_expires(
         assert expires["whenever"] is None
     finally:
         beat.close()
+
+
+def test_an_rrule_row_fires_its_local_times_until_its_count_is_used_then_is_done(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    beat = make(tmp_path, database_url, clock)
+    rule = "DTSTART:20261130T133000\nRRULE:FREQ=DAILY;COUNT=2"
+    try:
+        insert_routine(beat.store, "daily", rrule=rule, timezone="Europe/Rome")
+        beat.tick()
+        clock.advance(days=3)  # both windows were missed: catch_up replays them
+        beat.tick()
+        assert sorted(keys(tmp_path)) == [
+            "daily@2026-11-30T13:30:00+01:00",
+            "daily@2026-12-01T13:30:00+01:00",
+        ]
+        assert beat.store.routines.by_name("daily").next_run_at == NEVER
+    finally:
+        beat.close()
