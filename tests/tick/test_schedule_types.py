@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from sqlalchemy import text
+
 from celery_routines import Scheduler, register
 from celery_routines.operator.views import routine_state
 from celery_routines.schedules.base import NEVER
@@ -201,5 +203,57 @@ def test_an_rrule_row_fires_its_local_times_until_its_count_is_used_then_is_done
             "daily@2026-12-01T13:30:00+01:00",
         ]
         assert beat.store.routines.by_name("daily").next_run_at == NEVER
+    finally:
+        beat.close()
+
+
+def test_a_jittered_routine_enabled_again_by_sql_skips_its_nominal_windows(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    name = _jittered_name(120, 500)
+    offset = jitter_offset(name, 600)
+    beat = make(tmp_path, database_url, clock)
+    try:
+        insert_routine(beat.store, name, cron="0 * * * *", jitter_seconds=600)
+        beat.tick()
+        with beat.store.engine.begin() as conn:
+            conn.execute(text("UPDATE routines SET enabled = false"))
+        clock.advance(seconds=10)
+        beat.tick()
+        clock.now = datetime(2026, 11, 30, 15, 0, tzinfo=UTC)  # 13:00 and 14:00 missed
+        with beat.store.engine.begin() as conn:
+            conn.execute(text("UPDATE routines SET enabled = true"))
+        beat.tick()
+        [skip] = rows(beat, name)
+        assert (skip.reason, skip.skipped_count, skip.skipped_first, skip.skipped_last) == (
+            "disabled",
+            2,
+            datetime(2026, 11, 30, 13, 0, tzinfo=UTC),
+            datetime(2026, 11, 30, 14, 0, tzinfo=UTC),
+        )
+        next_window = datetime(2026, 11, 30, 15, 0, tzinfo=UTC)
+        assert beat.store.routines.by_name(name).next_run_at == next_window + offset
+        assert keys(tmp_path) == []
+    finally:
+        beat.close()
+
+
+def test_a_bound_set_by_sql_reschedules_the_routine_from_now(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    beat = make(tmp_path, database_url, clock)
+    try:
+        insert_routine(beat.store, "later", cron="* * * * *")
+        beat.tick()
+        assert beat.store.routines.by_name("later").next_run_at == clock.now + timedelta(minutes=1)
+        with beat.store.engine.begin() as conn:
+            conn.execute(text("UPDATE routines SET starts_at = '2026-11-30 13:00:00'"))
+        clock.advance(seconds=10)
+        beat.tick()
+        record = beat.store.routines.by_name("later")
+        assert record.next_run_at == datetime(2026, 11, 30, 13, 0, tzinfo=UTC)
+        clock.advance(minutes=5)
+        beat.tick()
+        assert keys(tmp_path) == []
     finally:
         beat.close()
