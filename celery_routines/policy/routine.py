@@ -185,11 +185,11 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
         if timezone is not None:
             load_zone(timezone)
         zone = timezone or "UTC"
-        starts_at = _instant_option("starts_at", options.get("starts_at"), zone)
-        ends_at = _instant_option("ends_at", options.get("ends_at"), zone)
+        starts_at = _instant_option("starts_at", options.get("starts_at"), timezone)
+        ends_at = _instant_option("ends_at", options.get("ends_at"), timezone)
         if options.get("at") is not None:
             # A schedule given as well is refused by the model, like a row with both.
-            at = parse_at(options["at"], zone)
+            at = parse_at(options["at"], timezone)
         parsed = None if schedule is None and at is not None else parse_schedule(schedule, zone)
     except ScheduleError as exc:
         raise InvalidRoutine(name, str(exc)) from None
@@ -309,7 +309,7 @@ def _check_schedule_fields(routine: Routine) -> None:
         _whole("jitter", routine.jitter, 1, JITTER_LIMIT)
 
 
-def _instant_option(label: str, value: Any, timezone: str) -> datetime | None:
+def _instant_option(label: str, value: Any, timezone: str | None) -> datetime | None:
     return None if value is None else parse_at(value, timezone, label)
 
 

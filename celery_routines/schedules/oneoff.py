@@ -52,7 +52,7 @@ class OneOffSchedule:
         return list(self.windows(after, until)) if n > 0 else []
 
 
-def parse_at(value: object, timezone: str, label: str = "at") -> datetime:
+def parse_at(value: object, timezone: str | None, label: str = "at") -> datetime:
     """An instant (aware UTC) from a datetime or an ISO 8601 string.
 
     With an offset it is that instant; without one it is a wall time in
@@ -73,5 +73,12 @@ def parse_at(value: object, timezone: str, label: str = "at") -> datetime:
             f"{value!r}"
         )
     if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+        if timezone is None:
+            # The configured routines_timezone is not known where routines are
+            # declared; guessing UTC would fire an hour or more off.
+            raise ScheduleError(
+                f"{label} {value.isoformat()} has no UTC offset and the routine no timezone: "
+                f"give timezone='Europe/Rome' (an IANA name) or an offset ({value.isoformat()}Z)"
+            )
         return local_to_utc_first(value.replace(tzinfo=None), load_zone(timezone))
     return aware_utc(value, label)

@@ -234,3 +234,9 @@ def test_a_bad_rrule_is_named(rule: str, message: str) -> None:
 
     with pytest.raises(ScheduleError, match=message):
         RRuleSchedule(rule, "UTC")
+
+
+def test_a_local_at_without_a_timezone_is_refused_not_read_as_utc() -> None:
+    with pytest.raises(ScheduleError, match=r"^at 2026-12-24T18:00:00 has no UTC offset and the"):
+        parse_at("2026-12-24T18:00", None)
+    assert parse_at("2026-12-24T17:00Z", None) == T
