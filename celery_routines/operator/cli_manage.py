@@ -36,10 +36,10 @@ def _definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--cron", help="5-field cron expression, read in --tz."),
         click.option("--every", help="Interval: 30s, 5m, 1h30m, 1d (or seconds)."),
         click.option(
-            "--at", help="A one-off: fire once at this instant (2026-12-24T18:00, read in --tz)."
+            "--at", help="A one-off: fire once at this time (2026-12-24T18:00, read in --tz)."
         ),
-        click.option("--starts-at", help="No window before this instant (read in --tz)."),
-        click.option("--ends-at", help="No window after this instant (read in --tz); then done."),
+        click.option("--starts-at", help="No window before this time (read in --tz)."),
+        click.option("--ends-at", help="No window after this time (read in --tz); then done."),
         click.option(
             "--jitter", type=int, help="Send each window a fixed 0..N-1 seconds after it."
         ),

@@ -37,6 +37,7 @@ from celery_routines.policy.routine import define
 from celery_routines.policy.states import Reason
 from celery_routines.schedules.base import Schedule, count_windows, last_windows
 from celery_routines.schedules.jitter import jitter_offset, send_instant, window_of
+from celery_routines.schedules.oneoff import parse_at
 from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.store import NewRun, RoutineRecord, Store
 from celery_routines.store.declarations import SCHEDULE_COLUMNS
@@ -101,6 +102,8 @@ class Managing:
             raise InvalidRoutine(
                 name, "give its schedule: --cron EXPR, --every DURATION or --at INSTANT"
             )
+        zone = timezone or self.settings.timezone
+        at, starts_at, ends_at = _instants(name, zone, at=at, starts_at=starts_at, ends_at=ends_at)
         given = _given(
             at=at,
             starts_at=starts_at,
@@ -157,6 +160,8 @@ class Managing:
         _refuse_code(record, "edit")
         if cron is not None and every is not None:
             raise InvalidRoutine(name, "give either --cron or --every, not both")
+        zone = timezone or self._zone_of(record)
+        at, starts_at, ends_at = _instants(name, zone, at=at, starts_at=starts_at, ends_at=ends_at)
         current = _current_options(record)
         if cron is not None or every is not None:
             current.pop("at", None)  # a new repeating schedule replaces a one-off
@@ -327,6 +332,18 @@ def _given(**values: Any) -> dict[str, Any]:
             value = tuple(value)
         options[key] = value
     return options
+
+
+def _instants(name: str, zone: str, **values: Any) -> tuple[datetime | None, ...]:
+    """``--at``/``--starts-at``/``--ends-at`` as instants: a time without an
+    offset is read in ``--tz``, else the routine's (or the configured) zone."""
+    try:
+        return tuple(
+            None if value is None else parse_at(value, zone, label)
+            for label, value in values.items()
+        )
+    except ScheduleError as exc:
+        raise InvalidRoutine(name, str(exc)) from None
 
 
 def _schedule_of(name: str, cron: str | None, every: Any) -> Any:

@@ -194,3 +194,6 @@ def test_add_a_one_off_and_a_bounded_jittered_routine_then_edit_them(invoke, sto
     assert line == "Error: routine 'bad': jitter must be a whole number from 1 to 86400, got 0"
     line = one_error(invoke("add", "bad", "tasks.x", "--at", "soon"))
     assert "at must be an ISO 8601 date and time" in line
+    # Without --tz a local time is read in routines_timezone (UTC here).
+    ok(invoke("add", "noon", "tasks.x", "--at", "2026-12-24T12:00"))
+    assert store.routines.by_name("noon").at == datetime(2026, 12, 24, 12, 0, tzinfo=UTC)
