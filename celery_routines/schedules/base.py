@@ -61,6 +61,15 @@ def first_from(schedule: Schedule, start: datetime) -> datetime:
     return schedule.next_after(start - ONE_MICROSECOND)
 
 
+def walk_windows(schedule: Schedule, after: datetime, until: datetime) -> Iterator[datetime]:
+    """Every window in ``(after, until]`` by walking ``next_after`` (for
+    schedules with no arithmetic of their own: solar events, rrules)."""
+    window = schedule.next_after(after)
+    while window <= until:
+        yield window
+        window = schedule.next_after(window)
+
+
 def count_windows(schedule: Schedule, after: datetime, until: datetime) -> int:
     """How many windows fall in ``(after, until]``."""
     count = getattr(schedule, "count_windows", None)

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery_routines.errors import ScheduleError
-from celery_routines.schedules.base import NEVER
+from celery_routines.schedules.base import NEVER, walk_windows
 from celery_routines.schedules.zones import aware_utc, load_zone, local_to_utc_first
 
 __all__ = ["RRuleSchedule", "looks_like_rrule"]
@@ -72,8 +72,4 @@ class RRuleSchedule:
         return NEVER
 
     def windows(self, after: datetime, until: datetime) -> Iterator[datetime]:
-        until = aware_utc(until, "until")
-        window = self.next_after(after)
-        while window <= until:
-            yield window
-            window = self.next_after(window)
+        return walk_windows(self, aware_utc(after, "after"), aware_utc(until, "until"))

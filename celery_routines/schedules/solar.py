@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery_routines.errors import ScheduleError
+from celery_routines.schedules.base import walk_windows
 from celery_routines.schedules.zones import aware_utc
 
 __all__ = ["EVENTS", "SolarSchedule"]
@@ -123,8 +124,4 @@ class SolarSchedule:
         return window
 
     def windows(self, after: datetime, until: datetime) -> Iterator[datetime]:
-        until = aware_utc(until, "until")
-        window = self.next_after(after)
-        while window <= until:
-            yield window
-            window = self.next_after(window)
+        return walk_windows(self, aware_utc(after, "after"), aware_utc(until, "until"))
