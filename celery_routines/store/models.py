@@ -71,8 +71,11 @@ class Routine(Base):
     # Set while a code routine is no longer declared by its owner: never fired.
     retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # The schedule next_run_at was computed from, as the database spells it.
-    # Text: with an rrule (and the bounds) it outgrows the String(400) of 0004.
-    schedule_fingerprint: Mapped[str | None] = mapped_column(Text)
+    # Text: with an rrule (and the bounds) it outgrows the String(400) of 0004;
+    # SQLite keeps its VARCHAR(400), whose length it never enforces (see 0005).
+    schedule_fingerprint: Mapped[str | None] = mapped_column(
+        Text().with_variant(String(400), "sqlite")
+    )
     created_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Schedule kinds besides cron and interval_seconds (exactly one is set):

@@ -257,3 +257,22 @@ def test_a_bound_set_by_sql_reschedules_the_routine_from_now(
         assert keys(tmp_path) == []
     finally:
         beat.close()
+
+
+def test_a_long_rrule_fits_the_schedule_fingerprint(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    days = ",".join(str(day) for day in range(1, 366, 2))
+    rule = f"DTSTART:20260101T090000\nRRULE:FREQ=YEARLY;BYYEARDAY={days}"
+    assert len(rule) > 400
+    beat = make(tmp_path, database_url, clock)
+    try:
+        insert_routine(beat.store, "odd-days", rrule=rule)
+        beat.tick()
+        clock.advance(seconds=10)
+        beat.tick()
+        record = beat.store.routines.by_name("odd-days")
+        assert record.last_error is None and record.schedule_fingerprint.endswith("|on")
+        assert record.next_run_at == datetime(2026, 12, 1, 9, 0, tzinfo=UTC)  # day 335
+    finally:
+        beat.close()

@@ -32,12 +32,18 @@ def upgrade() -> None:
     op.add_column("routines", sa.Column("ends_at", UTCDateTime(), nullable=True))
     op.add_column("routines", sa.Column("jitter_seconds", sa.Integer(), nullable=True))
     # The fingerprint now spells these columns too (an rrule is free text).
-    with op.batch_alter_table("routines") as batch:
-        batch.alter_column("schedule_fingerprint", type_=sa.Text(), existing_type=sa.String(400))
+    # Not on SQLite: it does not enforce the length, and rebuilding the table
+    # there (batch mode) would drop it, cascading to every run of every routine.
+    if op.get_bind().dialect.name != "sqlite":
+        op.alter_column(
+            "routines", "schedule_fingerprint", type_=sa.Text(), existing_type=sa.String(400)
+        )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("routines") as batch:
-        batch.alter_column("schedule_fingerprint", type_=sa.String(400), existing_type=sa.Text())
-        for name in reversed(COLUMNS):
-            batch.drop_column(name)
+    if op.get_bind().dialect.name != "sqlite":
+        op.alter_column(
+            "routines", "schedule_fingerprint", type_=sa.String(400), existing_type=sa.Text()
+        )
+    for name in reversed(COLUMNS):
+        op.drop_column("routines", name)
