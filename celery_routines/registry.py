@@ -26,8 +26,9 @@ _declared: dict[str, Routine] = {}
 InvalidEntry = tuple[InvalidRoutine, str | None]
 
 
-def routine(schedule: Any, **options: Any) -> Callable[[TaskT], TaskT]:
-    """Run the decorated Celery task on ``schedule``; returns the same task."""
+def routine(schedule: Any = None, **options: Any) -> Callable[[TaskT], TaskT]:
+    """Run the decorated Celery task on ``schedule`` (or once, ``at=...``);
+    returns the same task."""
 
     def decorate(task: TaskT) -> TaskT:
         register(task, schedule, **options)
@@ -36,7 +37,7 @@ def routine(schedule: Any, **options: Any) -> Callable[[TaskT], TaskT]:
     return decorate
 
 
-def register(task_or_task_name: Any, schedule: Any, **options: Any) -> Routine:
+def register(task_or_task_name: Any, schedule: Any = None, **options: Any) -> Routine:
     """Declare a routine for a task object or a task name defined elsewhere."""
     task_name = _task_name(task_or_task_name, options.get("name"))
     definition = define(task_name, schedule, **options)

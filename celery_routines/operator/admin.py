@@ -62,9 +62,10 @@ from celery_routines.policy.ceilings import (
 from celery_routines.policy.runs import in_progress
 from celery_routines.policy.states import RUN_STATES, Reason, RunState
 from celery_routines.registry import InvalidEntry, definitions_for
-from celery_routines.schedules.base import Schedule
+from celery_routines.schedules.base import Schedule, is_never
+from celery_routines.schedules.jitter import window_of
 from celery_routines.schedules.keys import window_key
-from celery_routines.schedules.parse import schedule_from_columns
+from celery_routines.schedules.parse import schedule_of
 from celery_routines.schedules.zones import load_zone
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, RunRecord, Store, migrate
@@ -176,13 +177,16 @@ class Routines(Sending, Managing, Listing):
             schedule = self._schedule(record)
             # The stored next window is the first one; an unscheduled routine
             # (beat has not adopted it yet) starts from now.
-            if record.next_run_at is not None and record.last_error is None:
-                first = [record.next_run_at]
-                rest = take_windows(schedule, record.next_run_at, windows - 1)
+            if is_never(record.next_run_at):
+                first, rest = [], []  # done: no window left
+            elif record.next_run_at is not None and record.last_error is None:
+                due = window_of(record.next_run_at, record.name, record.jitter_seconds)
+                first = [due]
+                rest = take_windows(schedule, due, windows - 1)
             else:
                 first, rest = [], take_windows(schedule, now, windows)
             next_windows = [
-                window_view(schedule, w, window_key(record.name, w, timezone))
+                window_view(schedule, w, window_key(record.name, w, timezone), timezone)
                 for w in [*first, *rest][:windows]
             ]
         except ScheduleError as exc:
@@ -354,7 +358,7 @@ class Routines(Sending, Managing, Listing):
         return record.timezone or self.settings.timezone
 
     def _schedule(self, record: RoutineRecord) -> Schedule:
-        return schedule_from_columns(record.cron, record.interval_seconds, self._zone_of(record))
+        return schedule_of(record, self._zone_of(record))
 
     def _since(self, since: datetime | str | None, label: str = "--since") -> datetime | None:
         if since is None:
@@ -370,7 +374,8 @@ class Routines(Sending, Managing, Listing):
     ) -> RoutineSummary:
         timezone = self._zone_of(record)
         local = None
-        if record.next_run_at is not None:
+        next_run_at = None if is_never(record.next_run_at) else record.next_run_at
+        if next_run_at is not None:
             try:
                 local = record.next_run_at.astimezone(load_zone(timezone))
             except ScheduleError:
@@ -385,7 +390,7 @@ class Routines(Sending, Managing, Listing):
             task=record.task,
             schedule=describe_schedule(record),
             timezone=timezone,
-            next_run_utc=record.next_run_at,
+            next_run_utc=next_run_at,
             next_run_local=local,
             state=routine_state(record, now),
             last_outcome=outcome,

@@ -35,6 +35,14 @@ def _definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--cron", help="5-field cron expression, read in --tz."),
         click.option("--every", help="Interval: 30s, 5m, 1h30m, 1d (or seconds)."),
+        click.option(
+            "--at", help="A one-off: fire once at this time (2026-12-24T18:00, read in --tz)."
+        ),
+        click.option("--starts-at", help="No window before this time (read in --tz)."),
+        click.option("--ends-at", help="No window after this time (read in --tz); then done."),
+        click.option(
+            "--jitter", type=int, help="Send each window a fixed 0..N-1 seconds after it."
+        ),
         click.option("--tz", "timezone", help="IANA time zone (default routines_timezone)."),
         click.option(
             "--args", "args_json", help="Positional arguments, a JSON list: '[1, \"a\"]'."
@@ -117,7 +125,7 @@ def register_commands(
     @click.pass_context
     @errors
     def add(ctx: click.Context, name: str, task: str, as_json: bool, **kw: Any) -> None:
-        """Store a new routine NAME running TASK (no code needed): --cron or --every."""
+        """Store a new routine NAME running TASK (no code needed): --cron, --every or --at."""
         definition = _definition(kw)
         _print_change(admin(ctx).add(name, task, **definition), as_json)
 

@@ -36,13 +36,20 @@ from celery_routines.policy.catch_up import SkippedWindows
 from celery_routines.policy.routine import define
 from celery_routines.policy.states import Reason
 from celery_routines.schedules.base import Schedule, count_windows, last_windows
+from celery_routines.schedules.jitter import jitter_offset, send_instant, window_of
+from celery_routines.schedules.oneoff import parse_at
+from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.store import NewRun, RoutineRecord, Store
+from celery_routines.store.declarations import SCHEDULE_COLUMNS
 from celery_routines.tick.decide import skip_row
 from celery_routines.tick.declarations import who
 from celery_routines.tick.prune import prune_once
 
 SOURCE = "cli"
-SCHEDULE_FIELDS = ("cron", "interval_seconds", "timezone")
+# Columns that decide when a routine fires: changing one reschedules it.
+SCHEDULE_FIELDS = SCHEDULE_COLUMNS
+# Schedule bounds and jitter: define() options and the columns holding them.
+BOUND_OPTIONS = (("starts_at", "starts_at"), ("ends_at", "ends_at"), ("jitter", "jitter_seconds"))
 JSON_FIELDS = ("args", "kwargs", "options", "ceiling")
 # The most rows one `prune` call deletes before it returns (it works in batches).
 PRUNE_CALL_LIMIT = 10_000_000
@@ -84,12 +91,24 @@ class Managing:
         max_lateness: Any = None,
         ceilings: Sequence[Any] | None = None,
         by: str | None = None,
+        at: Any = None,
+        starts_at: Any = None,
+        ends_at: Any = None,
+        jitter: int | None = None,
     ) -> ChangeResult:
         """Store a new routine (``source = 'cli'``); beat adopts it within
         ``routines_refresh_seconds``."""
-        if cron is None and every is None:
-            raise InvalidRoutine(name, "give its schedule: --cron EXPR or --every DURATION")
+        if cron is None and every is None and at is None:
+            raise InvalidRoutine(
+                name, "give its schedule: --cron EXPR, --every DURATION or --at INSTANT"
+            )
+        zone = timezone or self.settings.timezone
+        at, starts_at, ends_at = _instants(name, zone, at=at, starts_at=starts_at, ends_at=ends_at)
         given = _given(
+            at=at,
+            starts_at=starts_at,
+            ends_at=ends_at,
+            jitter=jitter,
             timezone=timezone,
             args=args,
             kwargs=kwargs,
@@ -99,7 +118,8 @@ class Managing:
             max_lateness=max_lateness,
             ceilings=ceilings,
         )
-        definition = define(task, _schedule_of(name, cron, every), name=name, **given)
+        schedule = None if cron is None and every is None else _schedule_of(name, cron, every)
+        definition = define(task, schedule, name=name, **given)
         by = by or who()
         now = self.clock()
         columns = definition.columns()
@@ -128,6 +148,10 @@ class Managing:
         max_lateness: Any = None,
         ceilings: Sequence[Any] | None = None,
         by: str | None = None,
+        at: Any = None,
+        starts_at: Any = None,
+        ends_at: Any = None,
+        jitter: int | None = None,
     ) -> ChangeResult:
         """Change a routine added outside the code. A new schedule or zone
         takes effect from now (the stale next window never fires); any other
@@ -136,9 +160,17 @@ class Managing:
         _refuse_code(record, "edit")
         if cron is not None and every is not None:
             raise InvalidRoutine(name, "give either --cron or --every, not both")
+        zone = timezone or self._zone_of(record)
+        at, starts_at, ends_at = _instants(name, zone, at=at, starts_at=starts_at, ends_at=ends_at)
         current = _current_options(record)
+        if cron is not None or every is not None:
+            current.pop("at", None)  # a new repeating schedule replaces a one-off
         current.update(
             _given(
+                at=at,
+                starts_at=starts_at,
+                ends_at=ends_at,
+                jitter=jitter,
                 timezone=timezone,
                 args=args,
                 kwargs=kwargs,
@@ -151,6 +183,12 @@ class Managing:
         )
         if cron is not None or every is not None:
             schedule: Any = _schedule_of(name, cron, every)
+        elif "at" in current:
+            schedule = None  # a one-off (given now, or stored)
+        elif record.solar is not None:
+            schedule = SolarSchedule.from_spec(record.solar)
+        elif record.rrule is not None:
+            schedule = record.rrule
         elif record.cron is not None:
             schedule = record.cron
         else:
@@ -267,13 +305,17 @@ class Managing:
     def _missed(
         self, record: RoutineRecord, due: datetime, now: datetime, reason: Reason
     ) -> tuple[NewRun, datetime]:
-        """The skip row for the windows in ``[due, now]`` and the next window."""
-        schedule = self._schedule(record)
-        count = 1 + count_windows(schedule, due, now)
-        last = (last_windows(schedule, due, now, 1) or [due])[-1]
-        summary = SkippedWindows(reason, count, due, last)
+        """The skip row for the windows sent by ``now`` from the one due at
+        ``due`` (a send instant: a jittered window goes out its offset after
+        it), and the send instant of the next window."""
+        schedule, jitter = self._schedule(record), record.jitter_seconds
+        offset = jitter_offset(record.name, jitter)
+        window = window_of(due, record.name, jitter)
+        count = 1 + count_windows(schedule, window, now - offset)
+        last = (last_windows(schedule, window, now - offset, 1) or [window])[-1]
+        summary = SkippedWindows(reason, count, window, last)
         skip = skip_row(record.id, record.name, self._zone_of(record), summary)
-        return skip, schedule.next_after(last)
+        return skip, send_instant(schedule.next_after(last), record.name, jitter)
 
 
 def _given(**values: Any) -> dict[str, Any]:
@@ -290,6 +332,18 @@ def _given(**values: Any) -> dict[str, Any]:
             value = tuple(value)
         options[key] = value
     return options
+
+
+def _instants(name: str, zone: str, **values: Any) -> tuple[datetime | None, ...]:
+    """``--at``/``--starts-at``/``--ends-at`` as instants: a time without an
+    offset is read in ``--tz``, else the routine's (or the configured) zone."""
+    try:
+        return tuple(
+            None if value is None else parse_at(value, zone, label)
+            for label, value in values.items()
+        )
+    except ScheduleError as exc:
+        raise InvalidRoutine(name, str(exc)) from None
 
 
 def _schedule_of(name: str, cron: str | None, every: Any) -> Any:
@@ -322,6 +376,12 @@ def _current_options(record: RoutineRecord) -> dict[str, Any]:
         "retry_base_seconds": record.retry_base_seconds,
         "ceiling": ceilings,
         "enabled": record.enabled,
+        **({"at": record.at} if record.at is not None else {}),
+        **{
+            option: getattr(record, column)
+            for option, column in BOUND_OPTIONS
+            if getattr(record, column) is not None
+        },
     }
 
 
@@ -341,6 +401,8 @@ def _same(key: str, stored: Any, new: Any) -> bool:
 
 
 def _shown(key: str, value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
     return _loads(value, None) if key in JSON_FIELDS and isinstance(value, str) else value
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from celery_routines.schedules.base import Schedule
+from celery_routines.schedules.base import Schedule, is_never
 from celery_routines.schedules.marks import dst_note
 from celery_routines.schedules.zones import load_zone
 from celery_routines.sending.dispatch import EXISTS, SEND_FAILED, SENT, Dispatched
@@ -25,7 +25,8 @@ class RoutineSummary:
     next_run_utc: datetime | None
     next_run_local: datetime | None
     state: str
-    """``enabled``, ``paused``, ``suspended``, ``disabled``, ``invalid`` or ``retired``."""
+    """``enabled``, ``paused``, ``suspended``, ``disabled``, ``invalid``,
+    ``retired`` or ``done`` (a one-off that fired, a schedule past its ``ends_at``)."""
     last_outcome: str | None
     """State of the newest run row (with its reason for skips), if any."""
     last_run_at: datetime | None
@@ -163,8 +164,11 @@ class SyncResult:
     """Set when newer code had written the routines: this sync wrote nothing."""
 
 
-def window_view(schedule: Schedule, window: datetime, key: str | None = None) -> WindowView:
-    zone = getattr(schedule, "timezone", "UTC")
+def window_view(
+    schedule: Schedule, window: datetime, key: str | None = None, timezone: str | None = None
+) -> WindowView:
+    schedule = getattr(schedule, "inner", schedule)  # starts_at/ends_at: the bounded schedule
+    zone = timezone or getattr(schedule, "timezone", "UTC")
     return WindowView(
         utc=window,
         local=window.astimezone(load_zone(zone)),
@@ -180,6 +184,8 @@ def routine_state(record: RoutineRecord, now: datetime) -> str:
         return "invalid"
     if not record.enabled:
         return "disabled"
+    if is_never(record.next_run_at):
+        return "done"
     if record.paused:
         return "paused"
     if record.suspended_until is not None and record.suspended_until > now:
@@ -188,11 +194,28 @@ def routine_state(record: RoutineRecord, now: datetime) -> str:
 
 
 def describe_schedule(record: RoutineRecord) -> str:
+    text = _describe_kind(record)
+    if record.starts_at is not None:
+        text += f" from {iso_utc(record.starts_at)}"
+    if record.ends_at is not None:
+        text += f" until {iso_utc(record.ends_at)}"
+    if record.jitter_seconds:
+        text += f" (jitter {record.jitter_seconds}s)"
+    return text
+
+
+def _describe_kind(record: RoutineRecord) -> str:
     if record.cron is not None:
         return record.cron
     if record.interval_seconds is not None:
         seconds = record.interval_seconds
         return f"every {int(seconds) if float(seconds).is_integer() else seconds}s"
+    if record.at is not None:
+        return f"once at {iso_utc(record.at)}"
+    if record.solar is not None:
+        return f"solar {record.solar}"
+    if record.rrule is not None:
+        return "rrule " + " ".join(record.rrule.split())
     return "(none)"
 
 
@@ -207,6 +230,12 @@ def definition_of(record: RoutineRecord) -> dict[str, Any]:
         "task": record.task,
         "cron": record.cron,
         "interval_seconds": record.interval_seconds,
+        "at": iso_utc(record.at) if record.at is not None else None,
+        "solar": record.solar,
+        "rrule": record.rrule,
+        "starts_at": iso_utc(record.starts_at) if record.starts_at is not None else None,
+        "ends_at": iso_utc(record.ends_at) if record.ends_at is not None else None,
+        "jitter": record.jitter_seconds,
         "timezone": record.timezone,
         "enabled": record.enabled,
         "paused": record.paused,

@@ -10,9 +10,11 @@ from datetime import UTC, datetime, timedelta
 from celery_routines.clock import Clock, utc_now
 from celery_routines.errors import ScheduleError
 from celery_routines.operator.views import WindowView, iso_utc, window_view
-from celery_routines.schedules.base import Schedule, count_windows
+from celery_routines.schedules.base import Schedule, count_windows, is_never
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.interval import IntervalSchedule
+from celery_routines.schedules.solar import EVENTS as SOLAR_EVENTS
+from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.schedules.zones import load_zone, local_to_utc_first
 from celery_routines.store import RoutineRecord
 
@@ -57,12 +59,18 @@ def preview(
 ) -> list[WindowView]:
     """The next ``n`` windows of ``cron`` in ``timezone`` from ``start`` (inclusive).
 
-    Needs no database. A naive or string ``start`` is read in ``timezone``.
+    ``cron`` may also be a solar event, ``"sunrise 45.46 9.19"`` (event,
+    latitude, longitude). Needs no database. A naive or string ``start`` is
+    read in ``timezone``.
     """
     check_count("n", n, MAX_PREVIEW)
-    schedule = CronSchedule(cron, timezone)
+    schedule: Schedule
+    if cron.split()[:1] and cron.split()[0] in SOLAR_EVENTS:
+        schedule = SolarSchedule.from_spec(cron)
+    else:
+        schedule = CronSchedule(cron, timezone)
     after = to_instant(start, timezone, clock(), "--from") - ONE_MICROSECOND
-    return [window_view(schedule, w) for w in take_windows(schedule, after, n)]
+    return [window_view(schedule, w, timezone=timezone) for w in take_windows(schedule, after, n)]
 
 
 def check_count(label: str, value: int, high: int) -> None:
@@ -85,6 +93,8 @@ def take_windows(schedule: Schedule, after: datetime, n: int) -> list[datetime]:
     current = after
     while len(found) < n:
         current = schedule.next_after(current)
+        if is_never(current):
+            break  # a one-off that fired, a schedule past its ends_at
         found.append(current)
     return found
 

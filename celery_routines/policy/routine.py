@@ -18,14 +18,19 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import InitVar, dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
 from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.policy.ceilings import Ceiling, one_per_unit, parse_ceilings
 from celery_routines.policy.states import CatchUp, Overlap, choices
+from celery_routines.schedules.base import NEVER
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.interval import IntervalSchedule
-from celery_routines.schedules.parse import parse_schedule
+from celery_routines.schedules.oneoff import OneOffSchedule, parse_at
+from celery_routines.schedules.parse import check_one_kind, parse_schedule
+from celery_routines.schedules.rrule import RRuleSchedule
+from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.schedules.zones import load_zone
 
 # The longest routine name; also the width of ``routines.name``.
@@ -55,8 +60,14 @@ OPTION_NAMES = frozenset(
         "enabled",
         "options",
         "run_timeout",
+        "at",
+        "starts_at",
+        "ends_at",
+        "jitter",
     }
 )
+# The widest jitter: a day (a send instant further from its window is a schedule).
+JITTER_LIMIT = 86400
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,16 @@ class Routine:
     # Seconds without a sign of life before a run is lost; None: the
     # configured routines_run_timeout.
     run_timeout: float | None = None
+    at: datetime | None = None
+    """A one-off's instant (aware UTC); then ``cron``/``interval_seconds`` are None."""
+    solar: str | None = None
+    """A solar schedule as ``"<event> <lat> <lon>"``."""
+    rrule: str | None = None
+    """An RFC 5545 rule with a local ``DTSTART``, read in ``timezone``."""
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+    jitter: int | None = None
+    """Whole seconds; each window goes out ``[0, jitter)`` seconds after it."""
     # Set by from_columns: args, kwargs and options were just read from JSON,
     # so serialising them again to check them would only cost time.
     from_json: InitVar[bool] = False
@@ -107,6 +128,7 @@ class Routine:
         set_(self, "retry_base_seconds", _seconds("retry_base_seconds", self.retry_base_seconds))
         set_(self, "ceilings", _ceilings(self.ceilings))
         set_(self, "run_timeout", _run_timeout(self.run_timeout))
+        _check_schedule_fields(self)
         if not isinstance(self.enabled, bool):
             raise ScheduleError(f"enabled must be True or False, got {self.enabled!r}")
         args, kwargs, options = self.args, self.kwargs, self.options
@@ -141,6 +163,12 @@ class Routine:
             "retry_base_seconds": self.retry_base_seconds,
             "ceiling": json.dumps([c.as_json() for c in self.ceilings]) if self.ceilings else None,
             "run_timeout": self.run_timeout,
+            "at": self.at,
+            "solar": self.solar,
+            "rrule": self.rrule,
+            "starts_at": self.starts_at,
+            "ends_at": self.ends_at,
+            "jitter_seconds": self.jitter,
         }
 
 
@@ -159,19 +187,32 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
             f"known options are {', '.join(sorted(OPTION_NAMES))}",
         )
     timezone = options.get("timezone")
+    at = solar_spec = rule = None
+    cron = interval = None
     try:
         if timezone is not None:
             load_zone(timezone)
-        parsed = parse_schedule(schedule, timezone or "UTC")
+        zone = timezone or "UTC"
+        starts_at = _instant_option("starts_at", options.get("starts_at"), timezone)
+        ends_at = _instant_option("ends_at", options.get("ends_at"), timezone)
+        if options.get("at") is not None:
+            # A schedule given as well is refused by the model, like a row with both.
+            at = parse_at(options["at"], timezone)
+        parsed = None if schedule is None and at is not None else parse_schedule(schedule, zone)
     except ScheduleError as exc:
         raise InvalidRoutine(name, str(exc)) from None
     if isinstance(parsed, CronSchedule):
-        cron, interval = parsed.expression, None
+        cron = parsed.expression
         if timezone is None and parsed.timezone != "UTC":
             timezone = parsed.timezone  # a Celery crontab that carries its own zone
-    else:
-        assert isinstance(parsed, IntervalSchedule)  # parse_schedule returns only these two
-        cron, interval = None, float(parsed.seconds)
+    elif isinstance(parsed, IntervalSchedule):
+        interval = float(parsed.seconds)
+    elif isinstance(parsed, SolarSchedule):
+        solar_spec = parsed.spec
+    elif isinstance(parsed, RRuleSchedule):
+        rule = parsed.rule
+    elif isinstance(parsed, OneOffSchedule):
+        at = parsed.at  # a one-off schedule object given positionally
     ceiling = options.get("ceiling")
     return Routine(
         name=name,
@@ -191,6 +232,12 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
         enabled=options.get("enabled", True),
         options=options.get("options", {}),
         run_timeout=options.get("run_timeout"),
+        at=at,
+        solar=solar_spec,
+        rrule=rule,
+        starts_at=starts_at,
+        ends_at=ends_at,
+        jitter=options.get("jitter"),
     )
 
 
@@ -224,6 +271,12 @@ def from_columns(row: Any) -> Routine:
         enabled=row.enabled,
         options=options,
         run_timeout=row.run_timeout,
+        at=getattr(row, "at", None),
+        solar=getattr(row, "solar", None),
+        rrule=getattr(row, "rrule", None),
+        starts_at=getattr(row, "starts_at", None),
+        ends_at=getattr(row, "ends_at", None),
+        jitter=getattr(row, "jitter_seconds", None),
         from_json=True,
     )
 
@@ -243,6 +296,31 @@ def _check_name(name: Any, task_name: Any) -> None:
         )
     if not name.isprintable():
         raise InvalidRoutine(name, "name must not contain control characters or line breaks")
+
+
+def _check_schedule_fields(routine: Routine) -> None:
+    """The limits of the schedule kinds and bounds added to cron and interval,
+    the same for both doors (a declaration and a ``routines`` row)."""
+    for label in ("at", "starts_at", "ends_at"):
+        value = getattr(routine, label)
+        if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
+            raise ScheduleError(f"{label} must be a timezone-aware datetime, got {value!r}")
+    check_one_kind(routine.cron, routine.interval_seconds, routine.at, routine.solar, routine.rrule)
+    if routine.at is not None and routine.at >= NEVER:
+        raise ScheduleError(f"at must be before {NEVER.date()}, got {routine.at.isoformat()}")
+    starts, ends = routine.starts_at, routine.ends_at
+    if starts is not None and ends is not None and ends < starts:
+        raise ScheduleError(
+            f"ends_at ({ends.isoformat()}) is before starts_at ({starts.isoformat()})"
+        )
+    if routine.solar is not None:
+        SolarSchedule.from_spec(routine.solar)
+    if routine.jitter is not None:
+        _whole("jitter", routine.jitter, 1, JITTER_LIMIT)
+
+
+def _instant_option(label: str, value: Any, timezone: str | None) -> datetime | None:
+    return None if value is None else parse_at(value, timezone, label)
 
 
 def _member(kind: type[E], label: str, value: Any) -> E:

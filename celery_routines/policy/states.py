@@ -51,6 +51,8 @@ class Reason(StrEnum):
     PAUSED = "paused"
     RETIRED = "retired"
     DISABLED = "disabled"
+    # The worker took the message after its ``expires`` (window + max_lateness).
+    EXPIRED = "expired"
     # Failures.
     LOST = "lost"
     SEND_FAILED = "send_failed"

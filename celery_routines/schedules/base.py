@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
+
+NEVER = datetime(9999, 1, 1, tzinfo=UTC)
+"""What ``next_after`` answers when a schedule has no window left (a one-off
+that fired, a schedule past its ``ends_at``): a routine whose next window is
+``NEVER`` is ``done``. An instant, not None, so every caller that compares or
+stores the next window keeps working, and the due-query never reaches it."""
+
+ONE_MICROSECOND = timedelta(microseconds=1)
 
 
 class Schedule(Protocol):
@@ -28,6 +36,38 @@ class Schedule(Protocol):
 # ``last_windows``), so a year of missed one-minute windows costs the same as
 # one; any other object that satisfies the bare protocol is walked (slowly,
 # but correctly).
+
+
+def is_never(instant: datetime | None) -> bool:
+    """Whether ``instant`` is :data:`NEVER` (the schedule has ended)."""
+    return instant is not None and instant >= NEVER
+
+
+def first_window(schedule: Schedule, now: datetime) -> datetime:
+    """The window a routine adopted at ``now`` starts from: ``next_after(now)``,
+    except that a schedule may say otherwise (a one-off whose instant passed
+    before it was adopted still fires once; ``starts_at`` in the future)."""
+    first = getattr(schedule, "first_window", None)
+    if first is not None:
+        return first(now)  # type: ignore[no-any-return]
+    return schedule.next_after(now)
+
+
+def first_from(schedule: Schedule, start: datetime) -> datetime:
+    """The first window at or after ``start``."""
+    own = getattr(schedule, "first_from", None)
+    if own is not None:
+        return own(start)  # type: ignore[no-any-return]
+    return schedule.next_after(start - ONE_MICROSECOND)
+
+
+def walk_windows(schedule: Schedule, after: datetime, until: datetime) -> Iterator[datetime]:
+    """Every window in ``(after, until]`` by walking ``next_after`` (for
+    schedules with no arithmetic of their own: solar events, rrules)."""
+    window = schedule.next_after(after)
+    while window <= until:
+        yield window
+        window = schedule.next_after(window)
 
 
 def count_windows(schedule: Schedule, after: datetime, until: datetime) -> int:

@@ -72,6 +72,10 @@ class IntervalSchedule:
         """``instant + seconds``: the next window is anchored on the previous one."""
         return aware_utc(instant, "instant") + self._step
 
+    def first_from(self, start: datetime) -> datetime:
+        """An interval bounded by ``starts_at`` is anchored on it: its first window."""
+        return aware_utc(start, "start")
+
     def windows(self, after: datetime, until: datetime) -> Iterator[datetime]:
         """``after + k * seconds`` for k = 1, 2, ... while ``<= until``; lazy."""
         after = aware_utc(after, "after")

@@ -9,18 +9,29 @@ from a ``routines`` row.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any
 from zoneinfo import ZoneInfo
 
-from celery.schedules import BaseSchedule, crontab, schedule
+from celery.schedules import BaseSchedule, crontab, schedule, solar
 from croniter import croniter
 
 from celery_routines.errors import ScheduleError
 from celery_routines.schedules.base import Schedule
+from celery_routines.schedules.bounds import bounded
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.interval import IntervalSchedule
+from celery_routines.schedules.oneoff import OneOffSchedule
+from celery_routines.schedules.rrule import RRuleSchedule, looks_like_rrule
+from celery_routines.schedules.solar import SolarSchedule
 
-__all__ = ["crontab_to_cron", "parse_schedule", "schedule_from_columns"]
+__all__ = [
+    "check_one_kind",
+    "crontab_to_cron",
+    "parse_schedule",
+    "schedule_from_columns",
+    "schedule_of",
+]
 
 
 def parse_schedule(value: object, timezone: str) -> Schedule:
@@ -29,11 +40,17 @@ def parse_schedule(value: object, timezone: str) -> Schedule:
     A Celery ``crontab`` that carries its own ``tz`` keeps it. Anything else
     raises :class:`ScheduleError` naming the type and the value.
     """
-    if isinstance(value, CronSchedule | IntervalSchedule):
+    if isinstance(value, CronSchedule | IntervalSchedule | OneOffSchedule | SolarSchedule):
         return value
+    if isinstance(value, solar):
+        return SolarSchedule(value.event, value.lat, value.lon)
     # bool is an int subclass: `routine(True)` is a mistake, not one second.
     if isinstance(value, bool):
         raise _unsupported(value)
+    if isinstance(value, RRuleSchedule):
+        return value
+    if isinstance(value, str) and looks_like_rrule(value):
+        return RRuleSchedule(value, timezone)
     if isinstance(value, str):
         if _is_number(value):
             raise ScheduleError(
@@ -55,24 +72,79 @@ def parse_schedule(value: object, timezone: str) -> Schedule:
 
 
 def schedule_from_columns(
-    cron: str | None, interval_seconds: float | None, timezone: str
+    cron: str | None,
+    interval_seconds: float | None,
+    timezone: str,
+    *,
+    at: datetime | None = None,
+    solar: str | None = None,
+    starts_at: datetime | None = None,
+    ends_at: datetime | None = None,
+    rrule: str | None = None,
 ) -> Schedule:
-    """The schedule of a stored row; exactly one of the two columns is set."""
-    if (cron is None) == (interval_seconds is None):
-        raise ScheduleError(
-            f"set exactly one of cron or interval_seconds (got cron={cron!r}, "
-            f"interval_seconds={interval_seconds!r})"
-        )
+    """The schedule of a stored row; exactly one of ``cron``,
+    ``interval_seconds``, ``at`` and ``solar`` is set, and ``starts_at`` /
+    ``ends_at`` bound any of them."""
+    check_one_kind(cron, interval_seconds, at, solar, rrule)
+    base: Schedule
     if cron is not None:
-        return CronSchedule(cron, timezone)
-    assert interval_seconds is not None  # narrowed by the check above
-    return IntervalSchedule(interval_seconds)
+        base = CronSchedule(cron, timezone)
+    elif interval_seconds is not None:
+        base = IntervalSchedule(interval_seconds)
+    elif at is not None:
+        base = OneOffSchedule(at)
+    elif rrule is not None:
+        base = RRuleSchedule(rrule, timezone)
+    else:
+        assert solar is not None  # narrowed by the check above
+        base = SolarSchedule.from_spec(solar)
+    return bounded(base, starts_at, ends_at)
+
+
+def check_one_kind(
+    cron: str | None,
+    interval_seconds: float | None,
+    at: datetime | None,
+    solar: str | None,
+    rrule: str | None = None,
+) -> None:
+    """Exactly one schedule kind is set; the same words for a declaration and a row."""
+    kinds = {
+        "cron": cron,
+        "interval_seconds": interval_seconds,
+        "at": at,
+        "solar": solar,
+        "rrule": rrule,
+    }
+    given = {name: value for name, value in kinds.items() if value is not None}
+    if len(given) != 1:
+        shown = ", ".join(
+            f"{name}={value.isoformat() if isinstance(value, datetime) else repr(value)}"
+            for name, value in given.items()
+        )
+        raise ScheduleError(
+            f"set exactly one of cron, interval_seconds, at, solar or rrule (got {shown or 'none'})"
+        )
+
+
+def schedule_of(row: Any, timezone: str) -> Schedule:
+    """The schedule of a ``routines`` row or a :class:`Routine` (its columns as attributes)."""
+    return schedule_from_columns(
+        row.cron,
+        row.interval_seconds,
+        timezone,
+        at=getattr(row, "at", None),
+        solar=getattr(row, "solar", None),
+        starts_at=getattr(row, "starts_at", None),
+        ends_at=getattr(row, "ends_at", None),
+        rrule=getattr(row, "rrule", None),
+    )
 
 
 def _unsupported(value: object) -> ScheduleError:
     return ScheduleError(
         f"cannot use {type(value).__name__} {value!r} as a schedule: expected a 5-field cron "
-        "string, a timedelta, a number of seconds, or a celery crontab/schedule"
+        "string, a timedelta, a number of seconds, a celery crontab/schedule/solar, or at=..."
     )
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from celery_routines.policy.routine import Routine
 from celery_routines.policy.runs import after_failure, policy_of
 from celery_routines.policy.states import Reason
+from celery_routines.schedules.jitter import send_instant
 from celery_routines.sending.publish import NotSent, OutgoingRun, Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
 
@@ -20,17 +21,35 @@ logger = logging.getLogger("celery_routines.beat")
 def outgoing_run(routine: Routine, run: NewRun, run_id: str | None = None) -> OutgoingRun:
     """The message of ``run`` of ``routine``; ``run_id`` when the row that
     goes out is another with the same window (a dead beat's, taken over)."""
+    options = dict(routine.options)
+    expires = message_expiry(routine, run)
+    if expires is not None:
+        options.setdefault("expires", expires)
     return OutgoingRun(
         run_id=run_id or run.id,
         routine_name=routine.name,
         task=routine.task,
         args=list(routine.args),
         kwargs=dict(routine.kwargs),
-        options=dict(routine.options),
+        options=options,
         window=run.scheduled_for,
         idempotency_key=run.idempotency_key,
         attempt=run.attempt,
         run_timeout=routine.run_timeout,
+    )
+
+
+def message_expiry(routine: Routine, run: NewRun) -> datetime | None:
+    """Celery's ``expires`` for a window of a routine with ``max_lateness``:
+    its send instant (the window, or its jittered instant) plus
+    ``max_lateness``, so a worker that takes it later drops it (the worker
+    records the run ``skipped``, reason ``expired``). Retries (attempt > 1)
+    go out long after their window and carry none; an ``expires`` the
+    routine's own options set wins."""
+    if routine.max_lateness is None or run.attempt != 1:
+        return None
+    return send_instant(run.scheduled_for, routine.name, routine.jitter) + timedelta(
+        seconds=routine.max_lateness
     )
 
 

@@ -26,7 +26,17 @@ table = Routine.__table__
 c = table.c
 CODE = "code"
 # Columns that decide when a routine fires: a change resets its next window.
-SCHEDULE_COLUMNS = ("cron", "interval_seconds", "timezone")
+SCHEDULE_COLUMNS = (
+    "cron",
+    "interval_seconds",
+    "timezone",
+    "at",
+    "solar",
+    "rrule",
+    "starts_at",
+    "ends_at",
+    "jitter_seconds",
+)
 
 
 def stamp_key(stamp: str | None) -> tuple[int, float, str]:
@@ -124,7 +134,7 @@ class DeclarationQueries:
                 if row.retired_at is not None:
                     outcome.revived.append(Revived(row.id, row.name, row.retired_at))
                     values.update(next_run_at=None, schedule_fingerprint=None)
-                elif any(getattr(row, col) != definition[col] for col in SCHEDULE_COLUMNS):
+                elif any(getattr(row, col) != definition.get(col) for col in SCHEDULE_COLUMNS):
                     values.update(next_run_at=None, schedule_fingerprint=None)
                 values = {"last_error": None, **values}
                 conn.execute(update(table).where(c.id == row.id).values(**values))

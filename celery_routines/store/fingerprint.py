@@ -1,6 +1,7 @@
 """The schedule fingerprint: what ``next_run_at`` was computed from.
 
-``cron | interval_seconds | timezone | on/off``, spelled by the database
+``cron | interval_seconds | timezone | at | solar | rrule | starts_at |
+ends_at | jitter_seconds | on/off``, spelled by the database
 itself from the row's own columns, both when it is stored (adoption, a
 recomputation) and when it is compared: a float or a NULL reads the same on
 both sides whatever the dialect, so a row edited by plain SQL is told apart
@@ -32,6 +33,20 @@ def current_fingerprint() -> ColumnElement[str]:
         + text(cast(c.interval_seconds, String))
         + sep
         + text(c.timezone)
+        # The schedule kinds and bounds of issue 16, before on/off: the
+        # refresh reads a disabled routine's fingerprint by its "|off" end.
+        + sep
+        + text(cast(c.at, String))
+        + sep
+        + text(c.solar)
+        + sep
+        + text(c.rrule)
+        + sep
+        + text(cast(c.starts_at, String))
+        + sep
+        + text(cast(c.ends_at, String))
+        + sep
+        + text(cast(c.jitter_seconds, String))
         + sep
         + case((c.enabled, literal("on", String)), else_=literal("off", String))
     )

@@ -73,9 +73,23 @@ class Routine(Base):
     # Set while a code routine is no longer declared by its owner: never fired.
     retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # The schedule next_run_at was computed from, as the database spells it.
-    schedule_fingerprint: Mapped[str | None] = mapped_column(String(400))
+    # Text: with an rrule (and the bounds) it outgrows the String(400) of 0004;
+    # SQLite keeps its VARCHAR(400), whose length it never enforces (see 0005).
+    schedule_fingerprint: Mapped[str | None] = mapped_column(
+        Text().with_variant(String(400), "sqlite")
+    )
     created_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Schedule kinds besides cron and interval_seconds (exactly one is set):
+    # a one-off's instant, a solar event "<event> <lat> <lon>".
+    at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    solar: Mapped[str | None] = mapped_column(String(100))
+    # An RFC 5545 rule with a local DTSTART, e.g. "DTSTART:20261201T090000\nRRULE:...".
+    rrule: Mapped[str | None] = mapped_column(Text)
+    # Bounds of any schedule, and the deterministic spread of its send instants.
+    starts_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ends_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    jitter_seconds: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (
         # The due-query walks this index from the oldest due row: a range scan

@@ -70,6 +70,10 @@ ADOPT = text(
     # store/fingerprint.py's expression, as SQLAlchemy spells it on MySQL.
     " r.schedule_fingerprint = concat(coalesce(r.cron, ''), '|',"
     " coalesce(CAST(r.interval_seconds AS CHAR), ''), '|', coalesce(r.timezone, ''), '|',"
+    " coalesce(CAST(r.at AS CHAR), ''), '|', coalesce(r.solar, ''), '|',"
+    " coalesce(r.rrule, ''), '|',"
+    " coalesce(CAST(r.starts_at AS CHAR), ''), '|', coalesce(CAST(r.ends_at AS CHAR), ''), '|',"
+    " coalesce(CAST(r.jitter_seconds AS CHAR), ''), '|',"
     " CASE WHEN r.enabled THEN 'on' ELSE 'off' END)"
     " WHERE r.next_run_at IS NULL"
 )

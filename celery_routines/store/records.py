@@ -42,6 +42,12 @@ class RoutineRecord:
     # next_run_at was computed (compared by the database, see store/routines.py).
     schedule_changed: bool = False
     run_timeout: float | None = None
+    at: datetime | None = None
+    solar: str | None = None
+    rrule: str | None = None
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+    jitter_seconds: int | None = None
 
 
 ROUTINE_RECORD_FIELDS = tuple(RoutineRecord.__dataclass_fields__)

@@ -37,6 +37,7 @@ from celery_routines.policy.routine import Routine
 from celery_routines.policy.runs import QUEUE_RECHECK, in_progress, lost_deadline, overlap_action
 from celery_routines.policy.states import Overlap, Reason, RunState
 from celery_routines.schedules.base import Schedule
+from celery_routines.schedules.jitter import jitter_offset, send_instant, window_of
 from celery_routines.schedules.keys import skip_key, window_key
 from celery_routines.store.records import NewRun, OpenRun, RoutineRecord, RunRecord
 
@@ -59,8 +60,18 @@ class Claimed:
 
     @property
     def due(self) -> datetime:
+        """The due window (the stored ``next_run_at`` is its send instant)."""
         assert self.record.next_run_at is not None  # claim_due returns scheduled rows only
-        return self.record.next_run_at
+        return window_of(self.record.next_run_at, self.routine.name, self.routine.jitter)
+
+    @property
+    def offset(self) -> timedelta:
+        """How long after its window each window goes out (``jitter``)."""
+        return jitter_offset(self.routine.name, self.routine.jitter)
+
+    def send_at(self, window: datetime) -> datetime:
+        """The send instant of ``window``: what ``next_run_at`` stores."""
+        return send_instant(window, self.routine.name, self.routine.jitter)
 
 
 @dataclass(frozen=True)
@@ -117,10 +128,12 @@ def plan(claimed: Claimed, now: datetime) -> FirePlan:
     if record.suspended_until is not None and record.suspended_until > now:
         suspended = plan_suspended(claimed.schedule, claimed.due, record.suspended_until)
         return suspended.as_fire_plan()
+    # A jittered routine's windows go out `offset` after them: planning them
+    # at `now - offset` measures due-ness and lateness from the send instants.
     return plan_due(
         claimed.schedule,
         claimed.due,
-        now,
+        now - claimed.offset,
         catch_up=routine.catch_up,
         catch_up_cap=routine.catch_up_cap,
         max_lateness=routine.max_lateness,
@@ -147,7 +160,8 @@ def decide(
     """What the tick does with ``claimed``; ``planned`` is :func:`plan`'s
     answer (None for a routine that was invalid and reads again)."""
     if planned is None or claimed.record.last_error is not None:
-        return Decision(claimed, Verdict.RESUMED, claimed.schedule.next_after(now))
+        window = claimed.schedule.next_after(now - claimed.offset)
+        return Decision(claimed, Verdict.RESUMED, claimed.send_at(window))
     wanted = len(planned.send)
     suspension = None
     if needs_usage(claimed, planned):
@@ -158,6 +172,8 @@ def decide(
         )
         suspension = budget.suspension
         planned = limit_plan(planned, budget, claimed.schedule)
+    if claimed.offset:
+        planned = replace(planned, next_run_at=claimed.send_at(planned.next_run_at))
     record, name, timezone = claimed.record, claimed.routine.name, claimed.timezone
     deadline = lost_deadline(now + facts.offset, claimed.routine.run_timeout or run_timeout)
     sends = [
@@ -217,7 +233,7 @@ def _overlap(
         if policy == Overlap.QUEUE and len(sends) > 1:
             # Queued windows go out one at a time: the next stays due and
             # waits for this one to finish.
-            next_run_at = sends[1].scheduled_for
+            next_run_at = claimed.send_at(sends[1].scheduled_for)
             sends = sends[:1]
         if action == Overlap.REPLACE:
             replaced = tuple(run.id for run in holding)

@@ -23,7 +23,7 @@ from celery_routines.policy.routine import Routine
 from celery_routines.policy.states import Reason
 from celery_routines.registry import InvalidEntry
 from celery_routines.schedules.base import count_windows, last_windows
-from celery_routines.schedules.parse import schedule_from_columns
+from celery_routines.schedules.parse import schedule_of
 from celery_routines.store import Store
 from celery_routines.store.declarations import Declared, Revived
 from celery_routines.tick.decide import skip_row
@@ -118,7 +118,7 @@ def _missed_while_retired(
     routine_id, retired_at = revived.id, revived.retired_at
     zone = definition.timezone or default_zone
     try:
-        schedule = schedule_from_columns(definition.cron, definition.interval_seconds, zone)
+        schedule = schedule_of(definition, zone)
         count = count_windows(schedule, retired_at, now)
         if not count:
             return 0

@@ -22,8 +22,9 @@ from celery_routines.observe.events import Events, NoEvents
 from celery_routines.policy.catch_up import FirePlan
 from celery_routines.policy.routine import from_columns
 from celery_routines.policy.runs import lost_deadline
-from celery_routines.schedules.base import Schedule
-from celery_routines.schedules.parse import schedule_from_columns
+from celery_routines.schedules.base import Schedule, first_window, is_never
+from celery_routines.schedules.jitter import send_instant
+from celery_routines.schedules.parse import schedule_of
 from celery_routines.sending.gate import Gate
 from celery_routines.sending.publish import Publisher
 from celery_routines.sending.revoke import CeleryRevoker, NoRevoker, Revoker
@@ -282,22 +283,30 @@ class TickEngine(Writing):
         for record in self.store.routines.unscheduled(self.settings.batch_size):
             try:
                 schedule = self._schedule(record)
-            except ScheduleError as exc:
+                jitter = from_columns(record).jitter  # the send instants need a valid jitter
+            except (ScheduleError, InvalidRoutine) as exc:
                 self._invalid(record, exc, now, holder=None)
                 continue
             # From the whole second, so interval windows (and their keys) do
             # not carry the adoption instant's microseconds forever.
-            first = schedule.next_after(now.replace(microsecond=0))
-            first_windows.append(Advance(record.id, first))
-            logger.info("adopted %s: %s, first window %s", record.name, schedule.describe(), first)
+            first = first_window(schedule, now.replace(microsecond=0))
+            first_windows.append(Advance(record.id, send_instant(first, record.name, jitter)))
+            if is_never(first):
+                logger.info(
+                    "adopted %s: %s, which has no window left: done",
+                    record.name,
+                    schedule.describe(),
+                )
+            else:
+                logger.info(
+                    "adopted %s: %s, first window %s", record.name, schedule.describe(), first
+                )
         return self.store.routines.adopt(first_windows, now)
 
     # -- planning ------------------------------------------------------------
 
     def _schedule(self, record: RoutineRecord) -> Schedule:
-        return schedule_from_columns(
-            record.cron, record.interval_seconds, record.timezone or self.settings.timezone
-        )
+        return schedule_of(record, record.timezone or self.settings.timezone)
 
     def _decide(
         self, claimed: list[RoutineRecord], now: datetime, report: TickReport

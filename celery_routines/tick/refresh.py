@@ -26,8 +26,9 @@ from celery_routines.errors import ScheduleError
 from celery_routines.observe.events import Events
 from celery_routines.policy.catch_up import SkippedWindows
 from celery_routines.policy.states import Reason
-from celery_routines.schedules.base import Schedule, count_windows, last_windows
-from celery_routines.schedules.parse import schedule_from_columns
+from celery_routines.schedules.base import Schedule, count_windows, first_window, last_windows
+from celery_routines.schedules.jitter import jitter_offset, send_instant, window_of
+from celery_routines.schedules.parse import schedule_of
 from celery_routines.store import RoutineRecord, Store
 from celery_routines.tick.decide import skip_row
 from celery_routines.tick.report import TickReport
@@ -86,7 +87,7 @@ class Refresher:
             return
         zone = record.timezone or self.settings.timezone
         try:
-            schedule = schedule_from_columns(record.cron, record.interval_seconds, zone)
+            schedule = schedule_of(record, zone)
         except ScheduleError as exc:
             error = f"routine {record.name!r}: {exc}"
             logger.error("%s; marked invalid, looking again in a minute", error)
@@ -98,7 +99,8 @@ class Refresher:
         if stored.endswith(OFF):
             next_run_at = self._enabled(record, schedule, zone, now, report)
         else:
-            next_run_at = schedule.next_after(now.replace(microsecond=0))
+            first = first_window(schedule, now.replace(microsecond=0))
+            next_run_at = send_instant(first, record.name, record.jitter_seconds)
             logger.info(
                 "%s: schedule changed outside beat (now %s); next window recomputed from now: "
                 "%s (the stored %s does not fire)",
@@ -119,12 +121,15 @@ class Refresher:
         report: TickReport,
     ) -> datetime:
         """A routine enabled again by SQL: resume, do not catch up."""
-        due = record.next_run_at
-        if due is None or due > now:
+        name, jitter = record.name, record.jitter_seconds
+        if record.next_run_at is None or record.next_run_at > now:
             logger.info("%s was enabled again", record.name)
-            return due or schedule.next_after(now.replace(microsecond=0))
-        count = 1 + count_windows(schedule, due, now)
-        last = (last_windows(schedule, due, now, 1) or [due])[-1]
+            first = first_window(schedule, now.replace(microsecond=0))
+            return record.next_run_at or send_instant(first, name, jitter)
+        # next_run_at is a send instant: a jittered window goes out its offset after it.
+        due, until = window_of(record.next_run_at, name, jitter), now - jitter_offset(name, jitter)
+        count = 1 + count_windows(schedule, due, until)
+        last = (last_windows(schedule, due, until, 1) or [due])[-1]
         skip = skip_row(
             record.id, record.name, zone, SkippedWindows(Reason.DISABLED, count, due, last)
         )
@@ -141,4 +146,4 @@ class Refresher:
             record.name,
             count,
         )
-        return schedule.next_after(last)
+        return send_instant(schedule.next_after(last), name, jitter)

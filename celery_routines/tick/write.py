@@ -320,7 +320,8 @@ class Writing:
         limit = item.claimed.routine.max_lateness
         if limit is None:
             return False
-        lateness = (self.clock() - run.scheduled_for).total_seconds()
+        # From the send instant: a jittered window is due `offset` after it.
+        lateness = (self.clock() - item.claimed.send_at(run.scheduled_for)).total_seconds()
         if lateness <= limit or not self.store.runs.skip_late(run_id, self.clock()):
             return False
         report.skipped_windows += 1

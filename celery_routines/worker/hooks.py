@@ -39,6 +39,7 @@ from celery_routines.sending.publish import ROUTINE_HEADER, RUN_TIMEOUT_HEADER
 from celery_routines.store import Store
 from celery_routines.worker import counting, heartbeat
 from celery_routines.worker.ceiling import check_after_run
+from celery_routines.worker.expiry import record_expired
 from celery_routines.worker.spend import begin_run, end_run
 
 logger = logging.getLogger("celery_routines.worker")
@@ -366,13 +367,21 @@ def _on_revoked(
     expired: bool = False,
     **_: Any,
 ) -> None:
-    """A run revoked by someone (Flower, ``celery control revoke``) or expired
-    is closed as ``failed``, not left open to be declared lost and retried.
+    """A run revoked by someone (Flower, ``celery control revoke``) is closed
+    as ``failed``, not left open to be declared lost and retried; an expired
+    message is a skip (:mod:`celery_routines.worker.expiry`).
     A run beat replaced was closed before beat revoked it: left as it is."""
-    if sender is None or request is None or routine_of_request(request) is None:
+    routine = None if request is None else routine_of_request(request)
+    if sender is None or routine is None:
         return
-    reason = "expired" if expired else "revoked"
-    error = "revoked and terminated" if terminated else f"{reason} before it ran"
+    if expired:
+        try:
+            record_expired(store_for(sender.app), request.id, routine, clock())
+        except Exception:
+            logger.exception("could not record the expiry of run %s", request.id)
+        return
+    reason = "revoked"
+    error = "revoked and terminated" if terminated else "revoked before it ran"
     try:
         closed = store_for(sender.app).runs.settle(
             request.id,

@@ -26,6 +26,14 @@ if os.environ.get("E2E_NO_BROKER_HEALTH_CHECK"):
     # Under a sped-up libfaketime clock redis-py's periodic health check
     # misfires (see FIELD-NOTES); the stress tests turn it off.
     app.conf.broker_transport_options = {"health_check_interval": 0}
+if os.environ.get("E2E_SOLAR"):
+    # "sunrise <lat> <lon>": a celery.schedules.solar entry (tests/e2e/test_schedule_types.py).
+    from celery.schedules import solar
+
+    event, lat, lon = os.environ["E2E_SOLAR"].split()
+    app.conf.beat_schedule = {
+        "solar-entry": {"task": "e2e_app.legacy", "schedule": solar(event, float(lat), float(lon))}
+    }
 if os.environ.get("E2E_BEAT_SCHEDULE"):
     app.conf.beat_schedule = {
         "legacy-entry": {"task": "e2e_app.legacy", "schedule": timedelta(seconds=2)},

@@ -546,3 +546,35 @@ def test_a_lost_run_can_be_replayed(admin: Routines, store: Store, broker_folder
     lost = add_run(store, record, "report@w", "lost", NOW, NOW, reason="lost")
     assert admin.replay(lost).attempt == 2
     assert [m["routine_attempt"] for m in published(broker_folder)] == [2]
+
+
+def test_show_and_list_say_done_for_a_fired_one_off_and_preview_lists_a_solar_schedule(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    from celery_routines import Scheduler, register
+    from celery_routines.schedules.solar import SolarSchedule
+    from tests.harness import filesystem_app
+
+    register("tasks.remind", name="once", at=clock.now + timedelta(minutes=1))
+    app = filesystem_app(tmp_path / "broker", database_url)
+    beat = Scheduler(app, clock=clock)
+    try:
+        beat.tick()
+        admin = Routines(app, clock=clock)
+        closing = admin
+        before = admin.show("once")
+        assert [w.utc for w in before.next_windows] == [clock.now + timedelta(minutes=1)]
+        clock.advance(minutes=1)
+        beat.tick()
+        [summary] = [r for r in admin.list() if r.name == "once"]
+        assert (summary.state, summary.next_run_utc) == ("done", None)
+        assert summary.schedule == "once at 2026-11-30T12:01:00+00:00"
+        assert admin.show("once").next_windows == []
+        closing.close()
+    finally:
+        beat.close()
+    windows = preview("sunrise 45.46 9.19", "Europe/Rome", "2026-06-01", 2, clock=clock)
+    expected = SolarSchedule("sunrise", 45.46, 9.19).next_after(
+        datetime(2026, 5, 31, 22, 0, tzinfo=UTC)
+    )
+    assert windows[0].utc == expected and windows[0].local.tzname() == "CEST"

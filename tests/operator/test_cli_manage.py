@@ -97,7 +97,7 @@ def test_bad_values_get_the_declaration_messages_in_one_line(invoke) -> None:
     assert "--ceiling must look like" in one_error(
         invoke("add", "x", "tasks.x", "--every", "1m", "--ceiling", "lots")
     )
-    assert "--cron EXPR or --every" in one_error(invoke("add", "x", "tasks.x"))
+    assert "--cron EXPR, --every DURATION or --at" in one_error(invoke("add", "x", "tasks.x"))
     assert "no routine named 'nope'" in one_error(invoke("enable", "nope"))
 
 
@@ -184,3 +184,47 @@ def test_pause_and_resume_are_in_the_history_with_who(invoke, store: Store) -> N
     history = json.loads(ok(invoke("history", "poll", "--json")))
     assert [(h["action"], h["changed_by"]) for h in history][1] == ("paused", "ops-bot")
     assert history[0]["action"] == "resumed" and "@" in history[0]["changed_by"]
+
+
+def test_add_a_one_off_and_a_bounded_jittered_routine_then_edit_them(invoke, store: Store) -> None:
+    out = ok(
+        invoke("add", "xmas", "tasks.greet", "--at", "2026-12-24T18:00", "--tz", "Europe/Rome")
+    )
+    assert out.startswith("added xmas")
+    record = store.routines.by_name("xmas")
+    assert record.at == datetime(2026, 12, 24, 17, 0, tzinfo=UTC) and record.cron is None
+    ok(
+        invoke(
+            "add",
+            "poll",
+            "tasks.poll",
+            "--every",
+            "5m",
+            "--starts-at",
+            "2026-12-01T00:00Z",
+            "--ends-at",
+            "2026-12-31T00:00Z",
+            "--jitter",
+            "30",
+        )
+    )
+    poll = store.routines.by_name("poll")
+    assert (poll.starts_at, poll.ends_at, poll.jitter_seconds) == (
+        datetime(2026, 12, 1, tzinfo=UTC),
+        datetime(2026, 12, 31, tzinfo=UTC),
+        30,
+    )
+    edited = json.loads(ok(invoke("edit", "poll", "--jitter", "60", "--json")))
+    assert edited["fields"] == {"jitter_seconds": 60}
+    # A one-off moved to another instant keeps being a one-off; its bounds stay.
+    edited = json.loads(ok(invoke("edit", "xmas", "--at", "2026-12-25T09:00Z", "--json")))
+    assert edited["fields"] == {"at": "2026-12-25T09:00:00+00:00"}
+    assert store.routines.by_name("poll").starts_at == datetime(2026, 12, 1, tzinfo=UTC)
+    # Limits are the declaration's, in one line.
+    line = one_error(invoke("add", "bad", "tasks.x", "--every", "1m", "--jitter", "0"))
+    assert line == "Error: routine 'bad': jitter must be a whole number from 1 to 86400, got 0"
+    line = one_error(invoke("add", "bad", "tasks.x", "--at", "soon"))
+    assert "at must be an ISO 8601 date and time" in line
+    # Without --tz a local time is read in routines_timezone (UTC here).
+    ok(invoke("add", "noon", "tasks.x", "--at", "2026-12-24T12:00"))
+    assert store.routines.by_name("noon").at == datetime(2026, 12, 24, 12, 0, tzinfo=UTC)

@@ -11,6 +11,7 @@ databases: the column types refuse such values at the INSERT.)
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 from celery_routines import Ceiling, InvalidRoutine, RoutinesError, Scheduler, register
 from celery_routines.policy.routine import (
     CATCH_UP_CAP_LIMIT,
+    JITTER_LIMIT,
     MAX_RETRIES_LIMIT,
     SECONDS_LIMIT,
     Routine,
@@ -191,3 +193,91 @@ def test_a_json_column_that_is_not_json_names_the_column_and_the_text() -> None:
 def test_a_routine_can_be_built_directly_and_is_checked_the_same_way() -> None:
     with pytest.raises(InvalidRoutine, match="catch_up_cap must be a whole number"):
         Routine(NAME, "tasks.noop", "* * * * *", None, None, catch_up_cap=0)
+
+
+# -- the schedule kinds and bounds of issue 16, at both doors ------------------------------
+
+DAY = datetime(2026, 12, 24)
+
+
+class KindCase:
+    """A declaration (schedule and options) and the row with the same values."""
+
+    def __init__(self, id: str, schedule: Any, options: dict[str, Any], sql: dict[str, Any]):
+        self.id, self.schedule, self.options, self.sql = id, schedule, options, sql
+
+
+KIND_CASES = [
+    KindCase("jitter-zero", "* * * * *", {"jitter": 0}, {"cron": "* * * * *", "jitter_seconds": 0}),
+    KindCase(
+        "jitter-negative", "* * * * *", {"jitter": -5}, {"cron": "* * * * *", "jitter_seconds": -5}
+    ),
+    KindCase(
+        "jitter-over",
+        "* * * * *",
+        {"jitter": JITTER_LIMIT + 1},
+        {"cron": "* * * * *", "jitter_seconds": JITTER_LIMIT + 1},
+    ),
+    KindCase(
+        "ends-before-starts",
+        "* * * * *",
+        {"starts_at": "2026-12-25T00:00+00:00", "ends_at": "2026-12-24T00:00+00:00"},
+        {"cron": "* * * * *", "starts_at": DAY.replace(day=25), "ends_at": DAY},
+    ),
+    KindCase(
+        "cron-and-at",
+        "* * * * *",
+        {"at": "2026-12-24T00:00+00:00"},
+        {"cron": "* * * * *", "at": DAY},
+    ),
+    KindCase(
+        "rrule-without-dtstart",
+        "RRULE:FREQ=DAILY;BYHOUR=9",
+        {},
+        {"rrule": "RRULE:FREQ=DAILY;BYHOUR=9"},
+    ),
+    KindCase(
+        "at-at-the-end-of-time",
+        None,
+        {"at": "9999-06-01T00:00+00:00"},
+        {"at": DAY.replace(year=9999, month=6, day=1)},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", KIND_CASES, ids=[c.id for c in KIND_CASES])
+def test_a_schedule_kind_limit_gives_the_same_answer_in_code_and_in_sql(
+    case: KindCase, database_url: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    with pytest.raises(InvalidRoutine) as raised:
+        register("tasks.noop", case.schedule, name=NAME, **case.options)
+    folder = tmp_path / "broker"
+    scheduler = Scheduler(filesystem_app(folder, database_url), clock=clock)
+    try:
+        insert_routine(scheduler.store, NAME, **case.sql)
+        scheduler.tick()
+        clock.advance(minutes=1)
+        scheduler.tick()
+        record = scheduler.store.routines.by_name(NAME)
+        assert record.last_error == str(raised.value)
+        assert published(folder) == []
+    finally:
+        scheduler.close()
+
+
+def test_the_new_fields_round_trip_through_the_columns() -> None:
+    code = define(
+        "tasks.noop",
+        None,
+        name=NAME,
+        at="2026-12-24T18:00",
+        timezone="Europe/Rome",
+        starts_at="2026-12-01T00:00",
+        ends_at="2026-12-31T00:00Z",
+        jitter=30,
+    )
+    assert code.at == DAY.replace(hour=17, tzinfo=UTC)
+    assert code.starts_at == datetime(2026, 11, 30, 23, 0, tzinfo=UTC)
+    columns = code.columns()
+    assert columns["jitter_seconds"] == 30
+    assert from_columns(_row(**{**columns, "cron": None})) == code

@@ -168,7 +168,7 @@ def test_schedule_from_columns() -> None:
 
 @pytest.mark.parametrize(("cron", "interval"), [(None, None), ("* * * * *", 60.0)])
 def test_schedule_from_columns_needs_exactly_one(cron: str | None, interval: float | None) -> None:
-    with pytest.raises(ScheduleError, match=r"^set exactly one of cron or interval_seconds"):
+    with pytest.raises(ScheduleError, match=r"^set exactly one of cron, interval_seconds, at"):
         schedule_from_columns(cron, interval, "UTC")
 
 

@@ -290,6 +290,7 @@ def test_a_first_migration_logs_one_line_per_revision_and_no_alembic_chatter(
         "celery-routines schema: applied migration 0002_run_lifecycle",
         "celery-routines schema: applied migration 0003_run_listing_indexes",
         "celery-routines schema: applied migration 0004_lifecycle",
+        "celery-routines schema: applied migration 0005_schedule_types",
         f"celery-routines schema: applied migration {migrate.HEAD_REVISION}",
     ]
     assert logging.getLogger("alembic").level == logging.NOTSET  # left as it was

@@ -514,3 +514,26 @@ def test_the_after_run_check_of_a_routine_without_a_ceiling_is_one_read(
     assert len(queries) == 1, statements
     assert queries[0].startswith("SELECT"), queries
     assert store.routines.by_name("plain").suspended_until is None
+
+
+def test_a_message_that_expired_in_the_queue_is_a_skip_reason_expired(
+    app: Celery, store: Store, clock: FakeClock
+) -> None:
+    from celery.app.task import Context
+
+    @register_task(app, "job")
+    def job() -> None:
+        pass
+
+    run_id = make_run(store, "job")
+    # What the worker's main process sends for a message past its `expires`.
+    worker._on_revoked(
+        sender=job, request=Context(id=run_id, routine="job"), terminated=False, expired=True
+    )
+    run = store.runs.get(run_id)
+    assert (run.state, run.reason, run.retry_at) == ("skipped", "expired", None)
+    # A run that already started keeps its outcome.
+    started = make_run(store, "job", attempt=2)
+    assert store.runs.claim_start(started, "w1", clock.now)
+    worker._on_revoked(sender=job, request=Context(id=started, routine="job"), expired=True)
+    assert store.runs.get(started).state == "running"

@@ -10,7 +10,7 @@
   id past the last one seen.
 
 Revision ID: 0006_run_timeout
-Revises: 0004_lifecycle
+Revises: 0005_schedule_types
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from celery_routines.store.dialects import table_options
 from celery_routines.store.types import Seconds, UTCDateTime
 
 revision = "0006_run_timeout"
-down_revision = "0004_lifecycle"
+down_revision = "0005_schedule_types"
 branch_labels = None
 depends_on = None
 

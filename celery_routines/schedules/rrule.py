@@ -1,0 +1,75 @@
+"""RFC 5545 recurrence rules (RedBeat's ``rrule``) through python-dateutil.
+
+The rule's times are wall times in the routine's zone: ``DTSTART`` is given
+without a zone (``DTSTART:20261201T090000``) and every occurrence becomes an
+instant by the contract's fixed-hour rule (a time in a spring gap fires the
+gap later, a repeated time fires at its first occurrence), like a fixed-hour
+cron. A rule with ``COUNT`` or ``UNTIL`` ends: then ``next_after`` answers
+:data:`NEVER` and the routine is ``done``. ``DTSTART`` is required: without
+it dateutil anchors the rule on the moment it is read, and two beats (or one
+beat twice) would disagree about the windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery_routines.errors import ScheduleError
+from celery_routines.schedules.base import NEVER, walk_windows
+from celery_routines.schedules.zones import aware_utc, load_zone, local_to_utc_first
+
+__all__ = ["RRuleSchedule", "looks_like_rrule"]
+
+# A wall time is at most this far from its instant's wall time (a gap shift).
+SHIFT_MARGIN = timedelta(hours=3)
+
+
+def looks_like_rrule(text: str) -> bool:
+    return "FREQ=" in text.upper()
+
+
+@dataclass(frozen=True)
+class RRuleSchedule:
+    rule: str
+    timezone: str
+    _rule: Any = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        from dateutil.rrule import rrulestr
+
+        if not isinstance(self.rule, str) or "DTSTART" not in self.rule.upper():
+            raise ScheduleError(
+                f"rrule {self.rule!r} needs a DTSTART (e.g. 'DTSTART:20261201T090000"
+                "\\nRRULE:FREQ=WEEKLY;BYDAY=MO'): without it the rule starts when it is read"
+            )
+        load_zone(self.timezone)
+        try:
+            parsed = rrulestr(self.rule.strip().replace("\\n", "\n"))
+        except (ValueError, TypeError) as exc:
+            raise ScheduleError(f"rrule {self.rule!r} is invalid: {exc}") from None
+        start = getattr(parsed, "_dtstart", None)
+        if start is None or start.tzinfo is not None:
+            raise ScheduleError(
+                f"rrule {self.rule!r}: give DTSTART as a local time (no TZID, no Z); "
+                "the routine's timezone reads it"
+            )
+        object.__setattr__(self, "_rule", parsed)
+
+    def describe(self) -> str:
+        return f"rrule {' '.join(self.rule.split())!r} in {self.timezone}"
+
+    def next_after(self, instant: datetime) -> datetime:
+        instant = aware_utc(instant, "instant")
+        zone = load_zone(self.timezone)
+        wall = instant.astimezone(zone).replace(tzinfo=None) - SHIFT_MARGIN
+        while (wall := self._rule.after(wall)) is not None:
+            candidate = local_to_utc_first(wall, zone)
+            if candidate > instant:
+                return candidate
+        return NEVER
+
+    def windows(self, after: datetime, until: datetime) -> Iterator[datetime]:
+        return walk_windows(self, aware_utc(after, "after"), aware_utc(until, "until"))
