@@ -138,9 +138,15 @@ def lost_deadline(
     with its own hard time limit, that limit plus a margin. While the body
     runs, its worker's heartbeats push the deadline on (never back).
     """
+    return started_at + timedelta(seconds=lost_after(run_timeout, time_limit))
+
+
+def lost_after(run_timeout: float, time_limit: float | None = None) -> float:
+    """Seconds from a run's start to its :func:`lost_deadline`: a database
+    adds them to its own clock in the statement that claims the run."""
     if time_limit is not None and time_limit > 0:
-        return started_at + timedelta(seconds=time_limit + TIME_LIMIT_MARGIN)
-    return started_at + timedelta(seconds=run_timeout)
+        return time_limit + TIME_LIMIT_MARGIN
+    return run_timeout
 
 
 def overlap_action(policy: Overlap, open_runs: int) -> str:

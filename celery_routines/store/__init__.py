@@ -55,8 +55,8 @@ class Store:
         )
 
     @classmethod
-    def from_url(cls, url: str) -> Store:
-        return cls(make_engine(url))
+    def from_url(cls, url: str, *, ping_after_idle: float | None = None) -> Store:
+        return cls(make_engine(url, ping_after_idle=ping_after_idle))
 
     def migrate(self) -> None:
         migrate.upgrade(self.engine)

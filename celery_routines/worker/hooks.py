@@ -24,16 +24,18 @@ import logging
 import socket
 import threading
 import weakref
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import Celery, signals
 from celery.app.task import Task
 from celery.exceptions import Ignore, WorkerLostError
+from sqlalchemy.exc import DBAPIError
 
 from celery_routines.clock import Clock, utc_now
 from celery_routines.config import Settings, settings_from
-from celery_routines.policy.runs import after_failure, lost_deadline, policy_of
+from celery_routines.policy.runs import after_failure, lost_after, lost_deadline, policy_of
 from celery_routines.policy.states import OPEN_STATES, Reason, RunState
 from celery_routines.sending.publish import ROUTINE_HEADER, RUN_TIMEOUT_HEADER
 from celery_routines.store import Store
@@ -42,12 +44,16 @@ from celery_routines.worker.ceiling import check_after_run
 from celery_routines.worker.spend import begin_run, end_run
 
 logger = logging.getLogger("celery_routines.worker")
+T = TypeVar("T")
 
 # The worker's clock seam: tests running an in-thread worker replace it with
 # the injected clock their beat uses.
 clock: Clock = utc_now
 
 HOOK_MARK = "_celery_routines_claim"
+# A pooled connection idle this long is pinged before the worker uses it; one
+# used more recently is not (a run's claim and outcome come back to back).
+PING_AFTER_IDLE = 1.0
 
 _stores: dict[str, Store] = {}
 # Weak: an app that goes away (tests build many) must not hand its settings to
@@ -80,7 +86,7 @@ def store_for(app: Celery) -> Store:
         with _stores_lock:
             store = _stores.get(url)
             if store is None:
-                store = Store.from_url(url)
+                store = Store.from_url(url, ping_after_idle=PING_AFTER_IDLE)
                 _stores[url] = store
     return store
 
@@ -150,9 +156,19 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
         now = clock()
         timeout = run_timeout_of(task)
         arbiter = arbitration_clock(store)
-        deadline = lost_deadline(arbiter(), timeout, hard_time_limit(task))
-        claimed = store.runs.claim_start(
-            task_id, hostname, now, deadline_at=deadline, celery_retries=retries
+        after = lost_after(timeout, hard_time_limit(task))
+        # One statement claims and starts the run and stamps its deadline on
+        # the database's clock (the injected clock of a test that replaced it).
+        deadline = None if clock is utc_now else now + timedelta(seconds=after)
+        claimed = once_more_if_cut(
+            lambda: store.runs.claim_start(
+                task_id,
+                hostname,
+                now,
+                deadline_at=deadline,
+                lost_after=after,
+                celery_retries=retries,
+            )
         )
     except Exception:
         end_run()
@@ -181,6 +197,21 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
         state or "unknown (no such run row)",
     )
     raise Ignore(f"run {task_id} of {name} is already {state}")
+
+
+def once_more_if_cut(statement: Callable[[], T]) -> T:
+    """Run a worker's statement; once more on a fresh connection if its pooled
+    connection turned out to be cut (the pool pings only connections idle for
+    :data:`PING_AFTER_IDLE`). Safe for the claim and the outcome: each is one
+    conditional UPDATE, and a second try of one that did land changes nothing
+    (a claim then refuses: the body does not run twice)."""
+    try:
+        return statement()
+    except DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+        logger.warning("the worker's database connection was cut; trying once more: %s", exc)
+        return statement()
 
 
 def arbitration_clock(store: Store) -> Clock:
@@ -286,14 +317,17 @@ def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
     heartbeat.stop(run_id)
     ledger = end_run()
     try:
-        done = store_for(sender.app).runs.finish(run_id, RunState.SUCCEEDED, clock(), spend=ledger)
+        # One statement, which also tells whether the routine has a ceiling.
+        store, now = store_for(sender.app), clock()
+        finished = once_more_if_cut(lambda: store.runs.succeed(run_id, now, spend=ledger))
     except Exception:
         logger.exception("could not record the success of run %s", run_id)
         return
-    if not done:
+    if not finished.done:
         logger.warning("run %s succeeded after it was declared lost or replaced", run_id)
         return
-    _check_ceilings(sender, run_id)
+    if finished.check_ceiling:
+        _check_ceilings(sender, run_id)
 
 
 def _check_ceilings(task: Any, run_id: str) -> None:
