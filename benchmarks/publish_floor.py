@@ -34,6 +34,35 @@ def median_ms(action: Callable[[], object], repeat: int) -> float:
     return statistics.median(samples) * 1000
 
 
+def send_task_batched_ms(db: int, n: int, repeat: int) -> float:
+    """Median ms to publish ``n`` messages by ``send_task`` inside kombu's
+    publish batch, one reused producer: the floor under celery-routines'
+    publishing (the Redis database is emptied after)."""
+    app = Celery("floor", set_as_current=False)
+    app.conf.broker_url = redis_url(db)
+    connection = app.connection_for_write()
+    producer = app.amqp.Producer(connection, auto_declare=False)
+    headers = {"routine": "r", "routine_window": "r@2026-11-30T03:00:00+00:00"}
+
+    def send() -> None:
+        with producer.batch():
+            for _ in range(n):
+                app.send_task(
+                    "bench.noop",
+                    task_id=str(uuid.uuid4()),
+                    producer=producer,
+                    add_to_parent=False,
+                    headers=headers,
+                    retry=False,
+                )
+
+    try:
+        return median_ms(send, repeat)
+    finally:
+        connection.release()
+        clear_redis_db(db)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10)

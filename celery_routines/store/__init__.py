@@ -11,6 +11,7 @@ from sqlalchemy import Engine, bindparam, func, select
 from ..clock import as_utc, utc_now
 from . import migrate
 from .admin_queries import AdminQueries
+from .bookkeeping import BookkeepingQueries, Published
 from .connections import Connections, connections_for
 from .engine import make_engine
 from .records import NewRun, RoutineRecord, RunRecord
@@ -18,7 +19,7 @@ from .routines import Advance, RoutineQueries, _aware
 from .runs import RunQueries
 from .spend_queries import SpendQueries
 
-__all__ = ["Advance", "NewRun", "Probe", "RoutineRecord", "RunRecord", "Store"]
+__all__ = ["Advance", "NewRun", "Probe", "Published", "RoutineRecord", "RunRecord", "Store"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Store:
         self.runs = RunQueries(engine)
         self.admin = AdminQueries(engine)
         self.spend = SpendQueries(engine)
+        self.bookkeeping = BookkeepingQueries(engine)
         # Built once: constructing it cost more than running it.
         self._probe = select(
             *self.routines.probe_columns(bindparam("now"), bindparam("holder"), bindparam("arb")),

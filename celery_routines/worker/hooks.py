@@ -24,14 +24,12 @@ import logging
 import socket
 import threading
 import weakref
-from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from celery import Celery, signals
 from celery.app.task import Task
 from celery.exceptions import Ignore, WorkerLostError
-from sqlalchemy.exc import DBAPIError
 
 from celery_routines.clock import Clock, utc_now
 from celery_routines.config import Settings, settings_from
@@ -41,19 +39,16 @@ from celery_routines.sending.publish import ROUTINE_HEADER, RUN_TIMEOUT_HEADER
 from celery_routines.store import Store
 from celery_routines.worker import heartbeat
 from celery_routines.worker.ceiling import check_after_run
+from celery_routines.worker.connection import PING_AFTER_IDLE, once_more_if_cut
 from celery_routines.worker.spend import begin_run, end_run
 
 logger = logging.getLogger("celery_routines.worker")
-T = TypeVar("T")
 
 # The worker's clock seam: tests running an in-thread worker replace it with
 # the injected clock their beat uses.
 clock: Clock = utc_now
 
 HOOK_MARK = "_celery_routines_claim"
-# A pooled connection idle this long is pinged before the worker uses it; one
-# used more recently is not (a run's claim and outcome come back to back).
-PING_AFTER_IDLE = 1.0
 
 _stores: dict[str, Store] = {}
 # Weak: an app that goes away (tests build many) must not hand its settings to
@@ -197,21 +192,6 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
         state or "unknown (no such run row)",
     )
     raise Ignore(f"run {task_id} of {name} is already {state}")
-
-
-def once_more_if_cut(statement: Callable[[], T]) -> T:
-    """Run a worker's statement; once more on a fresh connection if its pooled
-    connection turned out to be cut (the pool pings only connections idle for
-    :data:`PING_AFTER_IDLE`). Safe for the claim and the outcome: each is one
-    conditional UPDATE, and a second try of one that did land changes nothing
-    (a claim then refuses: the body does not run twice)."""
-    try:
-        return statement()
-    except DBAPIError as exc:
-        if not exc.connection_invalidated:
-            raise
-        logger.warning("the worker's database connection was cut; trying once more: %s", exc)
-        return statement()
 
 
 def arbitration_clock(store: Store) -> Clock:

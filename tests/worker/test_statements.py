@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from celery_routines import register
 from celery_routines.clock import utc_now
 from celery_routines.store import NewRun, Store
 from celery_routines.store import engine as engine_module
+from celery_routines.worker import heartbeat
 from celery_routines.worker import hooks as worker
 from tests.harness import insert_routine
 
@@ -204,3 +206,16 @@ def test_a_claim_on_a_connection_cut_a_moment_ago_is_retried_once_and_the_body_r
         assert "connection was cut; trying once more" in caplog.text
     finally:
         store.dispose()
+
+
+def test_a_run_shorter_than_its_first_heartbeat_starts_no_thread(
+    app: Celery, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launched: list[str] = []
+    monkeypatch.setattr(heartbeat.Heartbeat, "launch", lambda self: launched.append(self.run_id))
+    task = routine_task(app, "short")
+    run_id = sent_run(store, "short")
+    task.apply(task_id=run_id, headers={"routine": "short"}).get()
+    assert store.runs.get(run_id).state == "succeeded"
+    assert launched == []
+    assert not any(t.name.endswith(run_id[:8]) for t in threading.enumerate())
