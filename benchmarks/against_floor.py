@@ -9,13 +9,19 @@ stored; and the one-beat burst of 10,000 windows due at one instant against
 the same floor for 10,000 messages. Each scheduler figure comes from its own
 measuring subprocess (``benchmarks.measure``, PostgreSQL store, Redis broker,
 every guarantee on); the floors are measured in this process just before it.
+
+``--baseline DIR`` also measures the code checked out in DIR (say, the
+previous commit: ``git worktree add /tmp/base HEAD~2``) in the same run,
+each scenario right after this tree's, and prints both.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
+from . import run as run_module
 from .common import BURST, HOT, claim_redis_db, clear_redis_db, log
 from .publish_floor import send_task_batched_ms
 from .run import measure
@@ -29,23 +35,39 @@ def main() -> None:
     parser.add_argument("--setup-budget", type=float, default=240.0)
     parser.add_argument("--run-budget", type=float, default=300.0)
     parser.add_argument("--burst-cap", type=float, default=40.0)
+    parser.add_argument("--baseline", help="a checkout to measure in the same run")
     args = parser.parse_args()
 
+    trees = [("this tree", run_module.ROOT)]
+    if args.baseline:
+        trees.append(("baseline", Path(args.baseline).resolve()))
     db = claim_redis_db()
+    results: dict[str, dict[str, Any]] = {label: {} for label, _ in trees}
     try:
         log(f"floors: {HOT} and {BURST} messages")
         floor_hot = send_task_batched_ms(db, HOT, 200)
         floor_burst = send_task_batched_ms(db, BURST, 3) / 1000
-        log(f"routines steady at {args.size:,}")
-        steady = measure("routines", "steady", args.size, db, args, ["--ticks", str(args.ticks)])
-        log(f"routines burst at {args.burst_size:,}")
-        burst = measure(
-            "routines", "burst", args.burst_size, db, args, ["--burst-cap", str(args.burst_cap)]
-        )
+        for label, root in trees:
+            run_module.ROOT = root  # the measuring subprocess runs the code found there
+            log(f"{label}: routines steady at {args.size:,}")
+            results[label]["steady"] = measure(
+                "routines", "steady", args.size, db, args, ["--ticks", str(args.ticks)]
+            )
+        for label, root in trees:
+            run_module.ROOT = root
+            log(f"{label}: routines burst at {args.burst_size:,}")
+            results[label]["burst"] = measure(
+                "routines", "burst", args.burst_size, db, args, ["--burst-cap", str(args.burst_cap)]
+            )
         floor_burst_after = send_task_batched_ms(db, BURST, 3) / 1000
     finally:
+        run_module.ROOT = trees[0][1]
         clear_redis_db(db, keep_owner=False)
-    report(args, steady, burst, floor_hot, (floor_burst + floor_burst_after) / 2)
+    for label, _ in trees:
+        print(f"[{label}]")
+        found = results[label]
+        floor = (floor_burst + floor_burst_after) / 2
+        report(args, found["steady"], found["burst"], floor_hot, floor)
 
 
 def report(

@@ -12,6 +12,9 @@ p99 (celery-routines' claim, the body and its outcome all sit in that span, so
 the difference is what it adds per run), and the statements per run counted
 in the pool processes by a SQLAlchemy event. ``--rounds 2`` alternates the two
 modes twice (the machine is shared: compare figures of one run only).
+``--baseline DIR`` adds a third worker per round running the celery-routines
+code checked out in DIR (say, the previous release), for a before/after in
+the same run (``benchmarks/worker_app.py`` must be there too).
 """
 
 from __future__ import annotations
@@ -102,7 +105,13 @@ def publish(db: int, queue: str, ids: list[str], routine: bool) -> None:
 
 
 def drain(
-    mode: str, n: int, db: int, pg_url: str, concurrency: int, store: Any | None
+    mode: str,
+    n: int,
+    db: int,
+    pg_url: str,
+    concurrency: int,
+    store: Any | None,
+    root: Path = ROOT,
 ) -> dict[str, Any]:
     queue = f"bench-worker-{uuid.uuid4().hex[:8]}"
     timings = f"bench-timings-{uuid.uuid4().hex[:8]}"
@@ -114,9 +123,9 @@ def drain(
         "CELERY_BROKER_URL": redis_url(db),
         "BENCH_QUEUE": queue,
         "BENCH_TIMINGS": timings,
-        "BENCH_ROUTINES": "1" if mode == "routines" else "0",
+        "BENCH_ROUTINES": "1" if store is not None else "0",
         "ROUTINES_DATABASE_URL": pg_url,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(root),
     }
     command = [
         sys.executable,
@@ -139,7 +148,7 @@ def drain(
         "-n",
         f"bench-{uuid.uuid4().hex[:6]}@%h",
     ]
-    worker = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
+    worker = subprocess.Popen(command, env=env, cwd=root, start_new_session=True)
     deadline = time.monotonic() + 600
     try:
         while time.monotonic() < deadline:
@@ -194,6 +203,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--baseline", help="a checkout whose celery-routines to measure too")
     args = parser.parse_args()
 
     from celery_routines.store import Store
@@ -203,7 +213,10 @@ def main() -> None:
     names: list[str] = []
     try:
         for round_number in range(args.rounds):
-            for mode in ("celery", "routines"):
+            modes = [("celery", ROOT), ("routines", ROOT)]
+            if args.baseline:
+                modes.append(("baseline", Path(args.baseline).resolve()))
+            for mode, root in modes:
                 name, pg_url = create_database("worker")
                 names.append(name)
                 store = Store.from_url(pg_url)
@@ -217,7 +230,8 @@ def main() -> None:
                             db,
                             pg_url,
                             args.concurrency,
-                            store if mode == "routines" else None,
+                            None if mode == "celery" else store,
+                            root,
                         )
                     )
                 finally:
@@ -242,14 +256,18 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
             f"  {result['mode']:10} {result['per_second']:9.0f} {result['p50_ms']:8.3f}"
             f" {result['p99_ms']:8.3f} {result['statements_per_run']:10.2f}"
         )
-    for index in range(0, len(results) - 1, 2):
-        plain, ours = results[index], results[index + 1]
-        ratio = ours["per_second"] / plain["per_second"]
+    plain: dict[str, Any] | None = None
+    for result in results:
+        if result["mode"] == "celery":
+            plain = result
+            continue
+        assert plain is not None
+        ratio = result["per_second"] / plain["per_second"]
         print(
-            f"  celery-routines vs plain Celery: throughput {ratio:.2f}x,"
-            f" added p50 {ours['p50_ms'] - plain['p50_ms']:.3f} ms,"
-            f" added p99 {ours['p99_ms'] - plain['p99_ms']:.3f} ms,"
-            f" {ours['statements_per_run']:.2f} statements per run"
+            f"  {result['mode']} vs plain Celery (same round): throughput {ratio:.2f}x,"
+            f" added p50 {result['p50_ms'] - plain['p50_ms']:.3f} ms,"
+            f" added p99 {result['p99_ms'] - plain['p99_ms']:.3f} ms,"
+            f" {result['statements_per_run']:.2f} statements per run"
         )
 
 

@@ -31,7 +31,9 @@ RECORD_PUBLISHED = text(
     " UPDATE routine_runs AS r SET state = 'sent', sent_at = u.sent_at, deadline_at = u.deadline"
     " FROM unnest(CAST(:ids AS varchar[]), CAST(:sent_ats AS timestamp[]),"
     " CAST(:deadlines AS timestamp[])) AS u(id, sent_at, deadline)"
-    " WHERE r.id = u.id AND r.state = 'pending' RETURNING 1"
+    # The ANY() makes it a primary-key probe per run whatever the estimates.
+    " WHERE r.id = ANY(CAST(:ids AS varchar[])) AND r.id = u.id AND r.state = 'pending'"
+    " RETURNING 1"
     "), held AS ("
     " SELECT id FROM routines WHERE id = ANY(CAST(:rids AS integer[])) AND locked_by = :holder"
     " ORDER BY id FOR UPDATE"
