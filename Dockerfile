@@ -1,5 +1,5 @@
 # The one image every service of docker-compose.yml runs (migrate, beats,
-# workers, Flower): the package with the postgres, redis and metrics extras,
+# workers, Flower, the panel): the package with the postgres, redis and metrics extras,
 # Flower, and examples/production.py as the app.
 FROM python:3.11-slim
 
@@ -9,7 +9,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY . /app
-RUN pip install --no-cache-dir '.[postgres,mysql,redis,metrics]' flower \
+RUN pip install --no-cache-dir '.[postgres,mysql,redis,metrics,web]' flower \
     && useradd --create-home --uid 10001 routines
 
 ENV PYTHONPATH=/app/examples

@@ -27,12 +27,14 @@ from .config import Settings, settings_from
 from .errors import RoutinesError
 from .observe.events import RoutineEvents
 from .observe.metrics import MeasuredPublisher, RoutineMetrics, metrics_for
-from .registry import celery_default_entries, definitions_for
+from .registry import InvalidEntry, celery_default_entries, definitions_for
 from .sending.gate import Gate, OpenGate, RedisGate
 from .sending.publish import CeleryPublisher, Publisher
 from .store import Store
 from .store.engine import explain_database_error, safe_url
+from .tick.declarations import declare
 from .tick.engine import TickEngine
+from .tick.prune import Pruner
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -71,6 +73,10 @@ class Scheduler(CeleryScheduler):
         except RoutinesError as exc:
             cannot_start(exc, None)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        # The declaration stamp of this process's code unless routines_code_version
+        # says otherwise: the instant it was loaded (the newest start wins).
+        self._loaded_at = self._clock().isoformat()
+        self._pruner: Pruner | None = None
         self.last_report = None
         # Served from setup_schedule, so the banner's lazy instance serves nothing.
         self.metrics: RoutineMetrics | None = None
@@ -87,8 +93,22 @@ class Scheduler(CeleryScheduler):
     def _set_up(self) -> None:
         store = Store.from_url(self.settings.database_url)
         store.migrate()
-        definitions = definitions_for(self.app)
-        store.routines.upsert_definitions([d.columns() for d in definitions], self._clock())
+        invalid: list[InvalidEntry] = []
+        definitions = definitions_for(self.app, invalid)
+        events = RoutineEvents(self.app, hostname=self.holder)
+        try:
+            declare(
+                store,
+                definitions,
+                self._clock(),
+                owner=self.settings.owner,
+                stamp=self.settings.code_version or self._loaded_at,
+                default_zone=self.settings.timezone,
+                events=events,
+                invalid=invalid,
+            )
+        finally:
+            events.close()
         logger.info(
             "celery-routines: %s",
             _written(self.app, [d.name for d in definitions], self.settings.database_url),
@@ -121,7 +141,7 @@ class Scheduler(CeleryScheduler):
                 self.holder,
                 self._clock,
                 events=RoutineEvents(self.app, hostname=self.holder),
-                arbiter=self._store.db_now if self._arbitrate_on_database else None,
+                arbitrate_on_database=self._arbitrate_on_database,
             )
         return self._engine
 
@@ -154,18 +174,36 @@ class Scheduler(CeleryScheduler):
         self._watch_skew()
         if self.metrics is not None:
             self.metrics.observe_tick(report, self._store)
+        self._prune()
         if report.more_due:
             return 0.0
+        # Rows changed outside the code are seen within routines_refresh_seconds.
+        longest = min(float(self.max_interval), self.settings.refresh_seconds)
         if report.next_wakeup is None:
-            return float(self.max_interval)
+            return longest
         until = (report.next_wakeup - self._clock()).total_seconds() + WAKE_SLACK
-        return min(max(until, WAKE_SLACK), float(self.max_interval))
+        return min(max(until, WAKE_SLACK), longest)
+
+    def _prune(self) -> None:
+        """One batch of the run history's pruning, at most once a minute."""
+        if self._store is None:
+            return
+        if self._pruner is None:
+            settings = self.settings
+            self._pruner = Pruner(
+                self._store,
+                settings.keep_runs_days,
+                settings.prune_batch,
+                settings.timezone,
+                self.metrics,
+            )
+        self._pruner.maybe_prune(self._clock())
 
     def _watch_skew(self) -> None:
         """The database's clock minus ours, as the tick measured it: a gauge,
         and a warning above a second (at start, then every few minutes)."""
         engine = self._engine
-        if engine is None or engine.arbiter is None:
+        if engine is None or not (engine.arbitrate_on_database or engine.arbiter):
             return
         self._say_skew(engine.offset.total_seconds())
 

@@ -27,8 +27,23 @@ class Settings:
     batch_size: int = 1000
     run_timeout: float = 3600.0
     timezone: str = "UTC"
+    # The app whose code routines this process declares (and may retire).
+    owner: str = "default"
+    # The declaration stamp of this process's code: numbers compare as
+    # numbers, text as text; None: the instant the process loaded its code.
+    code_version: str | None = None
+    refresh_seconds: float = 5.0
+    keep_runs_days: float = 30.0
+    prune_batch: int = 5000
 
     def __post_init__(self) -> None:
+        _require_positive("routines_refresh_seconds", self.refresh_seconds)
+        _require_positive("routines_keep_runs_days", self.keep_runs_days)
+        _require_positive("routines_prune_batch", self.prune_batch)
+        if not self.owner or len(self.owner) > 200:
+            raise ConfigurationError(
+                f"routines_owner must be a name of 1 to 200 characters, got {self.owner!r}"
+            )
         _require_positive("routines_lock_ttl", self.lock_ttl)
         _require_positive("routines_run_timeout", self.run_timeout)
         _require_positive("routines_batch_size", self.batch_size)
@@ -56,6 +71,12 @@ def _lookup(app: Celery | None, name: str) -> Any:
     return os.environ.get(name.upper())
 
 
+def setting(app: Celery | None, name: str) -> Any:
+    """A setting outside :class:`Settings` (``routines_web_auth``,
+    ``routines_flower_url``): ``app.conf``, then the environment."""
+    return _lookup(app, name)
+
+
 def _number(name: str, raw: Any, default: float, kind: type) -> Any:
     if raw is None or raw == "":
         return default
@@ -77,4 +98,21 @@ def settings_from(app: Celery | None) -> Settings:
             "routines_run_timeout", _lookup(app, "routines_run_timeout"), 3600.0, float
         ),
         timezone=_lookup(app, "routines_timezone") or app_timezone or "UTC",
+        owner=str(
+            _lookup(app, "routines_owner") or (app.main if app is not None else None) or "default"
+        ),
+        code_version=_optional_text(_lookup(app, "routines_code_version")),
+        refresh_seconds=_number(
+            "routines_refresh_seconds", _lookup(app, "routines_refresh_seconds"), 5.0, float
+        ),
+        keep_runs_days=_number(
+            "routines_keep_runs_days", _lookup(app, "routines_keep_runs_days"), 30.0, float
+        ),
+        prune_batch=_number(
+            "routines_prune_batch", _lookup(app, "routines_prune_batch"), 5000, int
+        ),
     )
+
+
+def _optional_text(raw: Any) -> str | None:
+    return None if raw is None or str(raw) == "" else str(raw)

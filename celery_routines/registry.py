@@ -22,6 +22,8 @@ logger = logging.getLogger("celery_routines.registry")
 TaskT = TypeVar("TaskT")
 
 _declared: dict[str, Routine] = {}
+# A beat_schedule entry that cannot be a routine: its error and its task name.
+InvalidEntry = tuple[InvalidRoutine, str | None]
 
 
 def routine(schedule: Any, **options: Any) -> Callable[[TaskT], TaskT]:
@@ -71,24 +73,36 @@ def _task_name(task: Any, routine_name: str | None) -> str:
     return name
 
 
-def from_beat_schedule(beat_schedule: Mapping[str, Any] | None) -> list[Routine]:
+def from_beat_schedule(
+    beat_schedule: Mapping[str, Any] | None, invalid: list[InvalidEntry] | None = None
+) -> list[Routine]:
     """Entries of ``app.conf.beat_schedule`` as routine definitions.
 
     crontab, schedule and timedelta entries keep their meaning; the entry's
-    key is the routine's name.
+    key is the routine's name. An entry that cannot be a routine raises,
+    unless ``invalid`` is given: then its error is added there (beat stores
+    it as an invalid routine and starts anyway).
     """
     definitions = []
     for name, entry in (beat_schedule or {}).items():
-        if not isinstance(entry, Mapping) or "task" not in entry or "schedule" not in entry:
-            raise InvalidRoutine(
-                str(name), "beat_schedule entries need at least 'task' and 'schedule'"
-            )
-        options: dict[str, Any] = {"name": name}
-        for key in ("args", "kwargs", "options"):
-            if entry.get(key) is not None:
-                options[key] = entry[key]
-        definitions.append(define(entry["task"], entry["schedule"], **options))
+        try:
+            definitions.append(_beat_entry(name, entry))
+        except InvalidRoutine as exc:
+            if invalid is None:
+                raise
+            task = entry.get("task") if isinstance(entry, Mapping) else None
+            invalid.append((exc, task if isinstance(task, str) else None))
     return definitions
+
+
+def _beat_entry(name: str, entry: Any) -> Routine:
+    if not isinstance(entry, Mapping) or "task" not in entry or "schedule" not in entry:
+        raise InvalidRoutine(str(name), "beat_schedule entries need at least 'task' and 'schedule'")
+    options: dict[str, Any] = {"name": name}
+    for key in ("args", "kwargs", "options"):
+        if entry.get(key) is not None:
+            options[key] = entry[key]
+    return define(entry["task"], entry["schedule"], **options)
 
 
 def celery_default_entries(app: Celery) -> list[Routine]:
@@ -105,13 +119,14 @@ def celery_default_entries(app: Celery) -> list[Routine]:
     ]
 
 
-def definitions_for(app: Celery) -> list[Routine]:
+def definitions_for(app: Celery, invalid: list[InvalidEntry] | None = None) -> list[Routine]:
     """Everything beat writes to the store at start-up, by name (code wins
-    over beat_schedule when both name the same routine)."""
+    over beat_schedule when both name the same routine); ``invalid``: see
+    :func:`from_beat_schedule`."""
     merged: dict[str, Routine] = {}
     for definition in [
         *celery_default_entries(app),
-        *from_beat_schedule(app.conf.beat_schedule),
+        *from_beat_schedule(app.conf.beat_schedule, invalid),
         *declared(),
     ]:
         merged[definition.name] = definition

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from celery_routines.operator.web.auth import check_password, parse_web_auth
+from tests.e2e import panel_cluster as panel
 from tests.e2e import test_flower as e2e
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,11 +98,12 @@ def test_the_file_uses_only_compose_keys(compose: dict[str, Any]) -> None:
 def test_the_services_of_a_production_set_up(services: dict[str, dict[str, Any]]) -> None:
     assert set(services) == {
         "postgres", "redis", "migrate", "beat-1", "beat-2", "worker-1", "worker-2", "flower",
+        "web",
     }  # fmt: skip
     assert services["postgres"]["image"].startswith("postgres:")
     assert services["redis"]["image"].startswith("redis:")
     roles = [celery_argv(s)[0] for s in app_services(services).values()]
-    assert sorted(roles) == ["beat", "beat", "flower", "routines", "worker", "worker"]
+    assert sorted(roles) == ["beat", "beat", "flower", "routines", "routines", "worker", "worker"]
 
 
 def test_every_long_running_service_has_a_health_check(
@@ -123,9 +126,9 @@ def test_start_up_order_waits_for_healthy_services_and_the_migration(
             assert spec["condition"] in CONDITIONS, (name, spec)
             if dependency in ("postgres", "redis"):
                 assert spec["condition"] == "service_healthy", (name, dependency)
-    for name in ("migrate", "beat-1", "beat-2", "worker-1", "worker-2", "flower"):
+    for name in ("migrate", "beat-1", "beat-2", "worker-1", "worker-2", "flower", "web"):
         assert {"postgres", "redis"} <= set(services[name]["depends_on"]), name
-    for name in ("beat-1", "beat-2", "worker-1", "worker-2"):
+    for name in ("beat-1", "beat-2", "worker-1", "worker-2", "web"):
         # Two beats must not race each other through the migrations.
         assert services[name]["depends_on"]["migrate"] == {
             "condition": "service_completed_successfully"
@@ -153,6 +156,7 @@ def test_every_command_is_one_the_e2e_test_runs(services: dict[str, dict[str, An
     for name in ("worker-1", "worker-2"):
         assert celery_argv(services[name]) == e2e.WORKERS[name]
     assert celery_argv(services["flower"]) == e2e.FLOWER
+    assert celery_argv(services["web"]) == panel.WEB
 
 
 def test_every_health_check_is_one_the_e2e_test_runs(
@@ -160,6 +164,7 @@ def test_every_health_check_is_one_the_e2e_test_runs(
 ) -> None:
     assert health_argv(services["beat-1"]) == health_argv(services["beat-2"]) == e2e.BEAT_HEALTH
     assert health_argv(services["flower"]) == e2e.FLOWER_HEALTH
+    assert health_argv(services["web"]) == panel.WEB_HEALTH
     for name in ("worker-1", "worker-2"):
         argv = health_argv(services[name])
         assert argv[:3] == ["celery", "-A", APP]
@@ -180,6 +185,14 @@ def test_the_environment_names_are_the_ones_the_e2e_test_sets(
     flower = services["flower"]
     assert flower["environment"]["FLOWER_PORT"] == flower["ports"][0].split(":")[1]
     assert ":" in interpolate(flower["environment"]["FLOWER_BASIC_AUTH"])
+    # The panel binds every address in its container: only with a login, and
+    # the port it serves is the one published and health-checked.
+    web = services["web"]["environment"]
+    assert web["ROUTINES_WEB_HOST"] == "0.0.0.0"
+    assert web["ROUTINES_WEB_PORT"] == services["web"]["ports"][0].split(":")[1]
+    users = parse_web_auth(interpolate(web["ROUTINES_WEB_AUTH"]), {}).users
+    # The password the file's header documents is the one the hash checks.
+    assert check_password("change-me", users["admin"])
 
 
 def test_the_app_compose_runs_imports_and_declares_routines() -> None:

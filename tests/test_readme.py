@@ -29,6 +29,13 @@ def code_blocks(text: str, language: str = "") -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", text, flags=re.DOTALL)
 
 
+def test_no_document_holds_a_merge_conflict() -> None:
+    root = Path(__file__).resolve().parent.parent
+    for document in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        markers = re.findall(r"^(?:<{7}|>{7}) ", document.read_text(), flags=re.MULTILINE)
+        assert not markers, f"{document.name} holds conflict markers"
+
+
 def test_exactly_two_set_up_commands() -> None:
     blocks = code_blocks(section("## The two commands"))
     assert [block.strip() for block in blocks] == [

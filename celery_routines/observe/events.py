@@ -23,7 +23,8 @@ SKIPPED = "routine-skipped"
 SUSPENDED = "routine-suspended"
 LOST = "routine-lost"
 TRIGGERED = "routine-triggered"
-EVENT_TYPES = (SKIPPED, SUSPENDED, LOST, TRIGGERED)
+RETIRED = "routine-retired"
+EVENT_TYPES = (SKIPPED, SUSPENDED, LOST, TRIGGERED, RETIRED)
 
 
 def _field(value: Any) -> Any:
@@ -98,6 +99,10 @@ class RoutineEvents:
 
     def lost(self, routine: str, *, run_id: str, idempotency_key: str) -> None:
         self.send(LOST, routine=routine, run_id=run_id, idempotency_key=idempotency_key)
+
+    def retired(self, routine: str, *, since: datetime, owner: str | None) -> None:
+        """A code routine its owner no longer declares: it is not fired any more."""
+        self.send(RETIRED, routine=routine, since=since, owner=owner)
 
     def triggered(self, routine: str, *, run_id: str, idempotency_key: str, how: str) -> None:
         """An operator sent a run by hand (``how``: trigger, replay, backfill)."""

@@ -10,10 +10,11 @@ Everything is measured in the beat process, from each tick's
 :class:`~celery_routines.tick.TickReport`, from the publisher (lateness: send
 time minus the window's instant, first attempts only) and from two cheap
 counts read at most every ``refresh_every`` seconds (suspended routines, due
-routines). Duplicate deliveries refused by workers are counted on the run rows
-(``duplicates``) and by :func:`celery_routines.worker.refused_deliveries`, not
-here: ``routines_duplicates_refused_total`` counts what beat itself refused to
-send because another beat had written the window's row first.
+routines). What the workers did (outcomes, durations, start lateness, refused
+duplicate deliveries, after-run suspensions) is read from the database at the
+same refresh (:mod:`celery_routines.observe.run_metrics`).
+``routines_duplicates_refused_total`` counts what beat itself refused to send
+because another beat had written the window's row first.
 
 Each :class:`RoutineMetrics` has its own ``CollectorRegistry``, so two
 schedulers in one process (tests, or beat embedded in a worker) never collide.
@@ -31,6 +32,7 @@ from celery import Celery
 
 from celery_routines.clock import Clock, utc_now
 from celery_routines.errors import ConfigurationError
+from celery_routines.observe.run_metrics import RunMetrics
 from celery_routines.sending.publish import OutgoingRun, Publisher
 
 if TYPE_CHECKING:
@@ -122,6 +124,10 @@ class RoutineMetrics:
             "routines_windows_skipped", "Windows not sent, by reason (the run row's reason).",
             ["reason"], registry=registry,
         )  # fmt: skip
+        self.pruned = counter(
+            "routines_runs_pruned", "Finished run rows deleted by pruning, by state.",
+            ["state"], registry=registry,
+        )  # fmt: skip
         self.send_failures = counter(
             "routines_send_failures", "Publishes that failed (recorded and retried).",
             registry=registry,
@@ -179,6 +185,8 @@ class RoutineMetrics:
             "routines_tick_duration_seconds", "Duration of one beat tick.",
             buckets=TICK_BUCKETS, registry=registry,
         )  # fmt: skip
+        # What the workers did, read from the database (see run_metrics.py).
+        self.runs = RunMetrics(prom, registry)
 
     # -- feeding -------------------------------------------------------------
 
@@ -198,6 +206,10 @@ class RoutineMetrics:
         self.tick_duration.observe(report.duration)
         if store is not None:
             self.refresh(store)
+
+    def observe_pruned(self, deleted: dict[str, int]) -> None:
+        for state, count in deleted.items():
+            self.pruned.labels(state=state).inc(count)
 
     def observe_tick_error(self) -> None:
         self.tick_errors.inc()
@@ -224,6 +236,10 @@ class RoutineMetrics:
             return
         self.suspended.set(suspended)
         self.due.set(due)
+        try:
+            self.runs.read(store)
+        except Exception as exc:
+            logger.warning("could not read the run metrics: %s", exc)
 
     # -- serving -------------------------------------------------------------
 

@@ -20,6 +20,14 @@ from celery_routines.clock import Clock, utc_now
 from celery_routines.config import Settings, settings_from
 from celery_routines.errors import InvalidRoutine, RoutinesError, ScheduleError, UnknownRoutine
 from celery_routines.observe.events import RoutineEvents
+from celery_routines.operator.lifecycle_views import (
+    ChangeResult,
+    ChangeView,
+    DeleteResult,
+    PruneResult,
+)
+from celery_routines.operator.listing import Listing
+from celery_routines.operator.manage import Managing
 from celery_routines.operator.sending import MAX_BACKFILL, OperationRefused, Sending, UnknownRun
 from celery_routines.operator.views import (
     BackfillResult,
@@ -46,7 +54,6 @@ from celery_routines.operator.windows import (
     take_windows,
     to_instant,
 )
-from celery_routines.policy.catch_up import SkippedWindows
 from celery_routines.policy.ceilings import (
     Ceiling,
     parse_ceilings,
@@ -54,25 +61,30 @@ from celery_routines.policy.ceilings import (
 )
 from celery_routines.policy.runs import in_progress
 from celery_routines.policy.states import RUN_STATES, Reason, RunState
-from celery_routines.registry import definitions_for
-from celery_routines.schedules.base import Schedule, count_windows, last_windows
+from celery_routines.registry import InvalidEntry, definitions_for
+from celery_routines.schedules.base import Schedule
 from celery_routines.schedules.keys import window_key
 from celery_routines.schedules.parse import schedule_from_columns
 from celery_routines.schedules.zones import load_zone
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, RunRecord, Store, migrate
 from celery_routines.store.engine import safe_url
+from celery_routines.store.panel_queries import RecentRun
 from celery_routines.store.records import OpenRun
 from celery_routines.store.spend_queries import SpendQueries
-from celery_routines.tick.decide import skip_row
+from celery_routines.tick.declarations import declare, who
 
 __all__ = [
     "MAX_BACKFILL",
     "BackfillResult",
     "CeilingUsage",
+    "ChangeResult",
+    "ChangeView",
+    "DeleteResult",
     "MigrateResult",
     "OperationRefused",
     "PauseResult",
+    "PruneResult",
     "RoutineDetail",
     "RoutineSummary",
     "Routines",
@@ -91,7 +103,7 @@ MAX_LIMIT = 10_000
 # -- the API ---------------------------------------------------------------------
 
 
-class Routines(Sending):
+class Routines(Sending, Managing, Listing):
     """Operations on the routines stored for a Celery app (or for ``Settings``).
 
     Sending (trigger, replay, backfill) needs the app, to publish; everything
@@ -154,7 +166,9 @@ class Routines(Sending):
         check_count("windows", windows, MAX_PREVIEW)
         record = self._record(name)
         now = self.clock()
-        latest = self.store.admin.latest_runs().get(record.id)
+        # This routine's newest run only (latest_runs() reads every routine's).
+        newest = self.store.panel.recent_runs([record.id], 1)[record.id]
+        latest = newest[0] if newest else None
         timezone = self._zone_of(record)
         next_windows: list[WindowView] = []
         schedule_error = None
@@ -212,10 +226,11 @@ class Routines(Sending):
         *,
         state: str | Sequence[str] | None = None,
         since: datetime | str | None = None,
+        until: datetime | str | None = None,
         limit: int = 50,
     ) -> list[RunView]:
-        """Run rows, newest first; ``since`` (UTC unless it says otherwise)
-        filters on when the row was written."""
+        """Run rows, newest first; ``since`` and ``until`` (UTC unless they
+        say otherwise) filter on when the row was written."""
         check_count("limit", limit, MAX_LIMIT)
         states = [state] if isinstance(state, str) else list(state or [])
         for value in states:
@@ -226,6 +241,7 @@ class Routines(Sending):
             routine_id=routine_id,
             states=states,
             since=self._since(since),
+            until=self._since(until, "--until"),
             limit=limit,
         )
         return [run_view(row) for row in rows]
@@ -236,12 +252,15 @@ class Routines(Sending):
 
     # -- pause and resume --------------------------------------------------
 
-    def pause(self, name: str) -> PauseResult:
+    def pause(self, name: str, *, by: str | None = None) -> PauseResult:
         record = self._record(name)
-        changed = self.store.admin.pause(record.id, self.clock())
+        now = self.clock()
+        changed = self.store.admin.pause(record.id, now)
+        if changed:
+            self.store.changes.record(record.name, "paused", by or who(), now)
         return PauseResult(record.name, True, changed, record.next_run_at)
 
-    def resume(self, name: str, *, catch_up: bool = False) -> PauseResult:
+    def resume(self, name: str, *, catch_up: bool = False, by: str | None = None) -> PauseResult:
         """Unpause. By default the windows that fell due while paused are
         recorded as one ``skipped`` row (reason ``paused``) and the routine
         continues with its first window after now: a pause is a decision, not
@@ -255,7 +274,7 @@ class Routines(Sending):
         next_run_at = record.next_run_at
         if not catch_up and record.next_run_at is not None and record.next_run_at <= now:
             try:
-                skip, next_run_at = self._paused_windows(record, record.next_run_at, now)
+                skip, next_run_at = self._missed(record, record.next_run_at, now, Reason.PAUSED)
             except ScheduleError:
                 # Invalid schedule: beat's invalid-retry path deals with it.
                 skip, next_run_at = None, record.next_run_at
@@ -276,18 +295,10 @@ class Routines(Sending):
                 )
         if not changed:
             next_run_at = record.next_run_at
+        else:
+            detail = {"catch_up": catch_up, "skipped_windows": skipped}
+            self.store.changes.record(record.name, "resumed", by or who(), now, detail)
         return PauseResult(record.name, False, changed, next_run_at, skipped)
-
-    def _paused_windows(
-        self, record: RoutineRecord, due: datetime, now: datetime
-    ) -> tuple[NewRun, datetime]:
-        """The skip row for the windows in ``[due, now]`` and the next window."""
-        schedule = self._schedule(record)
-        count = 1 + count_windows(schedule, due, now)
-        last = (last_windows(schedule, due, now, 1) or [due])[-1]
-        summary = SkippedWindows(Reason.PAUSED, count, due, last)
-        skip = skip_row(record.id, record.name, self._zone_of(record), summary)
-        return skip, schedule.next_after(last)
 
     # -- schema ------------------------------------------------------------
 
@@ -310,10 +321,26 @@ class Routines(Sending):
             )
         # Modules listed in `imports`/`include` declare routines when imported.
         self.app.loader.import_default_modules()
-        definitions = definitions_for(self.app)
+        invalid: list[InvalidEntry] = []
+        definitions = definitions_for(self.app, invalid)
         self.store.migrate()
-        self.store.routines.upsert_definitions([d.columns() for d in definitions], self.clock())
-        return SyncResult(safe_url(self.settings.database_url), [d.name for d in definitions])
+        declared = declare(
+            self.store,
+            definitions,
+            self.clock(),
+            owner=self.settings.owner,
+            stamp=self.settings.code_version or self.clock().isoformat(),
+            default_zone=self.settings.timezone,
+            events=self.events,
+            invalid=invalid,
+        )
+        return SyncResult(
+            safe_url(self.settings.database_url),
+            [d.name for d in definitions],
+            retired=declared.retired,
+            revived=[r.name for r in declared.revived],
+            newer_stamp=declared.newer_stamp,
+        )
 
     # -- internals ---------------------------------------------------------
 
@@ -329,15 +356,15 @@ class Routines(Sending):
     def _schedule(self, record: RoutineRecord) -> Schedule:
         return schedule_from_columns(record.cron, record.interval_seconds, self._zone_of(record))
 
-    def _since(self, since: datetime | str | None) -> datetime | None:
+    def _since(self, since: datetime | str | None, label: str = "--since") -> datetime | None:
         if since is None:
             return None
-        return to_instant(since, "UTC", self.clock(), "--since")
+        return to_instant(since, "UTC", self.clock(), label)
 
     def _summary(
         self,
         record: RoutineRecord,
-        latest: RunRecord | None,
+        latest: RunRecord | RecentRun | None,
         now: datetime,
         next_retry: RunRecord | RunView | None = None,
     ) -> RoutineSummary:
@@ -364,6 +391,8 @@ class Routines(Sending):
             last_outcome=outcome,
             last_run_at=latest.created_at if latest is not None else None,
             next_retry_at=next_retry.retry_at if next_retry is not None else None,
+            retired_at=record.retired_at,
+            source=record.source or "sql",
         )
 
     def _ceilings(self, record: RoutineRecord) -> tuple[Ceiling, ...]:

@@ -24,6 +24,7 @@ from celery_routines.operator.admin import (
     preview,
 )
 from celery_routines.operator.app_errors import install_short_app_errors
+from celery_routines.operator.cli_manage import register_commands
 from celery_routines.operator.output import (
     fail_if_not_sent,
     next_run_cells,
@@ -33,6 +34,7 @@ from celery_routines.operator.output import (
     print_windows,
     runs_table,
     send_line,
+    state_text,
     table,
     utc,
 )
@@ -128,7 +130,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
                 s.schedule,
                 s.timezone,
                 *next_run_cells(s),
-                s.state,
+                state_text(s),
                 s.last_outcome,
                 utc(s.next_retry_at),
             )
@@ -348,9 +350,17 @@ def sync(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(result)
     else:
+        if result.newer_stamp is not None:
+            click.echo(
+                f"nothing written: the routines in {result.database} were written by newer "
+                f"code (declaration stamp {result.newer_stamp})"
+            )
+            return
         click.echo(f"{len(result.routines)} routine(s) written to {result.database}")
         for name in result.routines:
-            click.echo(f"  {name}")
+            click.echo(f"  {name}" + ("  (back in service)" if name in result.revived else ""))
+        for name in result.retired:
+            click.echo(f"  {name}  retired: no longer declared in code")
 
 
 @routines.command(name="preview")
@@ -370,4 +380,37 @@ def preview_(cron: str, timezone: str, start: str | None, count: int, as_json: b
     print_windows(windows)
 
 
+@routines.command()
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="ROUTINES_WEB_HOST",
+    help="Address to bind (or ROUTINES_WEB_HOST).",
+)
+@click.option(
+    "--port",
+    default=8555,
+    show_default=True,
+    envvar="ROUTINES_WEB_PORT",
+    help="Port to bind (or ROUTINES_WEB_PORT).",
+)
+@click.option("--read-only", is_flag=True, help="Show everything, allow no action.")
+@click.option(
+    "--hash-password", is_flag=True, help="Print a password hash for routines_web_auth and exit."
+)
+@click.pass_context
+@_errors
+def web(ctx: click.Context, host: str, port: int, read_only: bool, hash_password: bool) -> None:
+    """Serve the panel (pages and HTTP API) on HOST:PORT; loopback only unless
+    routines_web_auth is set. Needs the web extra: pip install 'celery-routines[web]'."""
+    from celery_routines.operator.web.serve import password_hash_prompt, serve
+
+    if hash_password:
+        click.echo(password_hash_prompt())
+        return
+    serve(_admin(ctx), host=host, port=port, read_only=read_only)
+
+
+register_commands(routines, _admin, _errors, json_option)
 install_short_app_errors()

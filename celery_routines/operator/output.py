@@ -87,11 +87,20 @@ def runs_table(runs: Sequence[RunView]) -> None:
     )
 
 
+def state_text(s: RoutineSummary) -> str:
+    """The STATE of ``list``/``show``; a retired routine says since when."""
+    if s.state == "retired":
+        return f"retired (no longer declared in code since {utc(s.retired_at)})"
+    return s.state
+
+
 def next_run_cells(s: RoutineSummary) -> tuple[str, str]:
     """The NEXT RUN cells of ``list``. A bare time would read as "it fires
     then": for an invalid routine the stored instant is only when beat looks
     at it again, and a paused or disabled routine fires nothing."""
     if s.next_run_utc is None:
+        return "-", "-"
+    if s.state == "retired":
         return "-", "-"
     if s.state == "invalid":
         return f"invalid, re-checked at {utc(s.next_run_utc)}", "-"
@@ -155,7 +164,7 @@ def field(key: str, value: str) -> None:
 
 def print_detail(detail: RoutineDetail) -> None:
     s = detail.summary
-    click.echo(f"{s.name}  [{s.state}]")
+    click.echo(f"{s.name}  [{state_text(s)}]")
     field("schedule", s.schedule)
     for key, value in detail.definition.items():
         if key == "timezone":
@@ -192,7 +201,9 @@ def print_detail(detail: RoutineDetail) -> None:
         field("schedule error", detail.schedule_error)
     else:
         heading = f"next {len(detail.next_windows)} windows (UTC, then {s.timezone})"
-        if s.state in ("paused", "disabled"):
+        if s.state == "retired":
+            heading += "; retired: none of them fires unless it is declared again"
+        elif s.state in ("paused", "disabled"):
             heading += f"; {s.state}: none of them fires until it is " + (
                 "resumed" if s.state == "paused" else "enabled"
             )

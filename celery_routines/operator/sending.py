@@ -8,7 +8,9 @@ which writes, publishes and marks them in the tick's order.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from celery import Celery
 
@@ -32,6 +34,25 @@ from celery_routines.sending.dispatch import SENT, Dispatched, dispatch
 from celery_routines.sending.publish import CeleryPublisher, Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
 from celery_routines.store.records import OpenRun
+from celery_routines.tick.declarations import who
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """What a backfill of a range would send, before it is confirmed."""
+
+    routine: str
+    start: datetime
+    end: datetime
+    windows: int
+    """Windows in the range."""
+    stored: int
+    """Of those, windows that already have a run row: not sent again."""
+
+    @property
+    def to_send(self) -> int:
+        return self.windows - self.stored
+
 
 # A backfill larger than this is almost always a typo in --from; the caller
 # can raise it explicitly.
@@ -80,7 +101,7 @@ class Sending:
     def _open_runs(self, record: RoutineRecord, now: datetime) -> list[OpenRun]:
         raise NotImplementedError
 
-    def trigger(self, name: str, *, force: bool = False) -> SendResult:
+    def trigger(self, name: str, *, force: bool = False, by: str | None = None) -> SendResult:
         """Send the routine now, outside its schedule, under a manual key
         (``name@manual:<uuid>``) that can never collide with a window."""
         record = self._record(name)
@@ -94,9 +115,11 @@ class Sending:
             attempt=1,
             scheduled_for=now,
         )
-        return send_result(record, self._dispatch(record, [run], "trigger")[0])
+        result = send_result(record, self._dispatch(record, [run], "trigger")[0])
+        self._log_change(record.name, "triggered", by, {"run_id": result.run_id, "force": force})
+        return result
 
-    def replay(self, run_id: str, *, force: bool = False) -> SendResult:
+    def replay(self, run_id: str, *, force: bool = False, by: str | None = None) -> SendResult:
         """Send a failed, skipped or lost window again, as the next attempt of
         its idempotency key."""
         run = self.store.runs.get(run_id)
@@ -135,7 +158,10 @@ class Sending:
             attempt=latest.attempt + 1,
             scheduled_for=run.scheduled_for,
         )
-        return send_result(record, self._dispatch(record, [new], "replay")[0])
+        result = send_result(record, self._dispatch(record, [new], "replay")[0])
+        detail = {"run_id": run_id, "new_run_id": result.run_id, "force": force}
+        self._log_change(record.name, "replayed", by, detail)
+        return result
 
     def backfill(
         self,
@@ -145,6 +171,7 @@ class Sending:
         *,
         max_windows: int = MAX_BACKFILL,
         force: bool = False,
+        by: str | None = None,
     ) -> BackfillResult:
         """Send the windows in ``[start, end]``, oldest first, each under its
         own window key: a window that already has a run row (sent by beat,
@@ -153,9 +180,49 @@ class Sending:
         Naive and string bounds are read in the routine's zone. ``end`` may
         not be in the future: beat sends those windows.
         """
-        check_count("max_windows", max_windows, 1_000_000)
         record = self._record(name)
         now = self.clock()
+        first, last, runs = self._backfill_runs(record, start, end, max_windows, now)
+        if not force and runs:
+            new_count = len(runs) - self._stored(runs)
+            if new_count:
+                self._check_may_send(record, new_count, now)
+        results = self._dispatch(record, runs, "backfill") if runs else []
+        detail = {"from": first, "to": last, "windows": len(runs), "force": force}
+        self._log_change(record.name, "backfilled", by, detail)
+        return BackfillResult(record.name, first, last, [send_result(record, d) for d in results])
+
+    def backfill_plan(
+        self,
+        name: str,
+        start: datetime | str,
+        end: datetime | str,
+        *,
+        max_windows: int = MAX_BACKFILL,
+    ) -> BackfillPlan:
+        """What :meth:`backfill` with the same range would do, sending
+        nothing: how many windows it covers and how many are already stored
+        (those are not sent again). The same checks and messages."""
+        record = self._record(name)
+        first, last, runs = self._backfill_runs(record, start, end, max_windows, self.clock())
+        return BackfillPlan(record.name, first, last, len(runs), self._stored(runs))
+
+    def _stored(self, runs: list[NewRun]) -> int:
+        """How many of these windows already have a run row."""
+        if not runs:
+            return 0
+        keys = [(r.routine_id, r.idempotency_key, r.attempt) for r in runs]
+        return len(self.store.runs.find_windows(keys))
+
+    def _backfill_runs(
+        self,
+        record: RoutineRecord,
+        start: datetime | str,
+        end: datetime | str,
+        max_windows: int,
+        now: datetime,
+    ) -> tuple[datetime, datetime, list[NewRun]]:
+        check_count("max_windows", max_windows, 1_000_000)
         timezone = self._zone_of(record)
         first = to_instant(start, timezone, now, "--from")
         last = to_instant(end, timezone, now, "--to")
@@ -181,15 +248,7 @@ class Sending:
             )
             for w in windows
         ]
-        if not force and runs:
-            stored = self.store.runs.find_windows(
-                [(r.routine_id, r.idempotency_key, r.attempt) for r in runs]
-            )
-            new_count = len(runs) - len(stored)
-            if new_count:
-                self._check_may_send(record, new_count, now)
-        results = self._dispatch(record, runs, "backfill") if runs else []
-        return BackfillResult(record.name, first, last, [send_result(record, d) for d in results])
+        return first, last, runs
 
     # -- internals ---------------------------------------------------------
 
@@ -223,6 +282,9 @@ class Sending:
                 f"routine {record.name!r}: sending {fires} run(s) would pass its ceiling "
                 f"({spent}); pass --force to send anyway"
             )
+
+    def _log_change(self, name: str, action: str, by: str | None, detail: dict[str, Any]) -> None:
+        self.store.changes.record(name, action, by or who(), self.clock(), detail)
 
     def _dispatch(self, record: RoutineRecord, runs: list[NewRun], how: str) -> list[Dispatched]:
         results = dispatch(

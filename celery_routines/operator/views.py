@@ -25,12 +25,16 @@ class RoutineSummary:
     next_run_utc: datetime | None
     next_run_local: datetime | None
     state: str
-    """``enabled``, ``paused``, ``suspended``, ``disabled`` or ``invalid``."""
+    """``enabled``, ``paused``, ``suspended``, ``disabled``, ``invalid`` or ``retired``."""
     last_outcome: str | None
     """State of the newest run row (with its reason for skips), if any."""
     last_run_at: datetime | None
     next_retry_at: datetime | None = None
     """When the first pending retry of this routine goes out, if one is pending."""
+    retired_at: datetime | None = None
+    """Since when a code routine is no longer declared by its owner (never fired)."""
+    source: str | None = None
+    """``code``, ``cli``, or ``sql``."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,12 @@ class SyncResult:
     database: str
     routines: list[str]
     """Names of the routines written (declared in code or in beat_schedule)."""
+    retired: list[str] = field(default_factory=list)
+    """Code routines of this app no longer declared: retired by this sync."""
+    revived: list[str] = field(default_factory=list)
+    """Retired routines declared again: back in service from now."""
+    newer_stamp: str | None = None
+    """Set when newer code had written the routines: this sync wrote nothing."""
 
 
 def window_view(schedule: Schedule, window: datetime, key: str | None = None) -> WindowView:
@@ -164,6 +174,8 @@ def window_view(schedule: Schedule, window: datetime, key: str | None = None) ->
 
 
 def routine_state(record: RoutineRecord, now: datetime) -> str:
+    if record.retired_at is not None:
+        return "retired"
     if record.last_error is not None:
         return "invalid"
     if not record.enabled:
@@ -208,6 +220,7 @@ def definition_of(record: RoutineRecord) -> dict[str, Any]:
         "max_retries": record.max_retries,
         "retry_base_seconds": record.retry_base_seconds,
         "ceiling": loads(record.ceiling),
+        "run_timeout": record.run_timeout,
     }
 
 

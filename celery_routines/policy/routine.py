@@ -34,6 +34,8 @@ CATCH_UP_CAP_LIMIT = 100_000
 MAX_RETRIES_LIMIT = 100
 # The longest wait a routine may ask for (max_lateness, retry_base_seconds).
 SECONDS_LIMIT = 366 * 86400
+# The shortest run_timeout: a heartbeat goes out every third of it.
+RUN_TIMEOUT_MIN = 1.0
 
 E = TypeVar("E", CatchUp, Overlap)
 
@@ -52,6 +54,7 @@ OPTION_NAMES = frozenset(
         "ceiling",
         "enabled",
         "options",
+        "run_timeout",
     }
 )
 
@@ -78,6 +81,9 @@ class Routine:
     ceilings: tuple[Ceiling, ...] = ()
     enabled: bool = True
     options: Mapping[str, Any] = field(default_factory=dict)
+    # Seconds without a sign of life before a run is lost; None: the
+    # configured routines_run_timeout.
+    run_timeout: float | None = None
     # Set by from_columns: args, kwargs and options were just read from JSON,
     # so serialising them again to check them would only cost time.
     from_json: InitVar[bool] = False
@@ -100,6 +106,7 @@ class Routine:
         set_(self, "max_retries", _whole("max_retries", self.max_retries, 0, MAX_RETRIES_LIMIT))
         set_(self, "retry_base_seconds", _seconds("retry_base_seconds", self.retry_base_seconds))
         set_(self, "ceilings", _ceilings(self.ceilings))
+        set_(self, "run_timeout", _run_timeout(self.run_timeout))
         if not isinstance(self.enabled, bool):
             raise ScheduleError(f"enabled must be True or False, got {self.enabled!r}")
         args, kwargs, options = self.args, self.kwargs, self.options
@@ -133,6 +140,7 @@ class Routine:
             "max_retries": self.max_retries,
             "retry_base_seconds": self.retry_base_seconds,
             "ceiling": json.dumps([c.as_json() for c in self.ceilings]) if self.ceilings else None,
+            "run_timeout": self.run_timeout,
         }
 
 
@@ -182,6 +190,7 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
         ceilings=() if ceiling is None else ceiling,
         enabled=options.get("enabled", True),
         options=options.get("options", {}),
+        run_timeout=options.get("run_timeout"),
     )
 
 
@@ -214,6 +223,7 @@ def from_columns(row: Any) -> Routine:
         ceilings=ceilings,
         enabled=row.enabled,
         options=options,
+        run_timeout=row.run_timeout,
         from_json=True,
     )
 
@@ -287,6 +297,18 @@ def _seconds(label: str, value: Any) -> float:
             f"{label} must be a positive number of seconds (at most a year), got {shown}"
         )
     return float(value)
+
+
+def _run_timeout(value: Any) -> float | None:
+    """A run's heartbeat goes out every third of it, so below a second the
+    worker would write to the database several times a second per run."""
+    seconds = _optional_seconds("run_timeout", value)
+    if seconds is not None and seconds < RUN_TIMEOUT_MIN:
+        raise ScheduleError(
+            f"run_timeout must be at least {RUN_TIMEOUT_MIN:g} second (a heartbeat goes out "
+            f"every third of it), got {seconds:g}"
+        )
+    return seconds
 
 
 def _optional_seconds(label: str, value: Any) -> float | None:

@@ -47,6 +47,8 @@ class RetryPolicy:
     enabled: bool = True
     paused: bool = False
     suspended_until: datetime | None = None
+    # No longer declared in code by its owner: it fires nothing, retries included.
+    retired: bool = False
 
 
 def policy_of(routine: Any) -> RetryPolicy:
@@ -57,6 +59,7 @@ def policy_of(routine: Any) -> RetryPolicy:
         enabled=routine.enabled,
         paused=routine.paused,
         suspended_until=routine.suspended_until,
+        retired=getattr(routine, "retired_at", None) is not None,
     )
 
 
@@ -79,6 +82,8 @@ def retry_delay(attempt: int, base_seconds: float) -> timedelta:
 
 def blocked_reason(policy: RetryPolicy, now: datetime) -> str | None:
     """Why the routine may not retry right now (paused, suspended, disabled)."""
+    if policy.retired:
+        return "retired"
     if not policy.enabled:
         return "disabled"
     if policy.paused:
@@ -139,6 +144,16 @@ def lost_deadline(
     runs, its worker's heartbeats push the deadline on (never back).
     """
     return started_at + timedelta(seconds=lost_after(run_timeout, time_limit))
+
+
+def celery_retry_wait(when: Any, now: datetime) -> timedelta:
+    """How long until the redelivery of Celery's own ``self.retry()``: its
+    ``when`` (seconds or an aware instant; anything else: at once)."""
+    if isinstance(when, int | float):
+        return timedelta(seconds=max(0.0, float(when)))
+    if isinstance(when, datetime) and when.tzinfo is not None:
+        return max(timedelta(0), when - now)
+    return timedelta(0)
 
 
 def lost_after(run_timeout: float, time_limit: float | None = None) -> float:

@@ -24,6 +24,13 @@ class RunState(StrEnum):
 
 
 RUN_STATES = tuple(state.value for state in RunState)
+# Finished: the states history pruning may delete.
+FINISHED_STATES = (
+    RunState.SUCCEEDED.value,
+    RunState.FAILED.value,
+    RunState.LOST.value,
+    RunState.SKIPPED.value,
+)
 # Written, and not finished: these hold a routine back under overlap="skip".
 OPEN_STATES = (RunState.PENDING.value, RunState.SENT.value, RunState.RUNNING.value)
 
@@ -42,6 +49,8 @@ class Reason(StrEnum):
     OVERLAP = "overlap"
     CEILING = "ceiling"
     PAUSED = "paused"
+    RETIRED = "retired"
+    DISABLED = "disabled"
     # Failures.
     LOST = "lost"
     SEND_FAILED = "send_failed"

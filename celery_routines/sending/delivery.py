@@ -30,6 +30,7 @@ def outgoing_run(routine: Routine, run: NewRun, run_id: str | None = None) -> Ou
         window=run.scheduled_for,
         idempotency_key=run.idempotency_key,
         attempt=run.attempt,
+        run_timeout=routine.run_timeout,
     )
 
 

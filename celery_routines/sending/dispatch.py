@@ -62,6 +62,7 @@ def dispatch(
     """Write, send and mark ``new_runs`` of ``record``, oldest first."""
     # Before anything is written: an invalid row sends nothing.
     routine = from_columns(record)
+    run_timeout = routine.run_timeout or run_timeout
     now = clock()
     # A row left pending (this process dies before publishing) is found by
     # the lost sweep at its deadline, exactly like one of beat's.

@@ -40,6 +40,8 @@ PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.2, "interval_step"
 # pipeline each. Large enough that a burst pays a few round trips, small
 # enough that a pipeline stays a few hundred kilobytes.
 MESSAGES_PER_BATCH = 500
+# saferepr's depth for the kwargs Flower shows, where Celery has no setting for it.
+REPR_MAXLEVELS = 3
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -108,7 +110,9 @@ class CeleryPublisher:
     @cached_property
     def _repr_limits(self) -> tuple[int, int]:
         # Read once: each is a lookup through Celery's layered settings.
-        return self.app.amqp.kwargsrepr_maxsize, self.app.conf.task_repr_maxlevels
+        # Celery 5.5 and older have no task_repr_maxlevels (they nest 3 levels).
+        maxlevels = self.app.conf.get("task_repr_maxlevels", REPR_MAXLEVELS)
+        return self.app.amqp.kwargsrepr_maxsize, maxlevels
 
     @property
     def producer(self) -> Any:

@@ -5,19 +5,27 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Engine, bindparam, func, select
+from sqlalchemy import Engine, bindparam, func, select, type_coerce
 
 from ..clock import as_utc, utc_now
 from . import migrate
 from .admin_queries import AdminQueries
 from .bookkeeping import BookkeepingQueries, Published
+from .changes import ChangeQueries
 from .connections import Connections, connections_for
+from .dialects import database_clock
 from .engine import make_engine
+from .panel_queries import PanelQueries
+from .prune import PruneQueries
 from .records import NewRun, RoutineRecord, RunRecord
+from .refresh import RefreshQueries
 from .routines import Advance, RoutineQueries, _aware
+from .run_metrics import RunMetricsQueries
 from .runs import RunQueries
 from .spend_queries import SpendQueries
+from .types import UTCDateTime
 
 __all__ = ["Advance", "NewRun", "Probe", "Published", "RoutineRecord", "RunRecord", "Store"]
 
@@ -37,6 +45,11 @@ class Probe:
     unscheduled: bool
     # Due routines held by this beat itself (``overlap="queue"`` deferrals).
     held_due: bool
+    # The database's clock when the probe ran, when asked for and it has one.
+    clock: datetime | None = None
+    # Routines changed outside beat since their next window was computed
+    # (asked for every routines_refresh_seconds only).
+    changed: bool = False
 
 
 class Store:
@@ -50,11 +63,33 @@ class Store:
         self.admin = AdminQueries(engine)
         self.spend = SpendQueries(engine)
         self.bookkeeping = BookkeepingQueries(engine)
-        # Built once: constructing it cost more than running it.
-        self._probe = select(
-            *self.routines.probe_columns(bindparam("now"), bindparam("holder"), bindparam("arb")),
-            *self.runs.instant_columns(),
+        self.run_metrics = RunMetricsQueries(engine)
+        self.panel = PanelQueries(engine)
+        self.changes = ChangeQueries(engine)
+        self.prune = PruneQueries(engine)
+        # Built once: constructing it cost more than running it. Each has a
+        # refresh variant that also says whether rows changed outside beat
+        # (read every routines_refresh_seconds: it scans the routines).
+        self.refresh = RefreshQueries(engine)
+        self._probe, self._probe_refresh = (self._probe_select(None, r) for r in (False, True))
+        # The same probe arbitrating on the database's clock, which it also
+        # returns: the tick learns the clock offset without a round trip.
+        clock = database_clock(engine.dialect)
+        self._probe_on_clock, self._probe_on_clock_refresh = (
+            (None, None) if clock is None else (self._probe_select(clock, r) for r in (False, True))
         )
+
+    def _probe_select(self, clock: Any, refresh: bool) -> Any:
+        arbitration = bindparam("arb") if clock is None else clock
+        columns = [
+            *self.routines.probe_columns(bindparam("now"), bindparam("holder"), arbitration),
+            *self.runs.instant_columns(),
+        ]
+        if clock is not None:
+            columns.append(type_coerce(clock, UTCDateTime()).label("clock"))
+        if refresh:
+            columns.append(self.refresh.changed_column())
+        return select(*columns)
 
     @classmethod
     def from_url(cls, url: str, *, ping_after_idle: float | None = None) -> Store:
@@ -63,16 +98,35 @@ class Store:
     def migrate(self) -> None:
         migrate.upgrade(self.engine)
 
-    def probe(self, now: datetime, holder: str, arbitration: datetime | None = None) -> Probe:
+    def probe(
+        self,
+        now: datetime,
+        holder: str,
+        arbitration: datetime | None = None,
+        *,
+        on_database_clock: bool = False,
+        refresh: bool = False,
+    ) -> Probe:
         """Everything a tick needs to know before it does anything, and when
         to wake next, in one round trip (each column reads the first entry of
         an index). Claims and run deadlines are compared on ``arbitration``
-        (the database's clock; ``now`` when not given); every instant returned
-        is on the beat's clock, ``now``'s."""
+        (``now`` when not given), or, ``on_database_clock``, on the database's
+        clock (:meth:`db_now`, read in the same statement), returned as
+        ``Probe.clock``; ``refresh`` also asks whether routines were changed
+        outside beat (``Probe.changed``).
+        every instant returned is on the beat's clock, ``now``'s."""
         at = now if arbitration is None else arbitration
-        shift = at - now
+        statement, clock = self._probe_refresh if refresh else self._probe, None
+        if on_database_clock:
+            if self._probe_on_clock is None:
+                at = clock = self.db_now()  # no statement: the process clock
+            else:
+                statement = self._probe_on_clock_refresh if refresh else self._probe_on_clock
         with self.connections.fast_read() as conn:
-            row = conn.execute(self._probe, {"now": now, "holder": holder, "arb": at}).one()
+            row = conn.execute(statement, {"now": now, "holder": holder, "arb": at}).one()
+        if on_database_clock and self._probe_on_clock is not None:
+            at = clock = row.clock
+        shift = at - now
         expiry = _aware(row.expiry) - shift if row.expiry is not None else None
         window = _aware(row.window) if row.window is not None else None
         routine = [instant for instant in (window, expiry) if instant is not None]
@@ -83,6 +137,8 @@ class Store:
             deadline=_aware(row.deadline) - shift if row.deadline is not None else None,
             unscheduled=bool(row.unscheduled),
             held_due=bool(row.held_due),
+            clock=clock,
+            changed=bool(row.changed) if refresh else False,
         )
 
     def db_now(self) -> datetime:

@@ -59,6 +59,7 @@ class AdminQueries:
         routine_id: int | None = None,
         states: Sequence[str] | None = None,
         since: datetime | None = None,
+        until: datetime | None = None,
         limit: int = 50,
     ) -> Select[Any]:
         """The listing query. Across routines it is a backward range scan of
@@ -81,6 +82,8 @@ class AdminQueries:
             query = query.where(runs.c.state.in_(wanted))
         if since is not None:
             query = query.where(runs.c.created_at >= since)
+        if until is not None:
+            query = query.where(runs.c.created_at <= until)
         if routine_id is None and is_mysql(self.engine):
             # MariaDB's optimizer prefers starting from the few routines and
             # sorting every run they join, or a full scan and a sort, to
@@ -107,10 +110,13 @@ class AdminQueries:
         routine_id: int | None = None,
         states: Sequence[str] | None = None,
         since: datetime | None = None,
+        until: datetime | None = None,
         limit: int = 50,
     ) -> list[NamedRun]:
-        """Newest first; ``since`` filters on when the row was written."""
-        query = self.runs_select(routine_id=routine_id, states=states, since=since, limit=limit)
+        """Newest first; ``since`` and ``until`` filter on when the row was written."""
+        query = self.runs_select(
+            routine_id=routine_id, states=states, since=since, until=until, limit=limit
+        )
         with self.db.read() as conn:
             return [_named(row) for row in conn.execute(query)]
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Dialect, Engine
+from sqlalchemy import Dialect, Engine, func
+from sqlalchemy.sql.elements import ColumnElement
 
 MYSQL_FAMILY = frozenset({"mysql", "mariadb"})
 
@@ -44,6 +45,17 @@ def table_options(dialect: Dialect) -> dict[str, Any]:
     if not is_mysql(dialect):
         return {}
     return _prefixed({**_MYSQL_TABLE_OPTIONS, "collate": binary_collation(dialect)})
+
+
+def database_clock(dialect: Dialect) -> ColumnElement[Any] | None:
+    """The database's clock as naive UTC, comparable with the stored
+    instants, read when the statement runs; ``None`` on SQLite, which has no
+    clock of its own (the process clock stands in for it)."""
+    if is_mysql(dialect):
+        return func.utc_timestamp(6)
+    if dialect.name == "postgresql":
+        return func.timezone("UTC", func.statement_timestamp())
+    return None
 
 
 def is_mysql(on: Engine | Dialect | Any) -> bool:

@@ -52,6 +52,8 @@ class Routine(Base):
     retry_base_seconds: Mapped[float] = mapped_column(Seconds, server_default=text("60"))
     # JSON list of {"limit", "per", "unit"}; NULL when the routine has no ceiling.
     ceiling: Mapped[str | None] = mapped_column(Text)
+    # Seconds without a heartbeat before a run is lost; NULL: routines_run_timeout.
+    run_timeout: Mapped[float | None] = mapped_column(Seconds)
     next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     paused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     suspended_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -61,8 +63,17 @@ class Routine(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     locked_by: Mapped[str | None] = mapped_column(String(100))
     locked_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    # "code" for routines declared with routine()/register()/beat_schedule; NULL for SQL rows.
+    # "code" for routines declared with routine()/register()/beat_schedule,
+    # "cli" for routines added with `celery routines add`; NULL or "sql" for SQL rows.
     source: Mapped[str | None] = mapped_column(String(16))
+    # The app whose code declared it (routines_owner, else the app's main).
+    owner: Mapped[str | None] = mapped_column(String(200))
+    # Declaration stamp of the code that last wrote it: an older one never wins.
+    declared_version: Mapped[str | None] = mapped_column(String(100))
+    # Set while a code routine is no longer declared by its owner: never fired.
+    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The schedule next_run_at was computed from, as the database spells it.
+    schedule_fingerprint: Mapped[str | None] = mapped_column(String(400))
     created_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
@@ -83,6 +94,23 @@ class Routine(Base):
         ),
         TABLE_OPTIONS,
     )
+
+
+class RoutineChange(Base):
+    """Who changed which routine, when and how (``celery routines history``)."""
+
+    __tablename__ = "routine_changes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # By name, not a foreign key: the history of a deleted routine stays.
+    routine: Mapped[str] = mapped_column(String(NAME_MAX_LENGTH))
+    action: Mapped[str] = mapped_column(String(32))
+    changed_by: Mapped[str | None] = mapped_column(String(255))
+    changed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # JSON object: the changed fields and their new values, or the operation's arguments.
+    detail: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_routine_changes_routine", "routine", "id"), TABLE_OPTIONS)
 
 
 class RoutineRun(Base):
@@ -144,6 +172,8 @@ class RoutineRun(Base):
         # The run listings across routines (admin runs/skips), newest first:
         # a backward range scan in the listing's exact order, stopping at its limit.
         Index("ix_routine_runs_created", "created_at", "scheduled_for", "attempt"),
+        # Run metrics (issue 18): the runs finished since the last read.
+        Index("ix_routine_runs_finished", "finished_at"),
         Index(
             "ix_routine_runs_skipped_created",
             "created_at",
@@ -154,3 +184,21 @@ class RoutineRun(Base):
         ),
         TABLE_OPTIONS,
     )
+
+
+class RoutineWorkerEvent(Base):
+    """What a worker did that no run row's own columns date: a refused
+    duplicate delivery (``duplicate``), a suspension decided by the after-run
+    ceiling check (``suspended``). Append-only; beat's metrics read the rows
+    past the last id they saw, so every worker process (prefork children
+    included) is counted once, whichever beat exports it."""
+
+    __tablename__ = "routine_worker_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    routine_id: Mapped[int | None] = mapped_column(Integer)
+    run_id: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (TABLE_OPTIONS,)

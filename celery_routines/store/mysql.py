@@ -66,7 +66,11 @@ ADVANCE = text(
 )
 ADOPT = text(
     f"UPDATE {_WINDOWS} STRAIGHT_JOIN routines r FORCE INDEX (PRIMARY) ON r.id = j.rid"
-    " SET r.next_run_at = j.nra, r.last_error = NULL, r.updated_at = :now"
+    " SET r.next_run_at = j.nra, r.last_error = NULL, r.updated_at = :now,"
+    # store/fingerprint.py's expression, as SQLAlchemy spells it on MySQL.
+    " r.schedule_fingerprint = concat(coalesce(r.cron, ''), '|',"
+    " coalesce(CAST(r.interval_seconds AS CHAR), ''), '|', coalesce(r.timezone, ''), '|',"
+    " CASE WHEN r.enabled THEN 'on' ELSE 'off' END)"
     " WHERE r.next_run_at IS NULL"
 )
 CLAIM = text(

@@ -34,6 +34,14 @@ class RoutineRecord:
     last_error: str | None
     locked_by: str | None
     locked_until: datetime | None
+    source: str | None = None
+    owner: str | None = None
+    retired_at: datetime | None = None
+    schedule_fingerprint: str | None = None
+    # True when cron, interval_seconds, timezone or enabled changed since
+    # next_run_at was computed (compared by the database, see store/routines.py).
+    schedule_changed: bool = False
+    run_timeout: float | None = None
 
 
 ROUTINE_RECORD_FIELDS = tuple(RoutineRecord.__dataclass_fields__)

@@ -19,14 +19,15 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.exc import IntegrityError
 
 import celery_routines.store.mysql as mysql_json
 
 from .connections import connections_for
+from .declarations import DeclarationQueries, Declared
 from .dialects import is_mysql
+from .fingerprint import current_fingerprint, record_columns
 from .models import Routine
-from .records import ROUTINE_RECORD_FIELDS, RoutineRecord
+from .records import RoutineRecord
 
 table = Routine.__table__
 c = table.c
@@ -34,9 +35,7 @@ c = table.c
 # Spelled exactly like the partial indexes' predicate so both SQLite and
 # PostgreSQL use them.
 ACTIVE = text("routines.enabled AND NOT routines.paused")
-RECORD_COLUMNS = [c[name] for name in ROUTINE_RECORD_FIELDS]
-# Columns that decide when a routine fires: a change resets its next window.
-SCHEDULE_COLUMNS = ("cron", "interval_seconds", "timezone")
+RECORD_COLUMNS = record_columns()
 
 
 def _record(row: Any) -> RoutineRecord:
@@ -92,39 +91,17 @@ class RoutineQueries:
 
     # -- definitions ---------------------------------------------------------
 
-    def upsert_definitions(self, definitions: Sequence[dict[str, Any]], now: datetime) -> None:
-        """Write routines declared in code: code owns the definition columns,
-        the database keeps runtime state (next window, pause, suspension)."""
-        if not definitions:
-            return
-        try:
-            self._upsert(definitions, now)
-        except IntegrityError:
-            # Another beat inserted the same names between our read and write.
-            self._upsert(definitions, now)
-
-    def _upsert(self, definitions: Sequence[dict[str, Any]], now: datetime) -> None:
-        names = [d["name"] for d in definitions]
-        with self.db.write() as conn:
-            stored = {
-                row.name: row
-                for row in conn.execute(
-                    select(c.name, *[c[col] for col in SCHEDULE_COLUMNS]).where(c.name.in_(names))
-                )
-            }
-            for definition in definitions:
-                values = {**definition, "source": "code", "updated_at": now}
-                row = stored.get(definition["name"])
-                if row is None:
-                    conn.execute(table.insert().values(**values, created_at=now))
-                    continue
-                if any(getattr(row, col) != definition[col] for col in SCHEDULE_COLUMNS):
-                    values.update(next_run_at=None)
-                conn.execute(
-                    update(table)
-                    .where(c.name == definition["name"])
-                    .values(**values, last_error=None)
-                )
+    def upsert_definitions(
+        self,
+        definitions: Sequence[dict[str, Any]],
+        now: datetime,
+        *,
+        owner: str = "default",
+        stamp: str | None = None,
+    ) -> Declared:
+        """Write routines declared in code, retire the owner's code routines
+        no longer declared (see :mod:`celery_routines.store.declarations`)."""
+        return DeclarationQueries(self.engine).write(definitions, now, owner=owner, stamp=stamp)
 
     # -- the tick ------------------------------------------------------------
 
@@ -132,7 +109,7 @@ class RoutineQueries:
         """Enabled routines that have no next window yet (new or SQL-inserted)."""
         query = (
             select(*RECORD_COLUMNS)
-            .where(c.next_run_at.is_(None), c.enabled)
+            .where(c.next_run_at.is_(None), c.enabled, c.retired_at.is_(None))
             .order_by(c.id)
             .limit(limit)
         )
@@ -155,7 +132,12 @@ class RoutineQueries:
         stmt = (
             update(table)
             .where(c.id == bindparam("rid"), c.next_run_at.is_(None))
-            .values(next_run_at=bindparam("nra"), last_error=None, updated_at=bindparam("now"))
+            .values(
+                next_run_at=bindparam("nra"),
+                last_error=None,
+                updated_at=bindparam("now"),
+                schedule_fingerprint=current_fingerprint(),
+            )
         )
         with self.db.fast_write() as conn:
             return conn.execute(stmt, params).rowcount
@@ -357,7 +339,9 @@ class RoutineQueries:
         """:meth:`wakeup_columns` plus two flags a tick reads before doing
         anything: routines waiting for adoption, and due routines this beat
         holds itself (``overlap="queue"`` deferrals it rechecks every tick)."""
-        unscheduled = select(c.id).where(c.next_run_at.is_(None), c.enabled).exists()
+        unscheduled = (
+            select(c.id).where(c.next_run_at.is_(None), c.enabled, c.retired_at.is_(None)).exists()
+        )
         held_due = select(c.id).where(ACTIVE, c.next_run_at <= now, c.locked_by == holder).exists()
         return [
             *self.wakeup_columns(now, arbitration),

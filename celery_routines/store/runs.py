@@ -27,6 +27,7 @@ import celery_routines.store.mysql as mysql_json
 
 from .connections import connections_for
 from .dialects import is_mysql
+from .fingerprint import record_columns
 from .models import Routine, RoutineRun
 from .records import (
     ROUTINE_RECORD_FIELDS,
@@ -339,7 +340,7 @@ class RunQueries(RunOutcomeQueries):
     def retries_due_select(self, now: datetime, limit: int) -> Select[Any]:
         """``retrying`` attempts whose ``retry_at`` has come, oldest first, with
         their routine: a range scan of ``ix_routine_runs_retry_due``."""
-        routine_columns = [routines.c[name].label(f"r_{name}") for name in ROUTINE_RECORD_FIELDS]
+        routine_columns = record_columns("r_")
         return (
             select(*RECORD_COLUMNS, *routine_columns)
             .join(routines, routines.c.id == c.routine_id)

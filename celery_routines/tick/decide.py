@@ -159,7 +159,7 @@ def decide(
         suspension = budget.suspension
         planned = limit_plan(planned, budget, claimed.schedule)
     record, name, timezone = claimed.record, claimed.routine.name, claimed.timezone
-    deadline = lost_deadline(now + facts.offset, run_timeout)
+    deadline = lost_deadline(now + facts.offset, claimed.routine.run_timeout or run_timeout)
     sends = [
         NewRun(
             id=new_id(),

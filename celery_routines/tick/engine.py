@@ -31,6 +31,7 @@ from celery_routines.store import Advance, Probe, Published, RoutineRecord, Stor
 from celery_routines.tick import decide
 from celery_routines.tick.decide import Claimed, Decision, Facts
 from celery_routines.tick.ledger import Unrecorded
+from celery_routines.tick.refresh import Refresher
 from celery_routines.tick.report import TickReport
 from celery_routines.tick.sweeps import Sweeps
 from celery_routines.tick.write import CLAIM_TRUSTED_SHARE, Writing
@@ -55,6 +56,7 @@ class TickEngine(Writing):
         revoker: Revoker | None = None,
         events: Events | None = None,
         arbiter: Clock | None = None,
+        arbitrate_on_database: bool = False,
     ) -> None:
         self.store = store
         self.publisher = publisher
@@ -69,6 +71,7 @@ class TickEngine(Writing):
         # Skips, suspensions and lost runs also go out as `routine-*` events.
         self.events: Events = events or NoEvents()
         self.sweeps = Sweeps(store, publisher, settings, self.events)
+        self.refresher = Refresher(store, settings, holder, self.events)
         # What this beat published and has not yet written down.
         self.ledger = Unrecorded()
         # Set by the beat when told to stop mid-tick: publishing is bounded.
@@ -76,11 +79,14 @@ class TickEngine(Writing):
         # The most routines one tick claims: routines_batch_size, less while
         # ticks take too much of routines_lock_ttl (see _fit_claims_to_ttl).
         self.claim_limit = settings.batch_size
-        # The database's clock (Store.db_now): claims and run deadlines are
-        # written and compared on it, so a beat whose clock is off neither
-        # holds claims longer nor declares runs lost early. Windows stay on
-        # ``clock``. Without one (tests on an injected clock) ``clock`` is both.
+        # The clock claims and run deadlines are written and compared on, so
+        # a beat whose clock is off neither holds claims longer nor declares
+        # runs lost early; windows stay on ``clock``. In production it is the
+        # database's (``arbitrate_on_database``: read by the probe itself, no
+        # extra statement); tests may inject one (``arbiter``). Neither:
+        # ``clock`` is both.
         self.arbiter = arbiter
+        self.arbitrate_on_database = arbitrate_on_database
         # The arbiter's clock minus ours, measured at the start of each tick.
         self.offset = timedelta(0)
 
@@ -98,12 +104,19 @@ class TickEngine(Writing):
         now = self.clock()
         with self.store.session():
             if self.arbiter is not None:
-                self.offset = self.arbiter() - now
-                self.sweeps.offset = self.offset
+                self._set_offset(self.arbiter() - now)
             if self.ledger:
                 logger.info("writing down %s before anything else", self.ledger.describe())
                 self._record_published(now)
-            probe = self.store.probe(now, self.holder, now + self.offset)
+            probe = self.store.probe(
+                now,
+                self.holder,
+                now + self.offset,
+                on_database_clock=self.arbitrate_on_database,
+                refresh=self.refresher.due(now),
+            )
+            if probe.clock is not None:
+                self._set_offset(probe.clock - now)
             if self._work(probe, now):
                 self._act(probe, now, report)
                 later = self.clock()
@@ -112,9 +125,14 @@ class TickEngine(Writing):
         report.duration = time.monotonic() - started
         return report
 
+    def _set_offset(self, offset: timedelta) -> None:
+        self.offset = offset
+        self.sweeps.offset = offset
+
     def _work(self, probe: Probe, now: datetime) -> bool:
         return (
             probe.unscheduled
+            or probe.changed
             or probe.held_due
             or _due(probe.window, now)
             or _due(probe.retry_at, now)
@@ -128,6 +146,8 @@ class TickEngine(Writing):
         # that transaction locks routines before runs, like every other.
         if _due(probe.deadline, now):
             self.sweeps.sweep_lost(now, report)
+        if probe.changed:
+            self.refresher.refresh(now, now + self.offset, report)
         started = time.monotonic()
         with self.store.transaction():
             if probe.unscheduled:
@@ -203,8 +223,8 @@ class TickEngine(Writing):
     def _mark_published(self) -> None:
         """The ledger's published runs -> ``sent``, oldest batch first."""
         while self.ledger.sent:
-            run_ids, sent_at = self.ledger.sent[0]
-            deadline = self._sent_deadline(sent_at)
+            run_ids, sent_at, timeout = self.ledger.sent[0]
+            deadline = self._sent_deadline(sent_at, timeout)
             self.store.runs.mark_sent(run_ids, sent_at, deadline_at=deadline)
             self.ledger.marked()
 
@@ -241,8 +261,8 @@ class TickEngine(Writing):
         failure writes neither, and both stay in the ledger for the next tick."""
         ledger = self.ledger
         runs = [
-            Published(run_id, sent_at, self._sent_deadline(sent_at))
-            for run_ids, sent_at in ledger.sent
+            Published(run_id, sent_at, self._sent_deadline(sent_at, timeout))
+            for run_ids, sent_at, timeout in ledger.sent
             for run_id in run_ids
         ]
         advances = sorted(ledger.advances.values(), key=lambda a: a.routine_id)
@@ -251,9 +271,10 @@ class TickEngine(Writing):
         ledger.advances.clear()
         self._say_taken_over(len(advances) - advanced)
 
-    def _sent_deadline(self, sent_at: datetime) -> datetime:
-        """A sent run's lost deadline, on the database's clock."""
-        return lost_deadline(sent_at + self.offset, self.settings.run_timeout)
+    def _sent_deadline(self, sent_at: datetime, timeout: float | None) -> datetime:
+        """A sent run's lost deadline, on the database's clock (``timeout``:
+        the routine's own ``run_timeout``, else ``routines_run_timeout``)."""
+        return lost_deadline(sent_at + self.offset, timeout or self.settings.run_timeout)
 
     def _next_wakeup(self, probe: Probe, now: datetime) -> datetime | None:
         """The earliest of: a routine's window or claim expiry, a retry's
@@ -310,6 +331,9 @@ class TickEngine(Writing):
     ) -> list[Decision]:
         """Read what the claimed routines need, then decide each (pure)."""
         drafts: list[tuple[Claimed, FirePlan | None]] = []
+        # A routine edited outside beat since its window was computed: the
+        # stale window never fires (rescheduled from now instead).
+        claimed = self.refresher.take_changed(claimed, now, now + self.offset, report)
         for record in claimed:
             try:
                 schedule = self._schedule(record)
@@ -363,6 +387,10 @@ class TickEngine(Writing):
         self, record: RoutineRecord, exc: Exception, now: datetime, holder: str | None
     ) -> None:
         message = str(exc) if isinstance(exc, InvalidRoutine) else f"routine {record.name!r}: {exc}"
+        if record.last_error and record.cron is None and record.interval_seconds is None:
+            # An entry stored with its own error (a beat_schedule entry that
+            # could not be a routine): that error says more than "no schedule".
+            message = record.last_error
         retry_at = now + INVALID_RETRY
         logger.error("%s; marked invalid, looking again at %s", message, retry_at.isoformat())
         self.store.routines.mark_invalid(record.id, message, retry_at, holder, now)

@@ -23,15 +23,25 @@ from celery_routines.store import Advance
 
 @dataclass
 class Unrecorded:
-    # Batches of run ids published at one instant, not yet marked sent.
-    sent: list[tuple[list[str], datetime]] = field(default_factory=list)
+    # Batches of run ids published at one instant, not yet marked sent, with
+    # their routines' own run_timeout (None: routines_run_timeout).
+    sent: list[tuple[list[str], datetime, float | None]] = field(default_factory=list)
     # Next windows of routines whose runs went out, not yet written.
     advances: dict[int, Advance] = field(default_factory=dict)
 
-    def published(self, run_ids: Sequence[str], sent_at: datetime) -> None:
+    def published(
+        self, run_ids: Sequence[str], sent_at: datetime, timeouts: Sequence[float | None] = ()
+    ) -> None:
+        """``timeouts``: each run's routine's own run_timeout (none given: all
+        the default); one batch per distinct timeout, so each is marked sent
+        with its own lost deadline."""
         if not run_ids:
             return
-        self.sent.append((list(run_ids), sent_at))
+        by_timeout: dict[float | None, list[str]] = {}
+        for run_id, timeout in zip(run_ids, timeouts or [None] * len(run_ids), strict=True):
+            by_timeout.setdefault(timeout, []).append(run_id)
+        for timeout, ids in by_timeout.items():
+            self.sent.append((ids, sent_at, timeout))
 
     def advanced(self, advances: Sequence[Advance]) -> None:
         for advance in advances:
@@ -45,5 +55,5 @@ class Unrecorded:
         return bool(self.sent or self.advances)
 
     def describe(self) -> str:
-        runs = sum(len(ids) for ids, _ in self.sent)
+        runs = sum(len(ids) for ids, _, _ in self.sent)
         return f"{runs} published run(s) and {len(self.advances)} routine advance(s)"

@@ -29,6 +29,8 @@ class TickReport:
     lost: int = 0
     retries_sent: int = 0
     retries_cancelled: int = 0
+    # Routines changed outside beat whose next window was recomputed.
+    rescheduled: int = 0
     more_due: bool = False
     duration: float = 0.0
     next_wakeup: datetime | None = None

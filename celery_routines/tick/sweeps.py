@@ -115,6 +115,38 @@ class Sweeps:
 
     # -- retries ---------------------------------------------------------------
 
+    def _skip_late(self, item: DueRetry, settled: str, now: datetime, report: TickReport) -> None:
+        """The next attempt as a ``skipped`` row, reason ``late``, like a
+        first attempt past ``max_lateness``; the failed attempt settles."""
+        run, routine = item.run, item.routine
+        skipped = NewRun(
+            id=str(uuid.uuid4()),
+            routine_id=run.routine_id,
+            idempotency_key=run.idempotency_key,
+            attempt=run.attempt + 1,
+            scheduled_for=run.scheduled_for,
+            state=RunState.SKIPPED,
+            reason=Reason.LATE,
+            skipped_count=1,
+            skipped_first=run.scheduled_for,
+            skipped_last=run.scheduled_for,
+        )
+        if not self.store.runs.take_retry(run.id, settled, skipped, now):
+            report.conflicts += 1
+            return
+        report.skipped_windows += 1
+        report.skipped_by_reason[Reason.LATE] = report.skipped_by_reason.get(Reason.LATE, 0) + 1
+        self.events.skipped(
+            routine.name, reason=Reason.LATE, count=1, first=run.scheduled_for,
+            last=run.scheduled_for, run_id=skipped.id,
+        )  # fmt: skip
+        logger.warning(
+            "retry of %s (attempt %d) skipped: late, past max_lateness %ss of its window",
+            run.idempotency_key,
+            run.attempt + 1,
+            f"{routine.max_lateness:g}",
+        )
+
     def retries_due(self, now: datetime, report: TickReport) -> list[DueRetry]:
         """The ``retrying`` runs whose ``retry_at`` has come (read inside the
         tick's first transaction; sent by :meth:`send_retries` after it)."""
@@ -157,13 +189,18 @@ class Sweeps:
                     )
                 continue
             attempt = run.attempt + 1
+            if late_retry(model.max_lateness, run.scheduled_for, now):
+                self._skip_late(item, settled, now, report)
+                continue
             next_run = NewRun(
                 id=str(uuid.uuid4()),
                 routine_id=run.routine_id,
                 idempotency_key=run.idempotency_key,
                 attempt=attempt,
                 scheduled_for=run.scheduled_for,
-                deadline_at=lost_deadline(now + self.offset, self.settings.run_timeout),
+                deadline_at=lost_deadline(
+                    now + self.offset, model.run_timeout or self.settings.run_timeout
+                ),
             )
             if not self.store.runs.take_retry(run.id, settled, next_run, now):
                 report.conflicts += 1
@@ -176,14 +213,12 @@ class Sweeps:
             return
         messages = [outgoing_run(model, next_run) for _, model, next_run in taken]
         errors = publish_runs(self.publisher, messages)
-        ledger.published(
-            [
-                next_run.id
-                for (_, _, next_run), error in zip(taken, errors, strict=True)
-                if not error
-            ],
-            now,
-        )
+        published = [
+            (next_run.id, model.run_timeout)
+            for (_, model, next_run), error in zip(taken, errors, strict=True)
+            if not error
+        ]
+        ledger.published([i for i, _ in published], now, [t for _, t in published])
         for (item, _, next_run), error in zip(taken, errors, strict=True):
             if error is None:
                 report.retries_sent += 1
@@ -198,6 +233,11 @@ class Sweeps:
                 error,
                 now,
             )
+
+
+def late_retry(max_lateness: float | None, window: datetime, now: datetime) -> bool:
+    """A retry going out now would be later than the window's lateness limit."""
+    return max_lateness is not None and now - window > timedelta(seconds=max_lateness)
 
 
 def retry_blocked_by_ceiling(

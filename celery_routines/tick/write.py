@@ -197,9 +197,13 @@ class Writing:
     ) -> None:
         """Enter what went out in the ledger; record what the broker refused."""
         published = [
-            run_id for (_, _, run_id), error in zip(chunk, errors, strict=True) if error is None
+            (run_id, item.claimed.routine.run_timeout)
+            for (item, _, run_id), error in zip(chunk, errors, strict=True)
+            if error is None
         ]
-        self.ledger.published(published, self.clock())
+        self.ledger.published(
+            [run_id for run_id, _ in published], self.clock(), [t for _, t in published]
+        )
         for (item, run, run_id), error in zip(chunk, errors, strict=True):
             if error is None:
                 report.sent += 1

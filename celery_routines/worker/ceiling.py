@@ -5,6 +5,7 @@ suspends its routine until the period turns (decided by
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
 
 from celery_routines.policy.ceilings import (
@@ -16,7 +17,17 @@ from celery_routines.store import Store
 logger = logging.getLogger("celery_routines.worker")
 
 
-def check_after_run(store: Store, run_id: str, now: datetime, default_timezone: str) -> None:
+# ``(routine, until, reason)``: told when the check suspends a routine.
+OnSuspend = Callable[[str, datetime, str], None]
+
+
+def check_after_run(
+    store: Store,
+    run_id: str,
+    now: datetime,
+    default_timezone: str,
+    on_suspend: OnSuspend | None = None,
+) -> None:
     """The worker's check once a run's spend is recorded: a ceiling the run
     reached suspends the routine until its period turns. A routine without
     a ceiling costs one read."""
@@ -31,3 +42,5 @@ def check_after_run(store: Store, run_id: str, now: datetime, default_timezone: 
         run.routine_id, suspension.until, suspension.reason, now
     ):
         logger.warning("suspended %s after run %s: %s", run.routine_name, run_id, suspension.reason)
+        if on_suspend is not None:
+            on_suspend(run.routine_name, suspension.until, suspension.reason)

@@ -25,6 +25,7 @@ import socket
 import threading
 import weakref
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from celery import Celery, signals
@@ -33,11 +34,17 @@ from celery.exceptions import Ignore, WorkerLostError
 
 from celery_routines.clock import Clock, utc_now
 from celery_routines.config import Settings, settings_from
-from celery_routines.policy.runs import after_failure, lost_after, lost_deadline, policy_of
+from celery_routines.policy.runs import (
+    after_failure,
+    celery_retry_wait,
+    lost_after,
+    lost_deadline,
+    policy_of,
+)
 from celery_routines.policy.states import OPEN_STATES, Reason, RunState
 from celery_routines.sending.publish import ROUTINE_HEADER, RUN_TIMEOUT_HEADER
 from celery_routines.store import Store
-from celery_routines.worker import heartbeat
+from celery_routines.worker import counting, heartbeat
 from celery_routines.worker.ceiling import check_after_run
 from celery_routines.worker.connection import PING_AFTER_IDLE, once_more_if_cut
 from celery_routines.worker.spend import begin_run, end_run
@@ -155,16 +162,8 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
         # One statement claims and starts the run and stamps its deadline on
         # the database's clock (the injected clock of a test that replaced it).
         deadline = None if clock is utc_now else now + timedelta(seconds=after)
-        claimed = once_more_if_cut(
-            lambda: store.runs.claim_start(
-                task_id,
-                hostname,
-                now,
-                deadline_at=deadline,
-                lost_after=after,
-                celery_retries=retries,
-            )
-        )
+        claim = partial(store.runs.claim_start, task_id, hostname, now, celery_retries=retries)
+        claimed = once_more_if_cut(lambda: claim(deadline_at=deadline, lost_after=after))
     except Exception:
         end_run()
         # Fail closed: without a claim the body could run twice. The row stays
@@ -179,6 +178,7 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
     global _refused
     with _stores_lock:
         _refused += 1
+    counting.refused(store, task_id, now)
     try:
         state = store.runs.count_duplicate(task_id)
     except Exception:
@@ -313,7 +313,12 @@ def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
 def _check_ceilings(task: Any, run_id: str) -> None:
     app = task.app
     try:
-        check_after_run(store_for(app), run_id, clock(), settings_for(app).timezone)
+        store = store_for(app)
+
+        def suspended(routine: str, until: datetime, reason: str) -> None:
+            counting.suspended(app, store, run_id, routine, until, reason)
+
+        check_after_run(store, run_id, clock(), settings_for(app).timezone, suspended)
     except Exception:
         logger.exception("could not check the ceilings after run %s", run_id)
 
@@ -344,22 +349,14 @@ def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: 
     heartbeat.stop(request.id)
     end_run()
     now = clock()
-    wait = _retry_wait(getattr(reason, "when", None), now)
-    deadline = lost_deadline(now + wait, settings_for(sender.app).run_timeout)
+    wait = celery_retry_wait(getattr(reason, "when", None), now)
+    deadline = lost_deadline(now + wait, run_timeout_of(sender))
     try:
         store_for(sender.app).runs.requeue(
             request.id, celery_retries=int(request.retries or 0), deadline_at=deadline
         )
     except Exception:
         logger.exception("could not put run %s back to sent for Celery's retry", request.id)
-
-
-def _retry_wait(when: Any, now: datetime) -> timedelta:
-    if isinstance(when, int | float):
-        return timedelta(seconds=max(0.0, float(when)))
-    if isinstance(when, datetime) and when.tzinfo is not None:
-        return max(timedelta(0), when - now)
-    return timedelta(0)
 
 
 def _on_postrun(task_id: str | None = None, **_: Any) -> None:
@@ -415,6 +412,7 @@ def _after_fork(**_: Any) -> None:
         for store in _stores.values():
             store.engine.dispose(close=False)
     heartbeat.forget_all()
+    counting.forget_all()
     install_in_pool_process()
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from celery_routines.clock import utc_now
 from celery_routines.store import Store
@@ -52,6 +53,7 @@ def setup(
     processes: list[CeleryProcess],
     *,
     limit: float,
+    setting: float = TIMEOUT,
     **columns: object,
 ) -> tuple[dict[str, str], Path, Path, CeleryProcess]:
     """A routine ``slow`` due now whose body runs until ``release`` exists
@@ -62,7 +64,7 @@ def setup(
         postgres_url,
         E2E_QUEUE=f"heartbeat-{uuid.uuid4().hex[:8]}",
         E2E_INTERVAL="3600",
-        ROUTINES_RUN_TIMEOUT=str(TIMEOUT),
+        ROUTINES_RUN_TIMEOUT=str(setting),
     )
     insert_routine(
         store,
@@ -90,6 +92,24 @@ def wait_for_start(body_log: Path, processes: list[CeleryProcess]) -> None:
         what="the slow body to start",
         logs=processes,
     )
+
+
+def kill_and_wait_for_lost(
+    worker: CeleryProcess, processes: list[CeleryProcess], store: Store, beat: CeleryProcess
+) -> None:
+    """SIGKILL the whole worker (no goodbye); its newest run of ``slow`` must
+    be declared lost within TIMEOUT and one beat loop."""
+    os.killpg(worker.process.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    worker.process.wait(timeout=5)
+    processes.remove(worker)
+    wait_until(
+        lambda: runs_of(store, "slow")[-1].state == "lost",
+        timeout=TIMEOUT + ONE_LOOP + 10,
+        what="beat to declare the run lost",
+        logs=[beat],
+    )
+    assert time.monotonic() - killed <= TIMEOUT + ONE_LOOP + 1.5
 
 
 @pytest.mark.parametrize("pool", ["prefork", "solo", "threads"])
@@ -137,17 +157,7 @@ def test_a_sigkilled_workers_run_is_lost_within_the_timeout_and_one_loop(
     doomed = start_worker(tmp_path, env, processes, pool="prefork", concurrency=1)
     wait_for_start(body_log, processes)
     time.sleep(TIMEOUT)  # a few heartbeats went out
-    os.killpg(doomed.process.pid, signal.SIGKILL)  # the whole worker, no goodbye
-    killed = time.monotonic()
-    doomed.process.wait(timeout=5)
-    processes.remove(doomed)
-    wait_until(
-        lambda: runs_of(pg_store, "slow")[0].state == "lost",
-        timeout=TIMEOUT + ONE_LOOP + 10,
-        what="beat to declare the run lost",
-        logs=[beat],
-    )
-    assert time.monotonic() - killed <= TIMEOUT + ONE_LOOP + 1.5
+    kill_and_wait_for_lost(doomed, processes, pg_store, beat)
     assert "worker was probably lost" in runs_of(pg_store, "slow")[0].error
 
 
@@ -195,3 +205,53 @@ def test_a_frozen_worker_is_lost_and_its_late_success_after_sigcont_is_recorded(
     [run] = runs_of(pg_store, "slow")
     assert (run.attempt, run.retry_at, run.reason) == (1, None, None)
     assert [line.split()[0] for line in lines(body_log)] == ["start", "end"]
+
+
+def test_a_routines_own_run_timeout_paces_its_heartbeat_and_its_lost_deadline(
+    tmp_path: Path,
+    postgres_url: str,
+    redis_url: str,
+    pg_store: Store,
+    processes: list[CeleryProcess],
+) -> None:
+    """``routines_run_timeout`` is an hour; the routine's own ``run_timeout``
+    is TIMEOUT. Its body runs 4x that and is never lost (the heartbeat beats
+    every third of the routine's value, not of the hour); then a second run's
+    worker is SIGKILLed and the run is lost within TIMEOUT and one loop (not
+    within the hour)."""
+    env, body_log, _, beat = setup(
+        tmp_path,
+        postgres_url,
+        redis_url,
+        pg_store,
+        processes,
+        limit=4 * TIMEOUT,
+        setting=3600,
+        max_retries=0,
+        run_timeout=TIMEOUT,
+    )
+    worker = start_worker(tmp_path, env, processes, pool="prefork", concurrency=1)
+    wait_for_start(body_log, processes)
+    wait_until(
+        lambda: [r.state for r in runs_of(pg_store, "slow")] == ["succeeded"],
+        timeout=4 * TIMEOUT + 15,
+        what="the long body to end and be recorded succeeded",
+        logs=processes,
+    )
+    assert "declared lost" not in beat.output()
+    # A second window now, whose body outlives its worker.
+    with pg_store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE routines SET next_run_at = :now, kwargs = :kwargs WHERE name = 'slow'"),
+            {
+                "now": utc_now().replace(tzinfo=None, microsecond=0),
+                "kwargs": json.dumps({"path": str(body_log), "release": "", "limit": 60}),
+            },
+        )
+    wait_until(
+        lambda: len([line for line in lines(body_log) if line.startswith("start")]) == 2,
+        timeout=25,
+        what="the second body to start",
+        logs=processes,
+    )
+    kill_and_wait_for_lost(worker, processes, pg_store, beat)

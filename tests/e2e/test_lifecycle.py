@@ -23,6 +23,7 @@ from sqlalchemy import text
 
 from celery_routines import Scheduler, register
 from celery_routines.clock import utc_now
+from celery_routines.observe.metrics import RoutineMetrics
 from celery_routines.store import NewRun, RunRecord, Store
 from celery_routines.worker import hooks as worker
 from tests.conftest import FakeClock
@@ -117,6 +118,10 @@ def test_a_message_delivered_twice_runs_its_body_once(
     env = environment(redis_url, postgres_url, E2E_QUEUE=queue, E2E_INTERVAL="3600")
     worker_process = start_worker(tmp_path, env, processes, pool=pool, concurrency=concurrency)
     routine_id = insert_routine(pg_store, "dup", task=task, interval_seconds=3600)
+    # Beat's run metrics, read from the database (no settling lag here).
+    metrics = RoutineMetrics()
+    metrics.runs.settle = timedelta(0)
+    metrics.runs.read(pg_store)
     run_id = str(uuid.uuid4())
     now = utc_now()
     pg_store.runs.insert_new(
@@ -148,6 +153,14 @@ def test_a_message_delivered_twice_runs_its_body_once(
     # One body run: "ran <id>" (record) or "start <id> <pid>" (hold), once.
     body_runs = [line.split()[:2] for line in lines(body_log) if not line.startswith("end")]
     assert body_runs in ([["ran", run_id]], [["start", run_id]])
+    # Counted by the worker process that refused it (a pool child under
+    # prefork), exported by beat from the database.
+    metrics.runs.read(pg_store)
+    sample = metrics.registry.get_sample_value
+    assert sample("routines_worker_duplicates_refused_total", {"routine": "dup"}) == 1
+    assert sample("routines_run_outcomes_total", {"routine": "dup", "state": "succeeded"}) == 1
+    assert sample("routines_run_duration_seconds_count", {"routine": "dup"}) == 1
+    assert sample("routines_run_start_lateness_seconds_count", {"routine": "dup"}) == 1
 
 
 def test_sigkill_of_a_worker_mid_task_gives_a_lost_run_and_a_retry(

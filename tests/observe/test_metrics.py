@@ -317,3 +317,46 @@ def test_a_port_in_use_is_one_clear_error(
         assert_one_start_error(caplog, r"cannot serve metrics on 127\.0\.0\.1:")
     finally:
         first.close()
+
+
+def test_beat_prunes_one_batch_a_minute_at_most_and_counts_the_rows(
+    database_url: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    from celery_routines.store.models import RoutineRun
+    from tests.operators import add_run
+
+    folder = tmp_path / "broker"
+    scheduler = serving_scheduler(
+        folder, database_url, clock, routines_keep_runs_days=7, routines_prune_batch=2
+    )
+    try:
+        store = scheduler.store
+        routine_id = insert_routine(store, "old", cron="0 0 1 1 *")
+        record = store.routines.by_id(routine_id)
+        old = clock.now - timedelta(days=30)
+        for i in range(6):
+            at = old + timedelta(minutes=i)
+            add_run(store, record, f"old@{i}", "succeeded", at, at)
+        seconds = [1000.0]
+        scheduler.tick()
+        assert scheduler._pruner is not None
+        scheduler._pruner.monotonic = lambda: seconds[0]
+        scheduler._pruner.next_pass = 1000.0 + 60
+
+        def count() -> list[object]:
+            with store.engine.connect() as conn:
+                return list(conn.execute(RoutineRun.__table__.select()).all())
+
+        scheduler.tick()  # within the first minute: nothing
+        assert len(count()) == 6
+        seconds[0] += 61
+        scheduler.tick()
+        scheduler.tick()  # the same minute: no second pass
+        assert len(count()) == 4
+        seconds[0] += 61
+        scheduler.tick()
+        assert len(count()) == 2
+        samples = scrape(scheduler.metrics.port)
+        assert value(samples, "routines_runs_pruned_total", state="succeeded") == 4
+    finally:
+        scheduler.close()

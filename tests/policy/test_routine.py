@@ -59,6 +59,10 @@ CASES = [
         "retry_base_seconds",
         31622401.0,
     ),
+    Case("run_timeout-zero", "run_timeout", 0.0, "run_timeout", 0.0),
+    Case("run_timeout-negative", "run_timeout", -30.0, "run_timeout", -30.0),
+    Case("run_timeout-under-a-second", "run_timeout", 0.5, "run_timeout", 0.5),
+    Case("run_timeout-over", "run_timeout", SECONDS_LIMIT + 1.0, "run_timeout", 31622401.0),
     Case("timezone-unknown", "timezone", "Mars/Olympus", "timezone", "Mars/Olympus"),
     Case("args-not-a-list", "args", {"a": 1}, "args", json.dumps({"a": 1})),
     Case("args-a-string", "args", "text", "args", json.dumps("text")),
@@ -141,6 +145,7 @@ def _row(**columns: Any) -> Any:
         "max_retries": 4,
         "retry_base_seconds": 60.0,
         "ceiling": None,
+        "run_timeout": None,
     }
 
     class Row:
@@ -162,8 +167,10 @@ def test_both_doors_build_equal_frozen_routines() -> None:
         overlap="queue",
         catch_up="latest",
         ceiling=Ceiling(3),
+        run_timeout=900,
     )
     row = from_columns(_row(**code.columns()))
+    assert row.run_timeout == 900.0
     assert row == code
     assert row.overlap is Overlap.QUEUE and row.catch_up is CatchUp.LATEST
     with pytest.raises(AttributeError):

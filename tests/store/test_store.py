@@ -288,6 +288,8 @@ def test_a_first_migration_logs_one_line_per_revision_and_no_alembic_chatter(
     assert [line.split(" (")[0] for line in ours] == [
         "celery-routines schema: applied migration 0001_initial",
         "celery-routines schema: applied migration 0002_run_lifecycle",
+        "celery-routines schema: applied migration 0003_run_listing_indexes",
+        "celery-routines schema: applied migration 0004_lifecycle",
         f"celery-routines schema: applied migration {migrate.HEAD_REVISION}",
     ]
     assert logging.getLogger("alembic").level == logging.NOTSET  # left as it was

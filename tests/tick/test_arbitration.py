@@ -72,3 +72,36 @@ def test_a_beat_clock_jump_longer_than_the_timeout_declares_no_run_lost(
         assert published(tmp_path / "broker")
     finally:
         beat.close()
+
+
+def test_in_production_the_idle_probe_reads_the_database_clock_itself(
+    tmp_path: Path, database_url: str
+) -> None:
+    """Beat on the real clock arbitrates on the database's: the probe returns
+    that clock as a column, so an idle tick stays one statement (a separate
+    ``SELECT now()`` made it two) and the offset is still measured."""
+    from sqlalchemy import event
+
+    register("tasks.yearly", "0 0 1 1 *", name="yearly")
+    scheduler = Scheduler(filesystem_app(tmp_path / "broker", database_url))
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
+        statements.append(statement)
+
+    try:
+        scheduler.tick()  # adopts
+        scheduler.engine.offset = timedelta(hours=5)  # stale: the probe corrects it
+        event.listen(scheduler.store.engine, "before_cursor_execute", record)
+        scheduler.tick()
+        verbs = [s.split(None, 1)[0].upper() for s in statements]
+        if scheduler.store.engine.dialect.name == "sqlite":
+            verbs = [verb for verb in verbs if verb != "BEGIN"]  # pysqlite's own
+        assert verbs == ["SELECT"]
+        assert abs(scheduler.engine.offset) < timedelta(seconds=5)
+        if scheduler.store.engine.dialect.name != "sqlite":
+            # The database's clock, read by the probe (SQLite has none).
+            assert "timestamp" in statements[0].lower()
+    finally:
+        event.remove(scheduler.store.engine, "before_cursor_execute", record)
+        scheduler.close()

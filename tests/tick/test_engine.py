@@ -191,11 +191,30 @@ def test_tick_sleeps_until_the_next_due_instant_capped_by_max_interval(
     database_url: str, broker_folder: Path, clock: FakeClock
 ) -> None:
     register("tasks.poll", timedelta(seconds=40), name="poll")
-    scheduler = make_scheduler(broker_folder, database_url, clock, beat_max_loop_interval=30)
+    scheduler = make_scheduler(
+        broker_folder,
+        database_url,
+        clock,
+        beat_max_loop_interval=30,
+        routines_refresh_seconds=60,
+    )
     try:
         assert scheduler.tick() == pytest.approx(30)  # next window 40 s away, capped
         clock.advance(seconds=25)
         assert scheduler.tick() == pytest.approx(15, abs=0.01)
+    finally:
+        scheduler.close()
+
+
+def test_an_idle_beat_sleeps_no_longer_than_routines_refresh_seconds(
+    database_url: str, broker_folder: Path, clock: FakeClock
+) -> None:
+    # A change made outside the code is seen within routines_refresh_seconds,
+    # not beat_max_loop_interval (300 s) later.
+    register("tasks.poll", timedelta(hours=1), name="poll")
+    scheduler = make_scheduler(broker_folder, database_url, clock)
+    try:
+        assert scheduler.tick() == pytest.approx(5)
     finally:
         scheduler.close()
 

@@ -122,7 +122,9 @@ def test_two_beats_never_both_send_the_same_retry(
         monkeypatch.setattr(
             second.store,
             "probe",
-            lambda now, holder, *arb: next(stale_probe, None) or real_probe(now, holder, *arb),
+            lambda now, holder, *arb, **clock: (
+                next(stale_probe, None) or real_probe(now, holder, *arb, **clock)
+            ),
         )
         first.tick()
         second.tick()
@@ -198,7 +200,13 @@ def test_the_tick_wakes_for_a_retry_and_does_not_spin_on_an_overdue_run(
     database_url: str, tmp_path: Path, clock: FakeClock
 ) -> None:
     register("tasks.flaky", timedelta(hours=1), name="flaky")
-    beat = make_scheduler(tmp_path / "b", database_url, clock, beat_max_loop_interval=300)
+    beat = make_scheduler(
+        tmp_path / "b",
+        database_url,
+        clock,
+        beat_max_loop_interval=300,
+        routines_refresh_seconds=300,
+    )
     try:
         beat.tick()
         clock.advance(hours=1)
@@ -411,5 +419,36 @@ def test_a_retry_is_checked_against_the_ceiling_before_it_is_sent(
         clock.now = T0 + timedelta(hours=2)
         beat.tick()
         assert [m["routine_attempt"] for m in published(folder)] == [1, 2]
+    finally:
+        beat.close()
+
+
+def test_a_retry_past_max_lateness_is_skipped_as_late_like_a_first_attempt(
+    database_url: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    # Retries after 1 minute, then 2: with max_lateness 90 s the first retry
+    # (window + 61 s) goes out, the second (window + 3 min) is late.
+    register("tasks.flaky", timedelta(hours=1), name="flaky", max_lateness=90)
+    folder = tmp_path / "b"
+    beat = make_scheduler(folder, database_url, clock)
+    try:
+        beat.tick()
+        clock.advance(hours=1)
+        beat.tick()
+        [run] = runs(beat.store, "flaky")
+        window = run.scheduled_for
+        fail(beat.store, run.id, clock.now)
+        clock.advance(minutes=1, seconds=1)
+        beat.tick()
+        assert len(published(folder)) == 2  # attempt 2 went out
+        second = max(runs(beat.store, "flaky"), key=lambda r: r.attempt)
+        fail(beat.store, second.id, clock.now)
+        clock.advance(minutes=2, seconds=1)
+        beat.tick()
+        assert len(published(folder)) == 2  # attempt 3 did not
+        third = max(runs(beat.store, "flaky"), key=lambda r: r.attempt)
+        assert (third.attempt, third.state, third.reason) == (3, "skipped", "late")
+        assert third.scheduled_for == window
+        assert {r.attempt: r.state for r in runs(beat.store, "flaky")}[2] == "failed"
     finally:
         beat.close()

@@ -22,6 +22,7 @@ from sqlalchemy import event, text
 
 from celery_routines import register, spend
 from celery_routines.store import NewRun, Store
+from celery_routines.worker import counting
 from celery_routines.worker import hooks as worker
 from celery_routines.worker.ceiling import check_after_run
 from tests.conftest import FakeClock
@@ -455,8 +456,16 @@ def test_a_pool_process_started_fresh_installs_the_hook_and_rebuilds_tracers(
 
 
 def test_the_after_run_check_suspends_when_the_period_is_spent(
-    app: Celery, store: Store, clock: FakeClock
+    app: Celery, store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    sent: list[tuple[str, dict[str, Any]]] = []
+
+    class Recorder:
+        def suspended(self, routine: str, **fields: Any) -> None:
+            sent.append((routine, fields))
+
+    monkeypatch.setattr(counting, "events_for", lambda _app: Recorder())
+
     @register_task(app, "spender")
     def spender() -> None:
         spend(60, "eur")
@@ -478,6 +487,12 @@ def test_the_after_run_check_suspends_when_the_period_is_spent(
     assert record.suspended_reason == (
         "ceiling 100 eur/day reached (120 used); resumes 2026-12-01 00:00 CET (Europe/Rome)"
     )
+    # Sent as an event, and noted for beat's run metrics, once.
+    assert sent == [
+        ("spender", {"until": record.suspended_until, "reason": record.suspended_reason})
+    ]
+    _, noted = store.run_metrics.since(clock(), clock(), 0)
+    assert [(e.routine, e.kind) for e in noted] == [("spender", "suspended")]
 
 
 def test_the_after_run_check_of_a_routine_without_a_ceiling_is_one_read(

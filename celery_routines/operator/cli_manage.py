@@ -1,0 +1,224 @@
+"""``celery routines add | edit | enable | disable | delete | history | prune``:
+managing routines without code, from the command line.
+
+The commands are added to the ``routines`` group by
+:func:`register_commands` (called from :mod:`celery_routines.operator.cli`,
+which hands over its admin factory and error wrapper); they only parse and
+print, :mod:`celery_routines.operator.manage` decides.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from celery_routines.operator.lifecycle_views import ChangeResult
+from celery_routines.operator.output import print_json, table, utc
+from celery_routines.operator.texts import BadOption
+from celery_routines.policy.states import CatchUp, Overlap
+
+
+def _json_arg(value: str | None, option: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise BadOption(f"{option} must be JSON ({exc}), got {value!r}") from None
+
+
+def _definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options ``add`` and ``edit`` share."""
+    options = [
+        click.option("--cron", help="5-field cron expression, read in --tz."),
+        click.option("--every", help="Interval: 30s, 5m, 1h30m, 1d (or seconds)."),
+        click.option("--tz", "timezone", help="IANA time zone (default routines_timezone)."),
+        click.option(
+            "--args", "args_json", help="Positional arguments, a JSON list: '[1, \"a\"]'."
+        ),
+        click.option(
+            "--kwargs", "kwargs_json", help="Keyword arguments, a JSON object: '{\"a\": 1}'."
+        ),
+        click.option("--queue", help="Queue to send to (apply_async's queue)."),
+        click.option("--options", "options_json", help="apply_async options, a JSON object."),
+        click.option("--catch-up", type=click.Choice([c.value for c in CatchUp])),
+        click.option("--overlap", type=click.Choice([o.value for o in Overlap])),
+        click.option("--max-lateness", help="Skip a window sent later than this: 10m, 1h."),
+        click.option(
+            "--ceiling",
+            "ceilings",
+            multiple=True,
+            help="At most LIMIT [UNIT] per PERIOD: 100/day, '2.5 eur/month' (repeatable).",
+        ),
+        click.option("--by", help="Who makes the change (default: user@host)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _definition(kw: dict[str, Any]) -> dict[str, Any]:
+    options = _json_arg(kw.pop("options_json"), "--options")
+    queue = kw.pop("queue")
+    if queue is not None:
+        options = {**(options or {}), "queue": queue}
+    ceilings = kw.pop("ceilings")
+    args = _json_arg(kw.pop("args_json"), "--args")
+    kwargs = _json_arg(kw.pop("kwargs_json"), "--kwargs")
+    return {
+        **kw,
+        "args": args,
+        "kwargs": kwargs,
+        "options": options,
+        "ceilings": list(ceilings) if ceilings else None,
+    }
+
+
+def _print_change(result: ChangeResult, as_json: bool) -> None:
+    if as_json:
+        print_json(result)
+        return
+    if not result.changed:
+        click.echo(f"{result.routine} was already {result.action}: nothing changed")
+        return
+    line = f"{result.action} {result.routine}"
+    if result.fields and result.action in ("added", "edited"):
+        line += ": " + ", ".join(
+            f"{k}={json.dumps(v)}" for k, v in result.fields.items() if v is not None
+        )
+    click.echo(line)
+    if result.skipped_windows:
+        click.echo(
+            f"  {result.skipped_windows} window(s) missed while disabled recorded as one "
+            "skipped run (reason disabled)"
+        )
+    if result.action == "added" or (result.action == "edited" and result.next_run_at is None):
+        click.echo("  beat computes its next window from now at its next tick")
+    elif result.next_run_at is not None:
+        click.echo(f"  next run {utc(result.next_run_at)}")
+
+
+def register_commands(
+    group: click.Group,
+    admin: Callable[[click.Context], Any],
+    errors: Callable[[Any], Any],
+    json_option: Callable[[Any], Any],
+) -> None:
+    """Add the lifecycle commands to ``group``."""
+
+    @group.command()
+    @click.argument("name")
+    @click.argument("task")
+    @_definition_options
+    @json_option
+    @click.pass_context
+    @errors
+    def add(ctx: click.Context, name: str, task: str, as_json: bool, **kw: Any) -> None:
+        """Store a new routine NAME running TASK (no code needed): --cron or --every."""
+        definition = _definition(kw)
+        _print_change(admin(ctx).add(name, task, **definition), as_json)
+
+    @group.command()
+    @click.argument("name")
+    @_definition_options
+    @json_option
+    @click.pass_context
+    @errors
+    def edit(ctx: click.Context, name: str, as_json: bool, **kw: Any) -> None:
+        """Change a routine added without code; a new schedule applies from now,
+        anything else from its next window. Routines declared in code are
+        changed in the code."""
+        _print_change(admin(ctx).edit(name, **_definition(kw)), as_json)
+
+    @group.command()
+    @click.argument("name")
+    @click.option("--by", help="Who makes the change (default: user@host).")
+    @json_option
+    @click.pass_context
+    @errors
+    def enable(ctx: click.Context, name: str, by: str | None, as_json: bool) -> None:
+        """Enable NAME again, like resume: the windows missed while disabled are
+        one skipped run (reason disabled), not a burst."""
+        _print_change(admin(ctx).enable(name, by=by), as_json)
+
+    @group.command()
+    @click.argument("name")
+    @click.option("--by", help="Who makes the change (default: user@host).")
+    @json_option
+    @click.pass_context
+    @errors
+    def disable(ctx: click.Context, name: str, by: str | None, as_json: bool) -> None:
+        """Stop firing NAME until it is enabled."""
+        _print_change(admin(ctx).disable(name, by=by), as_json)
+
+    @group.command()
+    @click.argument("name")
+    @click.option("--by", help="Who makes the change (default: user@host).")
+    @json_option
+    @click.pass_context
+    @errors
+    def delete(ctx: click.Context, name: str, by: str | None, as_json: bool) -> None:
+        """Delete NAME and its runs: a routine added without code, or one
+        retired from the code. Its change history stays."""
+        result = admin(ctx).delete(name, by=by)
+        if as_json:
+            print_json(result)
+        else:
+            click.echo(f"deleted {result.routine} and its {result.runs_deleted} run(s)")
+
+    @group.command()
+    @click.argument("name")
+    @click.option(
+        "--limit", default=100, show_default=True, help="At most this many, newest first."
+    )
+    @json_option
+    @click.pass_context
+    @errors
+    def history(ctx: click.Context, name: str, limit: int, as_json: bool) -> None:
+        """Who changed NAME and when (added, edited, paused, triggered, retired...)."""
+        changes = admin(ctx).history(name, limit=limit)
+        if as_json:
+            print_json(changes)
+            return
+        table(
+            ["WHEN (UTC)", "ACTION", "BY", "DETAIL"],
+            [
+                (
+                    utc(c.changed_at),
+                    c.action,
+                    c.changed_by or "",
+                    json.dumps(c.detail, default=str) if c.detail else "",
+                )
+                for c in changes
+            ],
+        )
+
+    @group.command()
+    @click.option(
+        "--older-than", help="Age of the runs to delete: 7d, 12h (default routines_keep_runs_days)."
+    )
+    @click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
+    @json_option
+    @click.pass_context
+    @errors
+    def prune(ctx: click.Context, older_than: str | None, dry_run: bool, as_json: bool) -> None:
+        """Delete finished runs older than --older-than, never an open run, a
+        routine's newest run, or a run a ceiling still counts."""
+        result = admin(ctx).prune(older_than=older_than, dry_run=dry_run)
+        if as_json:
+            print_json(result)
+            return
+        verb = "would delete" if dry_run else "deleted"
+        states = ", ".join(f"{n} {s}" for s, n in sorted(result.deleted.items()))
+        click.echo(
+            f"{verb} {result.total} finished run(s) created before {utc(result.cutoff)}"
+            + (f": {states}" if states else "")
+        )
+        if result.kept_for_ceilings:
+            click.echo(
+                f"  {result.kept_for_ceilings} routine(s) with a ceiling keep the runs of "
+                "their current ceiling period"
+            )

@@ -1,0 +1,368 @@
+"""Managing routines without code: add, edit, enable, disable, delete, their
+history, and pruning the run history (the lifecycle half of
+:class:`celery_routines.operator.admin.Routines`).
+
+Every definition goes through :func:`celery_routines.policy.routine.define`,
+the door code declarations use, so a bad value gets the same message from
+``celery routines add`` as from ``@routine``. A routine declared in code is
+refused here (its definition lives in the code, which would overwrite the
+edit at the next start), with the message naming where it is declared.
+Every change is written to ``routine_changes`` with who made it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from celery_routines.clock import Clock
+from celery_routines.config import Settings
+from celery_routines.errors import InvalidRoutine, ScheduleError, UnknownRoutine
+from celery_routines.observe.events import RoutineEvents
+from celery_routines.operator.lifecycle_views import (
+    ChangeResult,
+    ChangeView,
+    DeleteResult,
+    PruneResult,
+)
+from celery_routines.operator.texts import ceiling, duration
+from celery_routines.operator.windows import check_count
+from celery_routines.policy.catch_up import SkippedWindows
+from celery_routines.policy.routine import define
+from celery_routines.policy.states import Reason
+from celery_routines.schedules.base import Schedule, count_windows, last_windows
+from celery_routines.store import NewRun, RoutineRecord, Store
+from celery_routines.tick.decide import skip_row
+from celery_routines.tick.declarations import who
+from celery_routines.tick.prune import prune_once
+
+SOURCE = "cli"
+SCHEDULE_FIELDS = ("cron", "interval_seconds", "timezone")
+JSON_FIELDS = ("args", "kwargs", "options", "ceiling")
+# The most rows one `prune` call deletes before it returns (it works in batches).
+PRUNE_CALL_LIMIT = 10_000_000
+
+
+class Managing:
+    """The lifecycle operations of ``Routines``, which provides the store, the
+    clock, the settings and the routine look-ups used here."""
+
+    settings: Settings
+    clock: Clock
+    store: Store
+    events: RoutineEvents | None
+
+    def _record(self, name: str) -> RoutineRecord:
+        raise NotImplementedError
+
+    def _zone_of(self, record: RoutineRecord) -> str:
+        raise NotImplementedError
+
+    def _schedule(self, record: RoutineRecord) -> Schedule:
+        raise NotImplementedError
+
+    # -- definitions -----------------------------------------------------------
+
+    def add(
+        self,
+        name: str,
+        task: str,
+        *,
+        cron: str | None = None,
+        every: Any = None,
+        timezone: str | None = None,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        options: Mapping[str, Any] | None = None,
+        catch_up: str | None = None,
+        overlap: str | None = None,
+        max_lateness: Any = None,
+        ceilings: Sequence[Any] | None = None,
+        by: str | None = None,
+    ) -> ChangeResult:
+        """Store a new routine (``source = 'cli'``); beat adopts it within
+        ``routines_refresh_seconds``."""
+        if cron is None and every is None:
+            raise InvalidRoutine(name, "give its schedule: --cron EXPR or --every DURATION")
+        given = _given(
+            timezone=timezone,
+            args=args,
+            kwargs=kwargs,
+            options=options,
+            catch_up=catch_up,
+            overlap=overlap,
+            max_lateness=max_lateness,
+            ceilings=ceilings,
+        )
+        definition = define(task, _schedule_of(name, cron, every), name=name, **given)
+        by = by or who()
+        now = self.clock()
+        columns = definition.columns()
+        if self.store.routines.by_name(name) is not None:
+            raise _exists(name)
+        try:
+            self.store.changes.insert_routine(columns, SOURCE, now)
+        except IntegrityError:
+            raise _exists(name) from None
+        written = {k: _shown(k, v) for k, v in columns.items() if k != "name"}
+        self.store.changes.record(name, "added", by, now, written)
+        return ChangeResult(name, "added", True, written, None, 0, by)
+
+    def edit(
+        self,
+        name: str,
+        *,
+        cron: str | None = None,
+        every: Any = None,
+        timezone: str | None = None,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        options: Mapping[str, Any] | None = None,
+        catch_up: str | None = None,
+        overlap: str | None = None,
+        max_lateness: Any = None,
+        ceilings: Sequence[Any] | None = None,
+        by: str | None = None,
+    ) -> ChangeResult:
+        """Change a routine added outside the code. A new schedule or zone
+        takes effect from now (the stale next window never fires); any other
+        change applies to the next window."""
+        record = self._record(name)
+        _refuse_code(record, "edit")
+        if cron is not None and every is not None:
+            raise InvalidRoutine(name, "give either --cron or --every, not both")
+        current = _current_options(record)
+        current.update(
+            _given(
+                timezone=timezone,
+                args=args,
+                kwargs=kwargs,
+                options=options,
+                catch_up=catch_up,
+                overlap=overlap,
+                max_lateness=max_lateness,
+                ceilings=ceilings,
+            )
+        )
+        if cron is not None or every is not None:
+            schedule: Any = _schedule_of(name, cron, every)
+        elif record.cron is not None:
+            schedule = record.cron
+        else:
+            schedule = timedelta(seconds=record.interval_seconds or 0)
+        columns = define(record.task, schedule, name=name, **current).columns()
+        changed = {
+            k: v for k, v in columns.items() if k != "name" and not _same(k, getattr(record, k), v)
+        }
+        by = by or who()
+        if not changed:
+            return ChangeResult(name, "edited", False, {}, record.next_run_at, 0, by)
+        reschedule = any(k in changed for k in SCHEDULE_FIELDS)
+        now = self.clock()
+        self.store.changes.update_routine(record.id, changed, now, reschedule=reschedule)
+        shown = {k: _shown(k, v) for k, v in changed.items()}
+        self.store.changes.record(name, "edited", by, now, shown)
+        next_run_at = None if reschedule else record.next_run_at
+        return ChangeResult(name, "edited", True, shown, next_run_at, 0, by)
+
+    def enable(self, name: str, *, by: str | None = None) -> ChangeResult:
+        """Enable a disabled routine, like ``resume``: the windows that fell
+        due while it was disabled are one ``skipped`` row (reason
+        ``disabled``), and it continues with its first window after now."""
+        record = self._record(name)
+        _refuse_code(record, "enable")
+        by = by or who()
+        if record.enabled:
+            return ChangeResult(name, "enabled", False, {}, record.next_run_at, 0, by)
+        now = self.clock()
+        skip, next_run_at = None, record.next_run_at
+        if next_run_at is not None and next_run_at <= now and record.last_error is None:
+            try:
+                skip, next_run_at = self._missed(record, next_run_at, now, Reason.DISABLED)
+            except ScheduleError:
+                skip, next_run_at = None, None  # beat's invalid path says why
+        self.store.changes.update_routine(
+            record.id, {"enabled": True, "next_run_at": next_run_at}, now, reschedule=False
+        )
+        self.store.changes.refingerprint(record.id)
+        skipped = 0
+        if skip is not None and self.store.runs.insert_new([skip], now):
+            skipped = skip.skipped_count or 0
+            if self.events is not None:
+                self.events.skipped(
+                    name,
+                    reason=Reason.DISABLED,
+                    count=skipped,
+                    first=skip.skipped_first or skip.scheduled_for,
+                    last=skip.scheduled_for,
+                    run_id=skip.id,
+                )
+        self.store.changes.record(name, "enabled", by, now, {"skipped_windows": skipped})
+        return ChangeResult(name, "enabled", True, {"enabled": True}, next_run_at, skipped, by)
+
+    def disable(self, name: str, *, by: str | None = None) -> ChangeResult:
+        """Stop firing a routine until it is enabled again (its history stays)."""
+        record = self._record(name)
+        _refuse_code(record, "disable")
+        by = by or who()
+        if not record.enabled:
+            return ChangeResult(name, "disabled", False, {}, record.next_run_at, 0, by)
+        now = self.clock()
+        self.store.changes.update_routine(record.id, {"enabled": False}, now, reschedule=False)
+        self.store.changes.refingerprint(record.id)
+        self.store.changes.record(name, "disabled", by, now)
+        return ChangeResult(name, "disabled", True, {"enabled": False}, record.next_run_at, 0, by)
+
+    def delete(self, name: str, *, by: str | None = None) -> DeleteResult:
+        """Delete a retired or SQL/CLI routine and its runs (its change
+        history stays); a routine still declared in code is refused."""
+        record = self._record(name)
+        _refuse_code(record, "delete")
+        by = by or who()
+        deleted = self.store.changes.delete_routine(record.id)
+        self.store.changes.record(name, "deleted", by, self.clock(), {"runs_deleted": deleted})
+        return DeleteResult(name, deleted, by)
+
+    def history(self, name: str, limit: int = 100) -> list[ChangeView]:
+        """Who changed the routine and when, newest first (also after a delete)."""
+        check_count("limit", limit, 10_000)
+        rows = self.store.changes.history(name, limit)
+        if not rows and self.store.routines.by_name(name) is None:
+            raise UnknownRoutine(name)
+        return [
+            ChangeView(r.id, r.routine, r.action, r.changed_by, r.changed_at, r.detail)
+            for r in rows
+        ]
+
+    def prune(self, older_than: Any = None, dry_run: bool = False) -> PruneResult:
+        """Delete finished runs older than ``older_than`` (default
+        ``routines_keep_runs_days``), in batches of ``routines_prune_batch``,
+        never an open run, a routine's newest run, or a run a ceiling still
+        counts; ``dry_run`` only counts them."""
+        keep = (
+            timedelta(days=self.settings.keep_runs_days)
+            if older_than is None
+            else duration(older_than, "--older-than")
+        )
+        now = self.clock()
+        batch, zone = self.settings.prune_batch, self.settings.timezone
+        cutoff, cutoffs, deleted = prune_once(self.store, now, keep, batch, zone, dry_run=dry_run)
+        total: Counter[str] = Counter(deleted)
+        done = sum(deleted.values())
+        while (
+            not dry_run and deleted and sum(deleted.values()) >= batch and done < PRUNE_CALL_LIMIT
+        ):
+            _, _, deleted = prune_once(self.store, now, keep, batch, zone)
+            total.update(deleted)
+            done += sum(deleted.values())
+        return PruneResult(cutoff, dry_run, dict(total), len(cutoffs))
+
+    # -- internals ---------------------------------------------------------------
+
+    def _missed(
+        self, record: RoutineRecord, due: datetime, now: datetime, reason: Reason
+    ) -> tuple[NewRun, datetime]:
+        """The skip row for the windows in ``[due, now]`` and the next window."""
+        schedule = self._schedule(record)
+        count = 1 + count_windows(schedule, due, now)
+        last = (last_windows(schedule, due, now, 1) or [due])[-1]
+        summary = SkippedWindows(reason, count, due, last)
+        skip = skip_row(record.id, record.name, self._zone_of(record), summary)
+        return skip, schedule.next_after(last)
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """The options given (not None), as ``define`` spells them."""
+    options: dict[str, Any] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        if key == "max_lateness":
+            value = duration(value, "max_lateness").total_seconds()
+        if key == "ceilings":
+            key, value = "ceiling", tuple(ceiling(item) for item in value)
+        if key in ("args",) and isinstance(value, list):
+            value = tuple(value)
+        options[key] = value
+    return options
+
+
+def _schedule_of(name: str, cron: str | None, every: Any) -> Any:
+    if cron is not None and every is not None:
+        raise InvalidRoutine(name, "give either --cron or --every, not both")
+    if cron is not None:
+        return cron
+    return duration(every, "--every")
+
+
+def _current_options(record: RoutineRecord) -> dict[str, Any]:
+    """The stored definition as ``define`` options (a value that does not read
+    is passed on as it is, for ``define`` to name, unless the edit replaces it)."""
+    from celery_routines.policy.ceilings import parse_ceilings
+
+    try:
+        ceilings: Any = parse_ceilings(record.ceiling)
+    except ScheduleError:
+        ceilings = record.ceiling
+    return {
+        "timezone": record.timezone,
+        "args": _loads(record.args, []),
+        "kwargs": _loads(record.kwargs, {}),
+        "options": _loads(record.options, {}),
+        "catch_up": record.catch_up,
+        "catch_up_cap": record.catch_up_cap,
+        "max_lateness": record.max_lateness,
+        "overlap": record.overlap,
+        "max_retries": record.max_retries,
+        "retry_base_seconds": record.retry_base_seconds,
+        "ceiling": ceilings,
+        "enabled": record.enabled,
+    }
+
+
+def _loads(raw: str | None, empty: Any) -> Any:
+    if not raw:
+        return empty
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _same(key: str, stored: Any, new: Any) -> bool:
+    if key in JSON_FIELDS:
+        return _loads(stored, None) == _loads(new, None)
+    return bool(stored == new)
+
+
+def _shown(key: str, value: Any) -> Any:
+    return _loads(value, None) if key in JSON_FIELDS and isinstance(value, str) else value
+
+
+def _exists(name: str) -> InvalidRoutine:
+    return InvalidRoutine(
+        name, "a routine with this name is already stored; change it with `celery routines edit`"
+    )
+
+
+def _refuse_code(record: RoutineRecord, what: str) -> None:
+    """A live code routine's definition lives in the code: refuse, naming where."""
+    if record.source != "code" or record.retired_at is not None:
+        return
+    owner = f" of app {record.owner!r}" if record.owner else ""
+    hint = (
+        "; to stop it for a while use `celery routines pause`"
+        if what in ("disable", "delete")
+        else ""
+    )
+    raise InvalidRoutine(
+        record.name,
+        f"cannot {what} it here: it is declared in the code{owner} (routine()/register()/"
+        f"beat_schedule, task {record.task}); change it there, and beat applies it at its next "
+        f"start (a routine removed from the code is retired, then it can be deleted){hint}",
+    )

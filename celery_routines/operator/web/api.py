@@ -1,0 +1,227 @@
+"""The panel's HTTP API: the admin API's answers as JSON.
+
+``GET /api/routines``, ``/api/routines/{name}``, ``/api/routines/{name}/runs``,
+``/api/skips``, ``/api/runs``; ``POST /api/routines/{name}/pause|resume|
+trigger|backfill|enable|disable|delete`` and ``POST /api/runs/{id}/replay``.
+Every action records who did it (``web:<user>``). Errors are
+``{"error": "..."}`` in the CLI's words; ``/api/openapi.json`` documents it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from celery_routines.operator.output import jsonable
+from celery_routines.operator.web.context import HANDLED, jsonable_error, panel_of
+from celery_routines.operator.web.openapi import OPENAPI
+
+Handler = Callable[[Request], Any]
+
+
+def answer(handler: Handler) -> Callable[[Request], Response]:
+    """Run ``handler`` and answer its value as JSON, or the error as
+    ``{"error": ...}`` with a status that says what kind it is."""
+
+    def endpoint(request: Request) -> Response:
+        try:
+            return JSONResponse(jsonable(handler(request)))
+        except HANDLED as exc:
+            return jsonable_error(exc, panel_of(request))
+
+    endpoint.__name__ = handler.__name__
+    return endpoint
+
+
+def number(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+
+
+def body(request: Request) -> dict[str, Any]:
+    """The JSON body of a POST (an empty body is ``{}``)."""
+    raw = getattr(request.state, "body", b"")
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise ValueError("the request body is not JSON") from None
+    if not isinstance(data, dict):
+        raise ValueError("the request body must be a JSON object")
+    return data
+
+
+def flag(data: dict[str, Any], name: str) -> bool:
+    value = data.get(name, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def who(request: Request) -> str:
+    return f"web:{request.state.principal}"
+
+
+# -- reads -----------------------------------------------------------------------
+
+
+def list_routines(request: Request) -> Any:
+    q = request.query_params
+    page = panel_of(request).admin.page(
+        state=q.get("state") or None,
+        name=q.get("name") or None,
+        page=number(request, "page", 1),
+        per_page=number(request, "per_page", 50),
+    )
+    return {
+        "total": page.total,
+        "page": page.page,
+        "per_page": page.per_page,
+        "pages": page.pages,
+        "routines": page.rows,
+    }
+
+
+def show_routine(request: Request) -> Any:
+    admin = panel_of(request).admin
+    name = request.path_params["name"]
+    detail = admin.show(name, windows=number(request, "windows", 10))
+    return {**jsonable(detail), "owner": admin.owner(name)}
+
+
+def routine_runs(request: Request) -> Any:
+    return _runs(request, request.path_params["name"])
+
+
+def all_runs(request: Request) -> Any:
+    return _runs(request, request.query_params.get("routine") or None)
+
+
+def _runs(request: Request, name: str | None) -> Any:
+    q = request.query_params
+    return panel_of(request).admin.runs(
+        name,
+        state=q.getlist("state"),
+        since=q.get("since") or None,
+        until=q.get("until") or None,
+        limit=number(request, "limit", 50),
+    )
+
+
+def skips(request: Request) -> Any:
+    q = request.query_params
+    return panel_of(request).admin.skips(
+        since=q.get("since") or None, limit=number(request, "limit", 1000)
+    )
+
+
+def openapi(request: Request) -> Any:
+    return OPENAPI
+
+
+# -- actions ---------------------------------------------------------------------
+
+
+def pause(request: Request) -> Any:
+    return panel_of(request).admin.pause(request.path_params["name"], by=who(request))
+
+
+def resume(request: Request) -> Any:
+    catch_up = flag(body(request), "catch_up")
+    return panel_of(request).admin.resume(
+        request.path_params["name"], catch_up=catch_up, by=who(request)
+    )
+
+
+def enable(request: Request) -> Any:
+    return panel_of(request).admin.enable(request.path_params["name"], by=who(request))
+
+
+def disable(request: Request) -> Any:
+    return panel_of(request).admin.disable(request.path_params["name"], by=who(request))
+
+
+def delete(request: Request) -> Any:
+    return panel_of(request).admin.delete(request.path_params["name"], by=who(request))
+
+
+def trigger(request: Request) -> Any:
+    panel = panel_of(request)
+    force = flag(body(request), "force")
+    return panel.admin.trigger(request.path_params["name"], force=force, by=who(request))
+
+
+def backfill(request: Request) -> Any:
+    """``{"from": ..., "to": ..., "max": 1000, "force": false, "preview": false}``;
+    with ``preview`` it only counts the windows."""
+    panel = panel_of(request)
+    data = body(request)
+    for key in ("from", "to"):
+        if not isinstance(data.get(key), str):
+            raise ValueError(f"backfill needs {key!r}: a date such as 2026-11-30T08:00")
+    name = request.path_params["name"]
+    most = data.get("max", 1000)
+    if flag(data, "preview"):
+        plan = panel.admin.backfill_plan(name, data["from"], data["to"], max_windows=most)
+        return {**jsonable(plan), "to_send": plan.to_send}
+    return panel.admin.backfill(
+            name, data["from"], data["to"], max_windows=most, force=flag(data, "force"),
+            by=who(request),
+        )  # fmt: skip
+
+
+def replay(request: Request) -> Any:
+    panel = panel_of(request)
+    force = flag(body(request), "force")
+    return panel.admin.replay(request.path_params["run_id"], force=force, by=who(request))
+
+
+def with_body(handler: Handler) -> Callable[[Request], Any]:
+    """A POST endpoint: the body is read here (async), the action runs in
+    a worker thread (the admin API blocks), one action at a time (they
+    share the publisher and the events connection)."""
+    from starlette.concurrency import run_in_threadpool
+
+    sync = answer(handler)
+
+    def one_at_a_time(request: Request) -> Response:
+        with panel_of(request).lock:
+            return sync(request)
+
+    async def endpoint(request: Request) -> Response:
+        request.state.body = await request.body()
+        return await run_in_threadpool(one_at_a_time, request)
+
+    endpoint.__name__ = handler.__name__
+    return endpoint
+
+
+def routes() -> list[Route]:
+    routine = "/api/routines/{name:path}"
+    return [
+        Route("/api/openapi.json", answer(openapi)),
+        Route("/api/routines", answer(list_routines)),
+        Route("/api/skips", answer(skips)),
+        Route("/api/runs", answer(all_runs)),
+        Route("/api/runs/{run_id}/replay", with_body(replay), methods=["POST"]),
+        Route(f"{routine}/runs", answer(routine_runs)),
+        Route(f"{routine}/pause", with_body(pause), methods=["POST"]),
+        Route(f"{routine}/resume", with_body(resume), methods=["POST"]),
+        Route(f"{routine}/trigger", with_body(trigger), methods=["POST"]),
+        Route(f"{routine}/backfill", with_body(backfill), methods=["POST"]),
+        Route(f"{routine}/enable", with_body(enable), methods=["POST"]),
+        Route(f"{routine}/disable", with_body(disable), methods=["POST"]),
+        Route(f"{routine}/delete", with_body(delete), methods=["POST"]),
+        Route(routine, answer(show_routine)),
+    ]

@@ -1,0 +1,114 @@
+"""The HTTP API's OpenAPI document (hand-written; served at /api/openapi.json)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ERROR = {
+    "description": "An error in the CLI's words",
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {"error": {"type": "string"}},
+                "required": ["error"],
+            }
+        }
+    },
+}
+OK = {"description": "The admin API's answer as JSON", "content": {"application/json": {}}}
+NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _query(name: str, kind: str = "string", about: str = "") -> dict[str, Any]:
+    return {"name": name, "in": "query", "schema": {"type": kind}, "description": about}
+
+
+SINCE = _query("since", about="written since: 2026-11-30, 2026-11-30T08:00Z, 2h, 7d (UTC)")
+UNTIL = _query("until", about="written until (same forms as since)")
+STATE = _query("state", about="run state; repeatable")
+LIMIT = _query("limit", "integer", "at most this many, newest first")
+
+
+def _get(summary: str, *parameters: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "get": {
+            "summary": summary,
+            "parameters": list(parameters),
+            "responses": {"200": OK, "400": ERROR, "404": ERROR},
+        }
+    }
+
+
+def _post(summary: str, body: dict[str, Any] | None, *parameters: dict[str, Any]) -> dict[str, Any]:
+    operation: dict[str, Any] = {
+        "summary": summary,
+        "parameters": list(parameters),
+        "security": [{"bearer": []}],
+        "responses": {"200": OK, "400": ERROR, "403": ERROR, "404": ERROR, "409": ERROR},
+    }
+    if body:
+        operation["requestBody"] = {
+            "required": False,
+            "content": {"application/json": {"schema": {"type": "object", "properties": body}}},
+        }
+    return {"post": operation}
+
+
+FORCE = {"force": {"type": "boolean", "description": "send over an open run or a spent ceiling"}}
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "celery-routines panel API", "version": "1"},
+    "components": {
+        "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer"},
+            "basic": {"type": "http", "scheme": "basic"},
+        }
+    },
+    "paths": {
+        "/api/routines": _get(
+            "A page of routines with the newest 30 runs of each",
+            _query("state", about="active, paused, suspended, invalid or disabled"),
+            _query("name", about="part of the name"),
+            _query("page", "integer"),
+            _query("per_page", "integer", "1 to 500 (50)"),
+        ),
+        "/api/routines/{name}": _get(
+            "One routine: definition, owner, next windows, ceilings",
+            NAME,
+            _query("windows", "integer", "how many next windows (10)"),
+        ),
+        "/api/routines/{name}/runs": _get("Runs of one routine", NAME, STATE, SINCE, UNTIL, LIMIT),
+        "/api/skips": _get("Every decision not to fire, newest first", SINCE, LIMIT),
+        "/api/runs": _get("Runs across routines", _query("routine"), STATE, SINCE, UNTIL, LIMIT),
+        "/api/routines/{name}/pause": _post("Pause", None, NAME),
+        "/api/routines/{name}/resume": _post(
+            "Resume",
+            {"catch_up": {"type": "boolean", "description": "replay paused windows by policy"}},
+            NAME,
+        ),
+        "/api/routines/{name}/enable": _post("Enable a disabled SQL/CLI routine", None, NAME),
+        "/api/routines/{name}/disable": _post("Disable a SQL/CLI routine", None, NAME),
+        "/api/routines/{name}/delete": _post(
+            "Delete a retired or SQL/CLI routine and its runs", None, NAME
+        ),
+        "/api/routines/{name}/trigger": _post("Send now under a manual key", FORCE, NAME),
+        "/api/routines/{name}/backfill": _post(
+            "Send the windows of a past range (preview: count only)",
+            {
+                "from": {"type": "string"},
+                "to": {"type": "string"},
+                "max": {"type": "integer"},
+                "preview": {"type": "boolean"},
+                **FORCE,
+            },
+            NAME,
+        ),
+        "/api/runs/{run_id}/replay": _post(
+            "Send a failed, skipped or lost run again",
+            FORCE,
+            {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}},
+        ),
+    },
+}

@@ -1,0 +1,51 @@
+"""``celery routines web``: check the bind address against the configured
+authentication, say where the panel is, and run uvicorn."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from celery_routines.config import setting
+from celery_routines.operator.admin import Routines
+from celery_routines.operator.web.auth import check_bind, hash_password, parse_web_auth
+from celery_routines.store.engine import safe_url
+
+logger = logging.getLogger("celery_routines.web")
+
+
+def password_hash_prompt() -> str:
+    password = click.prompt("password", hide_input=True, confirmation_prompt=True)
+    return hash_password(password)
+
+
+def serve(admin: Routines, *, host: str, port: int, read_only: bool) -> None:
+    try:
+        import uvicorn
+
+        from celery_routines.operator.web.app import create_app
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the panel needs the web extra ({exc.name} is missing): "
+            "pip install 'celery-routines[web]'"
+        ) from None
+    auth = parse_web_auth(setting(admin.app, "routines_web_auth"))
+    # Refuses a non-loopback address without authentication, saying how.
+    check_bind(host, auth)
+    app = create_app(admin.app, read_only=read_only, routines=admin, auth=auth)
+    guard = app.state.panel.guard
+    shown = f"[{host}]" if ":" in host else host
+    store = safe_url(admin.settings.database_url)
+    click.echo(f"celery-routines panel on http://{shown}:{port}/ (store {store})")
+    click.echo(
+        "  read-only: no action is offered or accepted"
+        if read_only
+        else "  actions on; every POST needs the page's CSRF token or the API bearer token"
+    )
+    if auth.token is None and not read_only:
+        # Made up for this process: scripts on this machine use it for POSTs.
+        click.echo(f"  API token for this run (Authorization: Bearer ...): {guard.api_token}")
+    if not auth.configured:
+        click.echo("  no authentication configured: serving loopback only")
+    uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)

@@ -1,0 +1,65 @@
+"""Routines changed outside beat (plain SQL, another tool): found by their
+schedule fingerprint (see :mod:`celery_routines.store.fingerprint`) and
+rescheduled, so a stale ``next_run_at`` never fires."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Engine, and_, or_, select, update
+
+from .connections import connections_for
+from .fingerprint import current_fingerprint, record_columns, schedule_changed
+from .models import Routine
+from .records import RoutineRecord
+
+table = Routine.__table__
+c = table.c
+
+
+def needs_refresh() -> ColumnElement[bool]:
+    """Changed since its window was computed, or scheduled and never
+    fingerprinted (rows from before the fingerprint existed)."""
+    never = and_(
+        c.schedule_fingerprint.is_(None), c.next_run_at.is_not(None), c.retired_at.is_(None)
+    )
+    return or_(schedule_changed(), never)
+
+
+class RefreshQueries:
+    def __init__(self, engine: Engine) -> None:
+        self.db = connections_for(engine)
+
+    def changed_column(self) -> Any:
+        """For the probe: are there routines to refresh?"""
+        return select(c.id).where(needs_refresh()).exists().label("changed")
+
+    def changed(self, limit: int) -> list[RoutineRecord]:
+        query = select(*record_columns()).where(needs_refresh()).order_by(c.id).limit(limit)
+        with self.db.fast_read() as conn:
+            return [RoutineRecord(*row) for row in conn.execute(query)]
+
+    def reschedule(
+        self,
+        routine_id: int,
+        next_run_at: datetime | None,
+        now: datetime,
+        holder: str,
+        arbitration: datetime,
+        *,
+        error: str | None = None,
+    ) -> bool:
+        """Store a recomputed next window (or keep it: ``next_run_at`` None
+        only re-fingerprints) with the fingerprint of the row as it is now,
+        unless another beat holds the routine (its claim-time check, or the
+        next refresh, deals with it then)."""
+        values: dict[str, Any] = {"schedule_fingerprint": current_fingerprint(), "updated_at": now}
+        if next_run_at is not None:
+            values.update(next_run_at=next_run_at, last_error=error)
+        free = or_(c.locked_until.is_(None), c.locked_until < arbitration, c.locked_by == holder)
+        stmt = update(table).where(c.id == routine_id, free).values(**values)
+        if next_run_at is not None:
+            stmt = stmt.values(locked_by=None, locked_until=None)
+        with self.db.fast_write() as conn:
+            return bool(conn.execute(stmt).rowcount)

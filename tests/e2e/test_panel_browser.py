@@ -1,0 +1,198 @@
+"""The panel as a person uses it: Debian's Chromium (headless, Selenium)
+against ``celery routines web`` with a real beat and a real worker on
+PostgreSQL and Redis. Without Chromium these tests skip, and fail under
+ROUTINES_REQUIRE_SERVICES=1 (CI installs chromium-driver)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from selenium.common.exceptions import (
+    NoAlertPresentException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests import services
+from tests.e2e.panel_cluster import SCRIPT_NAME, WEB, WEB_HEALTH, PanelCluster, chromium
+from tests.e2e.processes import HERE, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    driver = chromium()
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres_databases: services.PostgresDatabases,
+    redis_db: int,
+) -> Iterator[PanelCluster]:
+    redis_url = f"redis://{services.REDIS_HOST}:{services.REDIS_PORT}/{redis_db}"
+    with PanelCluster(
+        tmp_path_factory.mktemp("panel"), postgres_databases.create(), redis_url
+    ) as running:
+        yield running
+
+
+def wait_for(browser: Any, css: str, timeout: float = 20) -> Any:
+    return WebDriverWait(browser, timeout).until(
+        expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css))
+    )
+
+
+def wait_text(browser: Any, element_id: str, text: str, timeout: float = 20) -> None:
+    """Until the element shows ``text`` (across the page load a click starts)."""
+    WebDriverWait(
+        browser,
+        timeout,
+        ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+    ).until(lambda b: b.find_element(By.ID, element_id).text == text)
+
+
+def test_a_skipped_windows_reason_is_on_the_skips_page(browser: Any, cluster: PanelCluster) -> None:
+    wait_until(
+        lambda: bool(cluster.store.admin.runs(states=["skipped"], limit=1)),
+        60,
+        "beat to skip a window of 'slow' (overlap)",
+        cluster.processes,
+    )
+    browser.get(f"{cluster.url}/skips")
+    rows = browser.find_elements(By.CSS_SELECTOR, "tr.skip")
+    assert rows
+    cells = [cell.text for cell in rows[0].find_elements(By.TAG_NAME, "td")]
+    assert cells[1:3] == ["slow", "overlap"], cells
+    # The routines page shows the skip in the strip and as the last outcome.
+    browser.get(f"{cluster.url}/routines?name=slow")
+    strip = browser.find_elements(By.CSS_SELECTOR, 'tr[data-routine="slow"] .cell.skipped')
+    assert strip
+
+
+def test_pause_changes_the_state_in_the_database_and_on_the_page(
+    browser: Any, cluster: PanelCluster
+) -> None:
+    browser.get(f"{cluster.url}/routines/words")
+    assert browser.find_element(By.ID, "routine-state").text == "active"
+    browser.find_element(By.ID, "pause").click()
+    wait_text(browser, "routine-state", "paused")
+    assert browser.find_element(By.ID, "flash").text == "paused words"
+    assert cluster.store.routines.by_name("words").paused is True
+    browser.find_element(By.ID, "resume").click()
+    wait_text(browser, "routine-state", "active")
+    assert cluster.store.routines.by_name("words").paused is False
+
+
+def test_live_refresh_shows_a_change_made_elsewhere_without_a_click(
+    browser: Any, cluster: PanelCluster
+) -> None:
+    browser.get(f"{cluster.url}/routines/words?live=1")
+    assert browser.find_element(By.ID, "routine-state").text == "active"
+    marker = browser.execute_script("document.body.dataset.marker = 'same page'; return 1;")
+    # Paused by a script through the API: the open page follows by itself.
+    request = urllib.request.Request(
+        f"{cluster.url}/api/routines/words/pause",
+        headers={"Authorization": f"Bearer {cluster.token}"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200 and marker == 1
+    wait_text(browser, "routine-state", "paused", timeout=30)
+    # Swapped in place by the script, not reloaded.
+    assert browser.execute_script("return document.body.dataset.marker") == "same page"
+    resumed = cluster.store.routines.by_name("words")
+    assert resumed is not None and resumed.paused
+    browser.find_element(By.ID, "resume").click()
+    wait_text(browser, "routine-state", "active")
+
+
+def test_a_backfill_is_counted_confirmed_and_its_runs_appear(
+    browser: Any, cluster: PanelCluster
+) -> None:
+    browser.get(f"{cluster.url}/routines/words")
+    for field, value in (
+        ("backfill-from", "2026-01-10T08:00"),
+        ("backfill-to", "2026-01-10T10:00"),
+    ):
+        box = browser.find_element(By.ID, field)
+        box.clear()
+        box.send_keys(value)
+    browser.find_element(By.ID, "backfill").click()
+    assert wait_for(browser, "#backfill-count").text == "3"
+    assert cluster.store.admin.runs(routine_id=_id(cluster, "words")) == []
+    browser.find_element(By.ID, "confirm-backfill").click()
+    assert "3 sent" in wait_for(browser, "#flash").text
+
+    def succeeded_on_the_page() -> bool:
+        browser.get(f"{cluster.url}/runs?routine=words&state=succeeded")
+        return len(browser.find_elements(By.CSS_SELECTOR, "tr[data-run]")) == 3
+
+    wait_until(succeeded_on_the_page, 60, "3 backfilled runs to succeed", cluster.processes)
+    keys = {
+        r.run.idempotency_key for r in cluster.store.admin.runs(routine_id=_id(cluster, "words"))
+    }
+    assert "words@2026-01-10T08:00:00+01:00" in keys and len(keys) == 3
+
+
+def test_a_script_in_a_routine_name_is_shown_as_text(browser: Any, cluster: PanelCluster) -> None:
+    browser.get(f"{cluster.url}/routines")
+    links = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "a.routine-link")]
+    assert SCRIPT_NAME in links
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text  # noqa: B018 - raises when no alert is open
+    browser.find_element(By.LINK_TEXT, SCRIPT_NAME).click()
+    assert wait_for(browser, "#routine-name").text == SCRIPT_NAME
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text  # noqa: B018
+
+
+def test_a_post_without_a_token_is_refused(browser: Any, cluster: PanelCluster) -> None:
+    browser.get(f"{cluster.url}/routines/words")
+    status = browser.execute_script(
+        "return fetch('/api/routines/words/pause', {method: 'POST'}).then(r => r.status);"
+    )
+    assert status == 403
+    # A form without the CSRF token, submitted by the page itself.
+    browser.execute_script(
+        "const f = document.createElement('form'); f.method = 'post';"
+        "f.action = '/actions/pause'; const i = document.createElement('input');"
+        "i.name = 'name'; i.value = 'words'; f.appendChild(i);"
+        "document.body.appendChild(f); f.submit();"
+    )
+    WebDriverWait(browser, 20).until(lambda b: "CSRF token" in b.page_source)
+    assert cluster.store.routines.by_name("words").paused is False
+
+
+def test_the_compose_health_check_passes_and_a_public_address_needs_auth(
+    cluster: PanelCluster,
+) -> None:
+    health = subprocess.run(WEB_HEALTH, env=cluster.env, capture_output=True, timeout=30)
+    assert health.returncode == 0, health.stderr
+    refused = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "e2e_app", *WEB],
+        cwd=HERE,
+        env={**cluster.env, "ROUTINES_WEB_HOST": "0.0.0.0"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 1
+    assert "refusing to serve the panel on 0.0.0.0 without authentication" in refused.stderr
+
+
+def _id(cluster: PanelCluster, name: str) -> int:
+    record = cluster.store.routines.by_name(name)
+    assert record is not None
+    return record.id

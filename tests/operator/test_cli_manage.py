@@ -1,0 +1,177 @@
+"""``celery routines add | edit | enable | disable | delete | history | prune``
+through Click's runner, on every store."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from celery_routines import register
+from celery_routines.operator import cli
+from celery_routines.operator.cli import routines
+from celery_routines.store import Store
+from tests.conftest import FakeClock
+from tests.operators import add_routine, add_run, cli_context, make_app
+
+
+@pytest.fixture
+def invoke(store: Store, database_url: str, tmp_path: Path, clock: FakeClock, monkeypatch):
+    app = make_app(tmp_path / "broker", database_url)
+    monkeypatch.setattr(cli, "CLOCK", clock)
+
+    def run(*args: str) -> Result:
+        return CliRunner().invoke(
+            routines, list(args), obj=cli_context(app), catch_exceptions=False
+        )
+
+    return run
+
+
+def ok(result: Result) -> str:
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def one_error(result: Result) -> str:
+    assert result.exit_code != 0, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.output
+    return line
+
+
+def test_add_edit_disable_enable_delete_and_history(invoke, store: Store) -> None:
+    out = ok(
+        invoke(
+            "add",
+            "poll",
+            "tasks.poll",
+            "--every",
+            "5m",
+            "--tz",
+            "Europe/Rome",
+            "--args",
+            "[1]",
+            "--kwargs",
+            '{"a": 2}',
+            "--queue",
+            "slow",
+            "--catch-up",
+            "latest",
+            "--overlap",
+            "queue",
+            "--max-lateness",
+            "10m",
+            "--ceiling",
+            "100/day",
+            "--ceiling",
+            "3 eur/month",
+            "--by",
+            "ana",
+        )
+    )
+    assert out.startswith('added poll: task="tasks.poll"')
+    record = store.routines.by_name("poll")
+    assert record is not None and record.source == "cli" and record.options == '{"queue": "slow"}'
+    edited = json.loads(ok(invoke("edit", "poll", "--cron", "*/10 * * * *", "--json")))
+    assert edited["fields"] == {"cron": "*/10 * * * *", "interval_seconds": None}
+    assert "nothing changed" in ok(invoke("edit", "poll", "--cron", "*/10 * * * *"))
+    assert ok(invoke("disable", "poll")).startswith("disabled poll")
+    assert ok(invoke("enable", "poll")).startswith("enabled poll")
+    history = json.loads(ok(invoke("history", "poll", "--json")))
+    assert [h["action"] for h in history] == ["enabled", "disabled", "edited", "added"]
+    assert history[-1]["changed_by"] == "ana" and "@" in history[0]["changed_by"]
+    assert "deleted poll and its 0 run(s)" in ok(invoke("delete", "poll"))
+    assert "deleted" in ok(invoke("history", "poll"))
+
+
+def test_bad_values_get_the_declaration_messages_in_one_line(invoke) -> None:
+    line = one_error(invoke("add", "x", "tasks.x", "--cron", "61 * * * *"))
+    assert line.startswith("Error: routine 'x': ") and "61" in line
+    assert "--args must be JSON" in one_error(
+        invoke("add", "x", "tasks.x", "--every", "1m", "--args", "[1")
+    )
+    assert "--ceiling must look like" in one_error(
+        invoke("add", "x", "tasks.x", "--every", "1m", "--ceiling", "lots")
+    )
+    assert "--cron EXPR or --every" in one_error(invoke("add", "x", "tasks.x"))
+    assert "no routine named 'nope'" in one_error(invoke("enable", "nope"))
+
+
+def test_a_code_routine_is_refused_with_where_it_is_declared(
+    invoke, store: Store, clock: FakeClock
+) -> None:
+    definition = register("proj.tasks.nightly", "0 3 * * *", name="nightly")
+    store.routines.upsert_definitions([definition.columns()], clock(), owner="proj")
+    line = one_error(invoke("edit", "nightly", "--cron", "0 4 * * *"))
+    assert "declared in the code of app 'proj'" in line and "task proj.tasks.nightly" in line
+    assert "pause" in one_error(invoke("delete", "nightly"))
+    # Retired, it can be deleted.
+    store.routines.upsert_definitions([], clock(), owner="proj", stamp="9")
+    out = ok(invoke("list"))
+    assert "retired (no longer declared in code since 2026-11-30" in out
+    assert "retired (no longer declared in code since" in ok(invoke("show", "nightly"))
+    assert "deleted nightly" in ok(invoke("delete", "nightly"))
+
+
+def test_prune_prints_counts_per_state_and_keeps_what_is_needed(
+    invoke,
+    store: Store,
+    clock: FakeClock,
+) -> None:
+    old = clock.now - timedelta(days=40)
+    routine = add_routine(store, "poll")
+    capped = add_routine(store, "capped", ceiling='[{"limit": 5, "per": "month", "unit": "fires"}]')
+    for i, state in enumerate(["succeeded", "succeeded", "failed", "skipped", "running", "lost"]):
+        add_run(
+            store,
+            routine,
+            f"poll@{i}",
+            state,
+            old + timedelta(minutes=i),
+            old + timedelta(minutes=i),
+        )
+    # Newest run of poll: old, finished, kept anyway.
+    newest = add_run(
+        store, routine, "poll@last", "succeeded", old + timedelta(hours=1), old + timedelta(hours=1)
+    )
+    # capped: a run of this month is counted by its monthly ceiling (kept with
+    # --older-than 1d), last month's is not.
+    this_month = datetime(2026, 11, 10, tzinfo=UTC)
+    add_run(store, capped, "capped@1", "succeeded", this_month, this_month)
+    add_run(store, capped, "capped@0", "succeeded", old, old)
+    add_run(store, capped, "capped@2", "succeeded", clock.now, clock.now)
+    dry = ok(invoke("prune", "--dry-run"))
+    assert dry.startswith("would delete 6 finished run(s)") and "3 succeeded" in dry
+    assert len(store.admin.runs(limit=100)) == 10
+    result = json.loads(ok(invoke("prune", "--older-than", "1d", "--json")))
+    assert result["deleted"] == {"succeeded": 3, "failed": 1, "skipped": 1, "lost": 1}
+    left = {named.run.idempotency_key for named in store.admin.runs(limit=100)}
+    assert left == {"poll@4", "poll@last", "capped@1", "capped@2"}
+    assert newest in {named.run.id for named in store.admin.runs(limit=100)}
+    assert "deleted 0 finished run(s)" in ok(invoke("prune"))
+
+
+def test_sync_retires_what_the_code_no_longer_declares_and_says_so(
+    invoke,
+    store: Store,
+    clock: FakeClock,
+) -> None:
+    from celery_routines.registry import forget
+
+    register("tasks.a", "* * * * *", name="a")
+    register("tasks.b", "* * * * *", name="b")
+    ok(invoke("sync"))
+    forget("b")
+    clock.advance(seconds=1)
+    out = ok(invoke("sync"))
+    assert "  b  retired: no longer declared in code" in out.splitlines()
+    assert json.loads(ok(invoke("history", "b", "--json")))[0]["action"] == "retired"
+    register("tasks.b", "* * * * *", name="b")
+    clock.advance(minutes=5)
+    assert "  b  (back in service)" in ok(invoke("sync")).splitlines()
+    record = store.routines.by_name("b")
+    assert record is not None and record.retired_at is None
