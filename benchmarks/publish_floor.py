@@ -18,6 +18,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from celery import Celery
 
@@ -34,6 +35,42 @@ def median_ms(action: Callable[[], object], repeat: int) -> float:
     return statistics.median(samples) * 1000
 
 
+HEADERS = {"routine": "r", "routine_window": "r@2026-11-30T03:00:00+00:00"}
+
+
+def send_tasks(app: Celery, producer: Any, n: int, retry: bool = True) -> None:
+    """``n`` messages by ``send_task`` on one reused producer."""
+    for _ in range(n):
+        app.send_task(
+            "bench.noop",
+            task_id=str(uuid.uuid4()),
+            producer=producer,
+            add_to_parent=False,
+            headers=HEADERS,
+            retry=retry,
+        )
+
+
+def send_task_batched_ms(db: int, n: int, repeat: int) -> float:
+    """Median ms to publish ``n`` messages by ``send_task`` inside kombu's
+    publish batch, one reused producer: the floor under celery-routines'
+    publishing (the Redis database is emptied after)."""
+    app = Celery("floor", set_as_current=False)
+    app.conf.broker_url = redis_url(db)
+    connection = app.connection_for_write()
+    producer = app.amqp.Producer(connection, auto_declare=False)
+
+    def send() -> None:
+        with producer.batch():
+            send_tasks(app, producer, n, retry=False)
+
+    try:
+        return median_ms(send, repeat)
+    finally:
+        connection.release()
+        clear_redis_db(db)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10)
@@ -46,22 +83,13 @@ def main() -> None:
     connection = app.connection_for_write()
     producer = app.amqp.Producer(connection, auto_declare=False)
     queue = app.amqp.queues[app.conf.task_default_queue]
-    headers = {"routine": "r", "routine_window": "r@2026-11-30T03:00:00+00:00"}
 
-    def send_task(retry: bool = True) -> None:
-        for _ in range(args.n):
-            app.send_task(
-                "bench.noop",
-                task_id=str(uuid.uuid4()),
-                producer=producer,
-                add_to_parent=False,
-                headers=headers,
-                retry=retry,
-            )
+    def send_task() -> None:
+        send_tasks(app, producer, args.n)
 
     def send_task_batched() -> None:
         with producer.batch():
-            send_task(retry=False)
+            send_tasks(app, producer, args.n, retry=False)
 
     def messages_only() -> None:
         for _ in range(args.n):

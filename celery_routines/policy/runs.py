@@ -143,9 +143,25 @@ def lost_deadline(
     with its own hard time limit, that limit plus a margin. While the body
     runs, its worker's heartbeats push the deadline on (never back).
     """
+    return started_at + timedelta(seconds=lost_after(run_timeout, time_limit))
+
+
+def celery_retry_wait(when: Any, now: datetime) -> timedelta:
+    """How long until the redelivery of Celery's own ``self.retry()``: its
+    ``when`` (seconds or an aware instant; anything else: at once)."""
+    if isinstance(when, int | float):
+        return timedelta(seconds=max(0.0, float(when)))
+    if isinstance(when, datetime) and when.tzinfo is not None:
+        return max(timedelta(0), when - now)
+    return timedelta(0)
+
+
+def lost_after(run_timeout: float, time_limit: float | None = None) -> float:
+    """Seconds from a run's start to its :func:`lost_deadline`: a database
+    adds them to its own clock in the statement that claims the run."""
     if time_limit is not None and time_limit > 0:
-        return started_at + timedelta(seconds=time_limit + TIME_LIMIT_MARGIN)
-    return started_at + timedelta(seconds=run_timeout)
+        return time_limit + TIME_LIMIT_MARGIN
+    return run_timeout
 
 
 def overlap_action(policy: Overlap, open_runs: int) -> str:

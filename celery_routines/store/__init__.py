@@ -12,6 +12,7 @@ from sqlalchemy import Engine, bindparam, func, select, type_coerce
 from ..clock import as_utc, utc_now
 from . import migrate
 from .admin_queries import AdminQueries
+from .bookkeeping import BookkeepingQueries, Published
 from .changes import ChangeQueries
 from .connections import Connections, connections_for
 from .dialects import database_clock
@@ -26,7 +27,7 @@ from .runs import RunQueries
 from .spend_queries import SpendQueries
 from .types import UTCDateTime
 
-__all__ = ["Advance", "NewRun", "Probe", "RoutineRecord", "RunRecord", "Store"]
+__all__ = ["Advance", "NewRun", "Probe", "Published", "RoutineRecord", "RunRecord", "Store"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Store:
         self.runs = RunQueries(engine)
         self.admin = AdminQueries(engine)
         self.spend = SpendQueries(engine)
+        self.bookkeeping = BookkeepingQueries(engine)
         self.run_metrics = RunMetricsQueries(engine)
         self.panel = PanelQueries(engine)
         self.changes = ChangeQueries(engine)
@@ -90,8 +92,8 @@ class Store:
         return select(*columns)
 
     @classmethod
-    def from_url(cls, url: str) -> Store:
-        return cls(make_engine(url))
+    def from_url(cls, url: str, *, ping_after_idle: float | None = None) -> Store:
+        return cls(make_engine(url, ping_after_idle=ping_after_idle))
 
     def migrate(self) -> None:
         migrate.upgrade(self.engine)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DisconnectionError
 
 from ..errors import ConfigurationError
 from .dialects import MYSQL_FAMILY, is_mysql
@@ -23,9 +25,14 @@ MYSQL_DEFAULT_DRIVER = "pymysql"
 SUPPORTED_BACKENDS = ("sqlite", "postgresql", *sorted(MYSQL_FAMILY))
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, ping_after_idle: float | None = None) -> Engine:
     """An engine for ``url``; SQLite gets WAL and a busy timeout so that beat
-    and worker processes can share one file."""
+    and worker processes can share one file.
+
+    ``ping_after_idle`` (PostgreSQL): ping a pooled connection at checkout
+    only if it sat idle in the pool at least this many seconds, instead of at
+    every checkout (see :func:`_ping_if_idle`).
+    """
     try:
         parsed = make_url(url)
     except Exception as exc:
@@ -49,9 +56,15 @@ def make_engine(url: str) -> Engine:
         # Pre-ping costs a round trip per checkout, but without it every pooled
         # connection cut by a database restart fails one tick somewhere in its
         # middle, each followed by a longer back-off.
-        return create_engine(
-            postgres_driver(parsed), pool_pre_ping=True, pool_size=5, max_overflow=5
+        engine = create_engine(
+            postgres_driver(parsed),
+            pool_pre_ping=ping_after_idle is None,
+            pool_size=5,
+            max_overflow=5,
         )
+        if ping_after_idle is not None:
+            _ping_if_idle(engine, ping_after_idle)
+        return engine
     except ModuleNotFoundError as exc:
         raise ConfigurationError(
             f"routines_database_url {parsed.render_as_string(hide_password=True)!r} needs the "
@@ -59,6 +72,35 @@ def make_engine(url: str) -> Engine:
             "(psycopg 3: pip install 'celery-routines[postgres]') and write postgresql:// or "
             "postgresql+psycopg://"
         ) from None
+
+
+def _ping_if_idle(engine: Engine, idle: float) -> None:
+    """Pre-ping only connections that sat in the pool ``idle`` seconds or more.
+
+    A worker checks a connection out twice per run (the claim, the outcome),
+    back to back: pinging each time doubled its round trips. A connection
+    cut while idle (a database restart, a proxy's idle timeout) is still
+    caught at checkout and replaced, as SQLAlchemy's own pre-ping does (its
+    documented "pessimistic disconnect handling" with a custom ping); one cut
+    within ``idle`` seconds of its last use fails its statement, which the
+    worker retries once on a fresh connection (see ``worker.hooks``).
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _used(_dbapi_connection: Any, record: Any) -> None:
+        record.info["routines_used_at"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        used_at = record.info.get("routines_used_at")
+        if used_at is None or time.monotonic() - used_at < idle:
+            return  # fresh from connect, or used a moment ago
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception:
+            alive = False
+        if not alive:
+            raise DisconnectionError("pooled connection failed its ping")  # the pool reconnects
 
 
 def postgres_driver(url: URL, importable: Callable[[str], bool] | None = None) -> URL:

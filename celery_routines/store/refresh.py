@@ -21,10 +21,13 @@ c = table.c
 def needs_refresh() -> ColumnElement[bool]:
     """Changed since its window was computed, or scheduled and never
     fingerprinted (rows from before the fingerprint existed)."""
-    never = and_(
+    return or_(schedule_changed(), _never_fingerprinted())
+
+
+def _never_fingerprinted() -> ColumnElement[bool]:
+    return and_(
         c.schedule_fingerprint.is_(None), c.next_run_at.is_not(None), c.retired_at.is_(None)
     )
-    return or_(schedule_changed(), never)
 
 
 class RefreshQueries:
@@ -34,6 +37,20 @@ class RefreshQueries:
     def changed_column(self) -> Any:
         """For the probe: are there routines to refresh?"""
         return select(c.id).where(needs_refresh()).exists().label("changed")
+
+    def baseline(self, now: datetime, holder: str, arbitration: datetime) -> int:
+        """Fingerprint, in one statement, every scheduled row that has none
+        (rows inserted by SQL with their own ``next_run_at``, or stored before
+        the fingerprint existed): their window stands as it is. One UPDATE
+        per row cost a burst of 10,000 such routines a third of its time."""
+        free = or_(c.locked_until.is_(None), c.locked_until < arbitration, c.locked_by == holder)
+        stmt = (
+            update(table)
+            .where(_never_fingerprinted(), free)
+            .values(schedule_fingerprint=current_fingerprint(), updated_at=now)
+        )
+        with self.db.fast_write() as conn:
+            return int(conn.execute(stmt).rowcount or 0)
 
     def changed(self, limit: int) -> list[RoutineRecord]:
         query = select(*record_columns()).where(needs_refresh()).order_by(c.id).limit(limit)

@@ -1,23 +1,53 @@
 """The worker's queries on ``routine_runs``: claim a run before its body,
 count a refused duplicate delivery, record the outcome, requeue a Celery
-retry. Each is one conditional UPDATE, so a run changes hands once."""
+retry. Each is one conditional UPDATE, so a run changes hands once.
+
+A run costs its worker two statements when its routine has no ceiling: the
+claim (which also starts the run and stamps its deadline on the database's
+own clock, so no separate read of that clock) and the outcome (which also
+reads whether the routine has a ceiling to check, on PostgreSQL and SQLite).
+"""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, literal, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    bindparam,
+    case,
+    func,
+    literal,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 
+from ..clock import utc_now
 from .connections import Connections
 from .dialects import is_mysql
-from .models import RoutineRun
+from .models import Routine, RoutineRun
 from .types import UTCDateTime
 
 table = RoutineRun.__table__
 c = table.c
+routines = Routine.__table__
 STARTABLE_STATES = ("pending", "sent")
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What :meth:`RunOutcomeQueries.succeed` did."""
+
+    # The run was ``running`` (or a lost run awaiting its retry) and now has its outcome.
+    done: bool
+    # Its routine may have a ceiling to check after the run: it has one, or
+    # (MySQL, no RETURNING) the statement could not tell.
+    check_ceiling: bool
 
 
 class RunOutcomeQueries:
@@ -32,6 +62,7 @@ class RunOutcomeQueries:
         now: datetime,
         *,
         deadline_at: datetime | None = None,
+        lost_after: float | None = None,
         celery_retries: int = 0,
     ) -> bool:
         """``pending``/``sent`` -> ``running``; False means someone else has it.
@@ -39,7 +70,14 @@ class RunOutcomeQueries:
         A delivery of Celery's own ``self.retry()`` carries a higher
         ``request.retries`` than the one holding the run, so it may take over
         a ``running`` row; a duplicate of the same delivery may not.
+
+        The run's deadline: ``deadline_at``, or ``lost_after`` seconds after
+        the database's clock, computed by the same UPDATE (claims and run
+        deadlines are compared on that clock; see :meth:`Store.db_now`).
         """
+        deadline: Any = deadline_at
+        if lost_after is not None and deadline_at is None:
+            deadline = self.db_clock_plus(lost_after)
         stmt = (
             update(table)
             .where(
@@ -53,12 +91,27 @@ class RunOutcomeQueries:
                 state="running",
                 started_at=now,
                 worker=worker,
-                deadline_at=deadline_at,
+                deadline_at=deadline,
                 celery_retries=celery_retries,
             )
         )
-        with self.db.write() as conn:
+        # One atomic statement: autocommit, no BEGIN/COMMIT round trips.
+        with self.db.fast_write() as conn:
             return conn.execute(stmt).rowcount == 1
+
+    def db_clock_plus(self, seconds: float) -> Any:
+        """The database's clock plus ``seconds``, as naive UTC, for a
+        statement to write: PostgreSQL's ``now()``, MySQL's
+        ``UTC_TIMESTAMP(6)``; SQLite has no clock of its own (the process
+        clock, as :meth:`Store.db_now`)."""
+        dialect = self.db.engine.dialect.name
+        if dialect == "postgresql":
+            shift = func.make_interval(0, 0, 0, 0, 0, 0, bindparam("lost_after", seconds))
+            return func.timezone("UTC", func.now()) + shift
+        if is_mysql(self.db.engine):
+            micros = round(float(seconds) * 1_000_000)
+            return literal_column(f"UTC_TIMESTAMP(6) + INTERVAL {micros} MICROSECOND")
+        return utc_now() + timedelta(seconds=seconds)
 
     def heartbeat(self, run_id: str, deadline_at: datetime) -> bool:
         """A running body's sign of life: push its ``deadline_at`` to at least
@@ -102,6 +155,19 @@ class RunOutcomeQueries:
         has not gone out yet (``retrying``, reason ``lost``): it did finish, and
         taking it out of ``retrying`` cancels the retry.
         """
+        stmt = self._finish_statement(run_id, state, now, error=error, spend=spend)
+        with self.db.write() as conn:
+            return conn.execute(stmt).rowcount == 1
+
+    def _finish_statement(
+        self,
+        run_id: str,
+        state: str,
+        now: datetime,
+        *,
+        error: str | None,
+        spend: dict[str, float] | None,
+    ) -> Any:
         values: dict[str, Any] = {
             "state": state,
             "finished_at": now,
@@ -112,9 +178,25 @@ class RunOutcomeQueries:
         if state == "succeeded":
             startable = or_(startable, (c.state == "retrying") & (c.reason == "lost"))
             values.update(retry_at=None, reason=None)
-        stmt = update(table).where(c.id == run_id, startable).values(**values)
-        with self.db.write() as conn:
-            return conn.execute(stmt).rowcount == 1
+        return update(table).where(c.id == run_id, startable).values(**values)
+
+    def succeed(self, run_id: str, now: datetime, *, spend: dict[str, float] | None) -> Finished:
+        """:meth:`finish` as ``succeeded``, telling in the same statement
+        whether the run's routine has a ceiling (RETURNING a read of it), so a
+        run of a routine without one needs no further read. MySQL has no
+        RETURNING: there the answer is "check" and the check reads it."""
+        stmt = self._finish_statement(run_id, "succeeded", now, error=None, spend=spend)
+        if is_mysql(self.db.engine):
+            with self.db.write() as conn:
+                return Finished(done=conn.execute(stmt).rowcount == 1, check_ceiling=True)
+        ceiling: ColumnElement[Any] = (
+            select(routines.c.ceiling).where(routines.c.id == c.routine_id).scalar_subquery()
+        )
+        with self.db.fast_write() as conn:
+            row = conn.execute(stmt.returning(ceiling.label("ceiling"))).first()
+        if row is None:
+            return Finished(done=False, check_ceiling=False)
+        return Finished(done=True, check_ceiling=bool(row.ceiling))
 
     def requeue(
         self, run_id: str, *, celery_retries: int = 0, deadline_at: datetime | None = None

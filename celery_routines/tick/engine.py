@@ -28,7 +28,7 @@ from celery_routines.schedules.parse import schedule_of
 from celery_routines.sending.gate import Gate
 from celery_routines.sending.publish import Publisher
 from celery_routines.sending.revoke import CeleryRevoker, NoRevoker, Revoker
-from celery_routines.store import Advance, Probe, RoutineRecord, Store
+from celery_routines.store import Advance, Probe, Published, RoutineRecord, Store
 from celery_routines.tick import decide
 from celery_routines.tick.decide import Claimed, Decision, Facts
 from celery_routines.tick.ledger import Unrecorded
@@ -225,7 +225,7 @@ class TickEngine(Writing):
         """The ledger's published runs -> ``sent``, oldest batch first."""
         while self.ledger.sent:
             run_ids, sent_at, timeout = self.ledger.sent[0]
-            deadline = lost_deadline(sent_at + self.offset, timeout or self.settings.run_timeout)
+            deadline = self._sent_deadline(sent_at, timeout)
             self.store.runs.mark_sent(run_ids, sent_at, deadline_at=deadline)
             self.ledger.marked()
 
@@ -238,17 +238,44 @@ class TickEngine(Writing):
         tick writes it before doing anything else, and never publishes it again.
         """
         ledger = self.ledger
+        if ledger.sent and ledger.advances and self.store.bookkeeping.one_statement:
+            self._record_in_one_statement(now)
+            return
         self._mark_published()
         if ledger.advances:
             advances = sorted(ledger.advances.values(), key=lambda a: a.routine_id)
             advanced = self.store.routines.advance(advances, self.holder, now)
             ledger.advances.clear()
-            if advanced < len(advances):
-                logger.warning(
-                    "%d routine claim(s) expired before this beat advanced them; "
-                    "another beat took over (raise routines_lock_ttl if ticks are slow)",
-                    len(advances) - advanced,
-                )
+            self._say_taken_over(len(advances) - advanced)
+
+    def _say_taken_over(self, missed: int) -> None:
+        if missed > 0:
+            logger.warning(
+                "%d routine claim(s) expired before this beat advanced them; "
+                "another beat took over (raise routines_lock_ttl if ticks are slow)",
+                missed,
+            )
+
+    def _record_in_one_statement(self, now: datetime) -> None:
+        """PostgreSQL: the runs marked sent and the routines moved on in one
+        atomic statement (see :mod:`celery_routines.store.bookkeeping`): a
+        failure writes neither, and both stay in the ledger for the next tick."""
+        ledger = self.ledger
+        runs = [
+            Published(run_id, sent_at, self._sent_deadline(sent_at, timeout))
+            for run_ids, sent_at, timeout in ledger.sent
+            for run_id in run_ids
+        ]
+        advances = sorted(ledger.advances.values(), key=lambda a: a.routine_id)
+        advanced = self.store.bookkeeping.record_published(runs, advances, self.holder, now)
+        ledger.sent.clear()
+        ledger.advances.clear()
+        self._say_taken_over(len(advances) - advanced)
+
+    def _sent_deadline(self, sent_at: datetime, timeout: float | None) -> datetime:
+        """A sent run's lost deadline, on the database's clock (``timeout``:
+        the routine's own ``run_timeout``, else ``routines_run_timeout``)."""
+        return lost_deadline(sent_at + self.offset, timeout or self.settings.run_timeout)
 
     def _next_wakeup(self, probe: Probe, now: datetime) -> datetime | None:
         """The earliest of: a routine's window or claim expiry, a retry's

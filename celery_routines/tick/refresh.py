@@ -56,6 +56,7 @@ class Refresher:
         return True
 
     def refresh(self, now: datetime, arbitration: datetime, report: TickReport) -> None:
+        self.store.refresh.baseline(now, self.holder, arbitration)
         for record in self.store.refresh.changed(self.settings.batch_size):
             self.apply(record, now, arbitration, report)
 

@@ -166,9 +166,11 @@ class Writing:
                 outgoing_run(item.claimed.routine, run, run_id) for item, run, run_id in chunk
             ]
             self._sent(chunk, publish_runs(self.publisher, messages), report)
-            # Marked sent before the next chunk, while the claims still hold:
-            # a beat that takes a routine over later finds the row sent.
-            self._mark_published()
+            if start + PUBLISH_CHUNK < len(sending):
+                # Marked sent before the next chunk, while the claims still
+                # hold: a beat that takes a routine over later finds the row
+                # sent. The last chunk's are written with the advance, next.
+                self._mark_published()
         return held
 
     def _out_of_grace(self) -> bool:

@@ -2,9 +2,14 @@
 ``deadline_at`` forward, so ``routines_run_timeout`` means "no sign of life
 for this long" rather than "the whole body must end within this long".
 
-One small daemon thread per running body, started by the claim (in the
-process that runs the body: the pool child under prefork, the worker under
-solo, the body's own thread under the threads pool) and stopped with the body.
+One small daemon thread per running body whose first heartbeat comes due
+(in the process that runs the body: the pool child under prefork, the worker
+under solo, the body's own thread under the threads pool), stopped with the
+body. The claim only registers the run with the process's one watcher
+thread, which starts the run's own thread when its first beat is due: a body
+shorter than a third of its timeout (most) never costs a thread start, which
+took a few milliseconds on a busy machine (``Thread.start`` waits for the new
+thread to be scheduled).
 A killed process takes its thread with it; a frozen one (SIGSTOP, a VM pause)
 freezes it too, so in both cases the deadline stops moving and beat's lost
 sweep declares the run lost one ``run_timeout`` after the last beat.
@@ -51,23 +56,38 @@ class Heartbeat:
         self._clock = clock
         self._stopped = threading.Event()  # only ever polled, never waited on
         self.beats = 0
+        self.due = time.monotonic() + self.interval  # its first beat
+        self._launched = False
         self._thread = threading.Thread(
             target=self._run, name=f"routines-heartbeat-{run_id[:8]}", daemon=True
         )
 
     def start(self) -> Heartbeat:
-        self._thread.start()
+        """Hand it to the watcher, which starts its thread when its first
+        beat is due (never, if it is stopped before)."""
+        _watch(self)
         return self
 
     def stop(self) -> None:
         self._stopped.set()
 
     @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    @property
     def alive(self) -> bool:
+        if not self._launched:
+            return not self._stopped.is_set()  # waiting for its first beat
         return self._thread.is_alive()
 
+    def launch(self) -> None:
+        """Start beating (the watcher calls it when the first beat is due)."""
+        self._launched = True
+        self._thread.start()
+
     def _run(self) -> None:
-        next_at = time.monotonic() + self.interval
+        next_at = self.due
         while not self._stopped.is_set():
             left = next_at - time.monotonic()
             if left > 0:
@@ -94,6 +114,37 @@ class Heartbeat:
 
 _running: dict[str, Heartbeat] = {}
 _lock = threading.Lock()
+# Heartbeats whose first beat is not due yet, and the thread watching them.
+_waiting: list[Heartbeat] = []
+_watcher: threading.Thread | None = None
+
+
+def _watch(heartbeat: Heartbeat) -> None:
+    global _watcher
+    with _lock:
+        _waiting.append(heartbeat)
+        if _watcher is not None and _watcher.is_alive():
+            return
+        _watcher = threading.Thread(target=_watch_loop, name="routines-watcher", daemon=True)
+    _watcher.start()
+
+
+def _watch_loop() -> None:
+    """Start each waiting heartbeat's thread when its first beat is due; drop
+    the ones stopped before that. Sleeps in slices (see the module docstring)."""
+    while True:
+        now = time.monotonic()
+        with _lock:
+            due = [h for h in _waiting if h.stopped or h.due <= now]
+            _waiting[:] = [h for h in _waiting if not (h.stopped or h.due <= now)]
+            nearest = min((h.due for h in _waiting), default=now + SLICE)
+        for heartbeat in due:
+            if not heartbeat.stopped:
+                try:
+                    heartbeat.launch()
+                except Exception:
+                    logger.exception("could not start the heartbeat of run %s", heartbeat.run_id)
+        time.sleep(min(SLICE, max(nearest - time.monotonic(), 0.001)))
 
 
 def start(run_id: str, run_timeout: float, beat: Beat, clock: Callable[[], datetime]) -> Heartbeat:
@@ -120,5 +171,8 @@ def stop(run_id: str | None) -> None:
 def forget_all() -> None:
     """In a freshly forked pool child: the parent's heartbeats are not ours
     (their threads did not survive the fork)."""
+    global _watcher
     with _lock:
         _running.clear()
+        _waiting.clear()
+        _watcher = None

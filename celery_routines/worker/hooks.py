@@ -25,6 +25,7 @@ import socket
 import threading
 import weakref
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from celery import Celery, signals
@@ -33,14 +34,22 @@ from celery.exceptions import Ignore, WorkerLostError
 
 from celery_routines.clock import Clock, utc_now
 from celery_routines.config import Settings, settings_from
-from celery_routines.policy.runs import after_failure, lost_deadline, policy_of
+from celery_routines.policy.runs import (
+    after_failure,
+    celery_retry_wait,
+    lost_after,
+    lost_deadline,
+    policy_of,
+)
 from celery_routines.policy.states import OPEN_STATES, Reason, RunState
-from celery_routines.sending.publish import ROUTINE_HEADER, RUN_TIMEOUT_HEADER
+from celery_routines.sending.publish import ROUTINE_HEADER
 from celery_routines.store import Store
 from celery_routines.worker import counting, heartbeat
 from celery_routines.worker.ceiling import check_after_run
+from celery_routines.worker.connection import PING_AFTER_IDLE, once_more_if_cut
 from celery_routines.worker.expiry import record_expired
 from celery_routines.worker.spend import begin_run, end_run
+from celery_routines.worker.timeouts import hard_time_limit, run_timeout_of
 
 logger = logging.getLogger("celery_routines.worker")
 
@@ -81,7 +90,7 @@ def store_for(app: Celery) -> Store:
         with _stores_lock:
             store = _stores.get(url)
             if store is None:
-                store = Store.from_url(url)
+                store = Store.from_url(url, ping_after_idle=PING_AFTER_IDLE)
                 _stores[url] = store
     return store
 
@@ -149,12 +158,14 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
     try:
         store = store_for(task.app)
         now = clock()
-        timeout = run_timeout_of(task)
+        timeout = run_timeout_of(task, settings_for(task.app).run_timeout)
         arbiter = arbitration_clock(store)
-        deadline = lost_deadline(arbiter(), timeout, hard_time_limit(task))
-        claimed = store.runs.claim_start(
-            task_id, hostname, now, deadline_at=deadline, celery_retries=retries
-        )
+        after = lost_after(timeout, hard_time_limit(task))
+        # One statement claims and starts the run and stamps its deadline on
+        # the database's clock (the injected clock of a test that replaced it).
+        deadline = None if clock is utc_now else now + timedelta(seconds=after)
+        claim = partial(store.runs.claim_start, task_id, hostname, now, celery_retries=retries)
+        claimed = once_more_if_cut(lambda: claim(deadline_at=deadline, lost_after=after))
     except Exception:
         end_run()
         # Fail closed: without a claim the body could run twice. The row stays
@@ -189,26 +200,6 @@ def arbitration_clock(store: Store) -> Clock:
     """The clock run deadlines are written on: the database's (beat compares
     them on it), or the injected clock of a test that replaced :data:`clock`."""
     return store.db_now if clock is utc_now else clock
-
-
-def run_timeout_of(task: Task) -> float:
-    """The routine's own ``run_timeout`` (a message header beat sets), else
-    ``routines_run_timeout``: how long the run may show no sign of life."""
-    headers = getattr(task.request, "headers", None) or {}
-    own = headers.get(RUN_TIMEOUT_HEADER) if isinstance(headers, dict) else None
-    own = own or getattr(task.request, RUN_TIMEOUT_HEADER, None)
-    try:
-        if own is not None and float(own) > 0:
-            return float(own)
-    except (TypeError, ValueError):
-        pass
-    return settings_for(task.app).run_timeout
-
-
-def hard_time_limit(task: Task) -> float | None:
-    limits = getattr(task.request, "timelimit", None) or (None, None)
-    hard = limits[0] if isinstance(limits, list | tuple) and limits else None
-    return hard or task.time_limit or task.app.conf.task_time_limit
 
 
 # -- outcomes --------------------------------------------------------------------
@@ -288,14 +279,17 @@ def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
     heartbeat.stop(run_id)
     ledger = end_run()
     try:
-        done = store_for(sender.app).runs.finish(run_id, RunState.SUCCEEDED, clock(), spend=ledger)
+        # One statement, which also tells whether the routine has a ceiling.
+        store, now = store_for(sender.app), clock()
+        finished = once_more_if_cut(lambda: store.runs.succeed(run_id, now, spend=ledger))
     except Exception:
         logger.exception("could not record the success of run %s", run_id)
         return
-    if not done:
+    if not finished.done:
         logger.warning("run %s succeeded after it was declared lost or replaced", run_id)
         return
-    _check_ceilings(sender, run_id)
+    if finished.check_ceiling:
+        _check_ceilings(sender, run_id)
 
 
 def _check_ceilings(task: Any, run_id: str) -> None:
@@ -337,22 +331,16 @@ def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: 
     heartbeat.stop(request.id)
     end_run()
     now = clock()
-    wait = _retry_wait(getattr(reason, "when", None), now)
-    deadline = lost_deadline(now + wait, run_timeout_of(sender))
+    wait = celery_retry_wait(getattr(reason, "when", None), now)
+    deadline = lost_deadline(
+        now + wait, run_timeout_of(sender, settings_for(sender.app).run_timeout)
+    )
     try:
         store_for(sender.app).runs.requeue(
             request.id, celery_retries=int(request.retries or 0), deadline_at=deadline
         )
     except Exception:
         logger.exception("could not put run %s back to sent for Celery's retry", request.id)
-
-
-def _retry_wait(when: Any, now: datetime) -> timedelta:
-    if isinstance(when, int | float):
-        return timedelta(seconds=max(0.0, float(when)))
-    if isinstance(when, datetime) and when.tzinfo is not None:
-        return max(timedelta(0), when - now)
-    return timedelta(0)
 
 
 def _on_postrun(task_id: str | None = None, **_: Any) -> None:

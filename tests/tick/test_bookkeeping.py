@@ -36,16 +36,25 @@ def fail_once(target: Any, name: str) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("failing", ["mark_sent", "advance"])
+@pytest.mark.parametrize("failing", ["mark_sent", "advance", "record_published"])
 def test_bookkeeping_that_fails_after_publishing_is_retried_not_republished(
     tmp_path: Path, database_url: str, clock: FakeClock, failing: str
 ) -> None:
     register("tasks.poll", timedelta(minutes=1), name="poll")
     scheduler = make(tmp_path / "broker", database_url, clock)
+    # PostgreSQL writes both parts in one statement (record_published); the
+    # other databases a statement each (mark_sent, then advance).
+    if scheduler.store.bookkeeping.one_statement != (failing == "record_published"):
+        scheduler.close()
+        pytest.skip(f"{failing} is not a statement of this database's bookkeeping")
     try:
         scheduler.tick()  # adopts: first window 12:01
         clock.advance(minutes=1)
-        queries = scheduler.store.runs if failing == "mark_sent" else scheduler.store.routines
+        queries = {
+            "mark_sent": scheduler.store.runs,
+            "advance": scheduler.store.routines,
+            "record_published": scheduler.store.bookkeeping,
+        }[failing]
         calls = fail_once(queries, failing)
         scheduler.tick()  # publishes, then the bookkeeping fails
         assert calls == [1]

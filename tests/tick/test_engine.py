@@ -288,12 +288,13 @@ def test_an_idle_tick_asks_the_database_one_question_and_a_due_one_transaction(
         assert len(published(broker_folder)) == 1
         if scheduler.store.engine.dialect.name == "postgresql":
             # Probes autocommit; the one transaction is explicit. Marking the
-            # run sent and advancing the routine are a statement each after
-            # the message: neither can undo the other (issue 11).
+            # run sent and advancing the routine are one atomic statement
+            # after the message (a WITH of both UPDATEs): a failure writes
+            # neither and the ledger replays both (issue 11, issue 19).
             assert statements == [
                 "SELECT",
                 "BEGIN", "WITH", "SELECT", "INSERT", "COMMIT",
-                "UPDATE", "UPDATE",
+                "WITH",
                 "SELECT",
             ]  # fmt: skip
         elif is_mysql(scheduler.store.engine):

@@ -133,3 +133,35 @@ def test_an_idle_tick_that_asks_for_changes_is_still_one_statement(
     finally:
         event.remove(scheduler.store.engine, "before_cursor_execute", record)
         scheduler.close()
+
+
+def test_rows_inserted_with_their_own_window_are_fingerprinted_in_one_statement(
+    database_url: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    """SQL rows that bring their own next_run_at keep it, and are baselined
+    together: one UPDATE per row cost a 10,000-routine burst a third of its
+    time. Nothing fires early or twice."""
+    folder = tmp_path / "broker"
+    scheduler = beat(folder, database_url, clock)
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
+        statements.append(statement)
+
+    try:
+        for n in range(40):
+            insert_routine(scheduler.store, f"r{n}", cron="0 * * * *", next_run_at=at(14, 0))
+        event.listen(scheduler.store.engine, "before_cursor_execute", record)
+        scheduler.tick()
+        fingerprinting = [s for s in statements if "SET schedule_fingerprint" in s]
+        assert len(fingerprinting) == 1
+        records = [scheduler.store.routines.by_name(f"r{n}") for n in range(40)]
+        assert all(r is not None and r.schedule_fingerprint for r in records)
+        assert {r.next_run_at for r in records if r is not None} == {at(14, 0)}
+        assert published(folder) == []
+        clock.now = at(14, 0, 1)
+        scheduler.tick()
+        assert len(published(folder)) == 40
+    finally:
+        event.remove(scheduler.store.engine, "before_cursor_execute", record)
+        scheduler.close()

@@ -1,0 +1,102 @@
+"""celery-routines' tick and burst against Celery's own publishing floor, one run.
+
+    python -m benchmarks.against_floor [--size 1000000] [--burst-size 10000]
+
+Issue 19, item 1: the tick with 10 routines due, minus what publishing 10
+messages costs through Celery (``send_task`` in a kombu publish batch, one
+reused producer: ``benchmarks.publish_floor``), at ``--size`` routines
+stored; and the one-beat burst of 10,000 windows due at one instant against
+the same floor for 10,000 messages. Each scheduler figure comes from its own
+measuring subprocess (``benchmarks.measure``, PostgreSQL store, Redis broker,
+every guarantee on); the floors are measured in this process just before it.
+
+``--baseline DIR`` also measures the code checked out in DIR (say, the
+previous commit: ``git worktree add /tmp/base HEAD~2``) in the same run,
+each scenario right after this tree's, and prints both.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from . import run as run_module
+from .common import BURST, HOT, claim_redis_db, clear_redis_db, log
+from .publish_floor import send_task_batched_ms
+from .run import measure
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1_000_000, help="routines stored (tick)")
+    parser.add_argument("--burst-size", type=int, default=BURST, help="routines stored (burst)")
+    parser.add_argument("--ticks", type=int, default=12)
+    parser.add_argument("--setup-budget", type=float, default=240.0)
+    parser.add_argument("--run-budget", type=float, default=300.0)
+    parser.add_argument("--burst-cap", type=float, default=40.0)
+    parser.add_argument("--baseline", help="a checkout to measure in the same run")
+    args = parser.parse_args()
+
+    trees = [("this tree", run_module.ROOT)]
+    if args.baseline:
+        trees.append(("baseline", Path(args.baseline).resolve()))
+    db = claim_redis_db()
+    results: dict[str, dict[str, Any]] = {label: {} for label, _ in trees}
+    try:
+        log(f"floors: {HOT} and {BURST} messages")
+        floor_hot = send_task_batched_ms(db, HOT, 200)
+        floor_burst = send_task_batched_ms(db, BURST, 3) / 1000
+        for label, root in trees:
+            run_module.ROOT = root  # the measuring subprocess runs the code found there
+            log(f"{label}: routines steady at {args.size:,}")
+            results[label]["steady"] = measure(
+                "routines", "steady", args.size, db, args, ["--ticks", str(args.ticks)]
+            )
+        for label, root in trees:
+            run_module.ROOT = root
+            log(f"{label}: routines burst at {args.burst_size:,}")
+            results[label]["burst"] = measure(
+                "routines", "burst", args.burst_size, db, args, ["--burst-cap", str(args.burst_cap)]
+            )
+        floor_burst_after = send_task_batched_ms(db, BURST, 3) / 1000
+    finally:
+        run_module.ROOT = trees[0][1]
+        clear_redis_db(db, keep_owner=False)
+    for label, _ in trees:
+        print(f"[{label}]")
+        found = results[label]
+        floor = (floor_burst + floor_burst_after) / 2
+        report(args, found["steady"], found["burst"], floor_hot, floor)
+
+
+def report(
+    args: argparse.Namespace,
+    steady: dict[str, Any],
+    burst: dict[str, Any],
+    floor_hot_ms: float,
+    floor_burst_s: float,
+) -> None:
+    print("celery-routines (PostgreSQL, Redis) against Celery's publishing floor, one run")
+    if "tick" in steady:
+        tick = steady["tick"]["median_ms"]
+        print(
+            f"  tick with {HOT} due at {args.size:,} stored: {tick:.2f} ms (median of"
+            f" {steady['tick']['n']}); send_task batched for {HOT}: {floor_hot_ms:.2f} ms;"
+            f" tick minus floor: {tick - floor_hot_ms:.2f} ms"
+        )
+    else:
+        print(f"  tick at {args.size:,}: not measured: {steady}")
+    if "burst_s" in burst:
+        seconds = burst["burst_s"] if burst.get("complete") else burst.get("estimated_s")
+        print(
+            f"  burst of {BURST:,} (one beat): {seconds:.2f} s; send_task batched for"
+            f" {BURST:,}: {floor_burst_s:.2f} s (mean of the floor before and after);"
+            f" ratio {seconds / floor_burst_s:.2f}x"
+        )
+    else:
+        print(f"  burst: not measured: {burst}")
+
+
+if __name__ == "__main__":
+    main()

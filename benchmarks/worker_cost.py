@@ -1,0 +1,275 @@
+"""What celery-routines costs a worker per run, against plain Celery, same run.
+
+    python -m benchmarks.worker_cost [--n 10000] [--concurrency 2] [--rounds 1]
+
+A real prefork worker (``celery worker -P prefork``, app ``benchmarks.worker_app``)
+drains N no-op task messages already waiting on a Redis queue, once as plain
+Celery and once with celery-routines (each message a routine run whose row is
+``sent`` in a throwaway PostgreSQL database, as beat leaves it). Prints side
+by side: throughput (runs per second from the first body's start to the last
+one's end), each run's span from ``task_prerun`` to ``task_postrun`` at p50 and
+p99 (celery-routines' claim, the body and its outcome all sit in that span, so
+the difference is what it adds per run), and the statements per run counted
+in the pool processes by a SQLAlchemy event. ``--rounds 2`` alternates the two
+modes twice (the machine is shared: compare figures of one run only).
+``--baseline DIR`` adds a third worker per round running the celery-routines
+code checked out in DIR (say, the previous release), for a before/after in
+the same run (``benchmarks/worker_app.py`` must be there too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+
+from .common import (
+    TASK,
+    claim_redis_db,
+    clear_redis_db,
+    create_database,
+    drop_database,
+    log,
+    redis_client,
+    redis_url,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+ROUTINE = "noop"
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def load_runs(store: Any, n: int) -> list[str]:
+    """N ``sent`` run rows of one routine, as beat leaves them."""
+    from sqlalchemy import text
+
+    from celery_routines.clock import utc_now
+    from celery_routines.store import NewRun
+
+    with store.engine.begin() as conn:
+        routine_id = conn.execute(
+            text(
+                "INSERT INTO routines (name, task, interval_seconds) "
+                "VALUES (:n, :t, 3600) RETURNING id"
+            ),
+            {"n": ROUTINE, "t": TASK},
+        ).scalar_one()
+    now = utc_now()
+    ids = [str(uuid.uuid4()) for _ in range(n)]
+    runs = [
+        NewRun(run_id, routine_id, f"{ROUTINE}@{index}", 1, now - timedelta(seconds=index))
+        for index, run_id in enumerate(ids)
+    ]
+    for start in range(0, n, 5000):
+        chunk = runs[start : start + 5000]
+        store.runs.insert_new(chunk, now)
+        store.runs.mark_sent([run.id for run in chunk], now)
+    return ids
+
+
+def publish(db: int, queue: str, ids: list[str], routine: bool) -> None:
+    # Plain Celery's messages carry no routine header: the celery CLI loads
+    # celery-routines' command (an entry point), which connects its hooks,
+    # and those leave a message without the header alone.
+    headers = {"routine": ROUTINE} if routine else {}
+    app = Celery("bench_publisher", set_as_current=False)
+    app.conf.update(broker_url=redis_url(db), task_default_queue=queue)
+    with app.connection_for_write() as connection:
+        app.amqp.queues[queue](connection.default_channel).declare()
+        producer = app.amqp.Producer(connection, auto_declare=False)
+        with producer.batch():
+            for run_id in ids:
+                app.send_task(
+                    TASK,
+                    task_id=run_id,
+                    producer=producer,
+                    add_to_parent=False,
+                    headers=headers,
+                    queue=queue,
+                    retry=False,
+                )
+
+
+def drain(
+    mode: str,
+    n: int,
+    db: int,
+    pg_url: str,
+    concurrency: int,
+    store: Any | None,
+    root: Path = ROOT,
+) -> dict[str, Any]:
+    queue = f"bench-worker-{uuid.uuid4().hex[:8]}"
+    timings = f"bench-timings-{uuid.uuid4().hex[:8]}"
+    ids = load_runs(store, n) if store is not None else [str(uuid.uuid4()) for _ in range(n)]
+    publish(db, queue, ids, routine=store is not None)
+    client = redis_client(db)
+    env = {
+        **os.environ,
+        "CELERY_BROKER_URL": redis_url(db),
+        "BENCH_QUEUE": queue,
+        "BENCH_TIMINGS": timings,
+        "BENCH_ROUTINES": "1" if store is not None else "0",
+        "ROUTINES_DATABASE_URL": pg_url,
+        "PYTHONPATH": str(root),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "benchmarks.worker_app",
+        "worker",
+        "-P",
+        "prefork",
+        "-c",
+        str(concurrency),
+        "-Q",
+        queue,
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-l",
+        "warning",
+        "-n",
+        f"bench-{uuid.uuid4().hex[:6]}@%h",
+    ]
+    worker = subprocess.Popen(command, env=env, cwd=root, start_new_session=True)
+    deadline = time.monotonic() + 600
+    try:
+        while time.monotonic() < deadline:
+            drained = client.llen(queue) == 0 and client.hlen("unacked") == 0
+            if drained and (store is None or succeeded(store) >= n):
+                break
+            if worker.poll() is not None:
+                raise RuntimeError(f"the {mode} worker exited with {worker.returncode}")
+            time.sleep(0.2)
+        else:
+            raise RuntimeError(f"the {mode} worker did not drain {n} messages in 600 s")
+    finally:
+        worker.send_signal(signal.SIGTERM)  # warm shutdown: running bodies finish
+        try:
+            worker.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+    spans: list[tuple[float, float]] = []
+    statements = 0
+    for raw in client.lrange(timings, 0, -1):
+        batch = json.loads(raw)
+        spans.extend(batch["spans"])
+        statements += batch["statements"]
+    client.delete(timings, queue)
+    client.close()
+    if len(spans) < n:
+        raise RuntimeError(f"{mode}: only {len(spans)} of {n} runs reported their timing")
+    durations = [(end - start) * 1000 for start, end in spans]
+    wall = max(end for _, end in spans) - min(start for start, _ in spans)
+    return {
+        "mode": mode,
+        "runs": len(spans),
+        "per_second": len(spans) / wall,
+        "p50_ms": percentile(durations, 0.5),
+        "p99_ms": percentile(durations, 0.99),
+        "statements_per_run": statements / len(spans),
+    }
+
+
+def succeeded(store: Any) -> int:
+    from sqlalchemy import text
+
+    with store.engine.connect() as conn:
+        return conn.execute(
+            text("SELECT count(*) FROM routine_runs WHERE state = 'succeeded'")
+        ).scalar_one()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--baseline", help="a checkout whose celery-routines to measure too")
+    args = parser.parse_args()
+
+    from celery_routines.store import Store
+
+    db = claim_redis_db()
+    results: list[dict[str, Any]] = []
+    names: list[str] = []
+    try:
+        for round_number in range(args.rounds):
+            modes = [("celery", ROOT), ("routines", ROOT)]
+            if args.baseline:
+                modes.append(("baseline", Path(args.baseline).resolve()))
+            for mode, root in modes:
+                name, pg_url = create_database("worker")
+                names.append(name)
+                store = Store.from_url(pg_url)
+                store.migrate()
+                try:
+                    log(f"round {round_number + 1}: {mode}, {args.n} runs")
+                    results.append(
+                        drain(
+                            mode,
+                            args.n,
+                            db,
+                            pg_url,
+                            args.concurrency,
+                            None if mode == "celery" else store,
+                            root,
+                        )
+                    )
+                finally:
+                    store.dispose()
+                    drop_database(name)
+                    names.remove(name)
+    finally:
+        clear_redis_db(db, keep_owner=False)
+        for name in names:
+            drop_database(name)
+    report(results, args)
+
+
+def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print(
+        f"A prefork worker (-c {args.concurrency}) draining {args.n} no-op runs, PostgreSQL store,"
+        " Redis broker; span = task_prerun to task_postrun in the pool process"
+    )
+    print(f"  {'':10} {'runs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'stmts/run':>10}")
+    for result in results:
+        print(
+            f"  {result['mode']:10} {result['per_second']:9.0f} {result['p50_ms']:8.3f}"
+            f" {result['p99_ms']:8.3f} {result['statements_per_run']:10.2f}"
+        )
+    plain: dict[str, Any] | None = None
+    for result in results:
+        if result["mode"] == "celery":
+            plain = result
+            continue
+        assert plain is not None
+        ratio = result["per_second"] / plain["per_second"]
+        print(
+            f"  {result['mode']} vs plain Celery (same round): throughput {ratio:.2f}x,"
+            f" added p50 {result['p50_ms'] - plain['p50_ms']:.3f} ms,"
+            f" added p99 {result['p99_ms'] - plain['p99_ms']:.3f} ms,"
+            f" {result['statements_per_run']:.2f} statements per run"
+        )
+
+
+if __name__ == "__main__":
+    main()
