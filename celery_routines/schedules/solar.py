@@ -55,6 +55,11 @@ def _coordinate(label: str, value: object, limit: int) -> float:
     return float(value)
 
 
+def _exact(value: float) -> str:
+    """The shortest text that reads back as ``value`` ("9.19", "0")."""
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
 @dataclass(frozen=True)
 class SolarSchedule:
     event: str
@@ -87,7 +92,9 @@ class SolarSchedule:
 
     @property
     def spec(self) -> str:
-        return f"{self.event} {self.lat:g} {self.lon:g}"
+        # Exact: ":g" kept six digits, moving a longitude of -123.4567 by
+        # about 0.1 s of sunrise, enough to change the window's second.
+        return f"{self.event} {_exact(self.lat)} {_exact(self.lon)}"
 
     def describe(self) -> str:
         return f"solar {self.event} at latitude {self.lat:g}, longitude {self.lon:g}"

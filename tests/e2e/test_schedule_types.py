@@ -116,7 +116,7 @@ def test_a_solar_beat_schedule_entry_fires_at_the_sunrise(
         )
         assert _scheduled(pg_store, "solar-entry") == [expected]
         record = pg_store.routines.by_name("solar-entry")
-        assert record.solar == f"sunrise 0 {lon:g}"
+        assert record.solar == f"sunrise 0 {lon!r}"
         assert record.next_run_at > expected + timedelta(hours=23)
     finally:
         for process in processes:

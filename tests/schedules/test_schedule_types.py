@@ -240,3 +240,12 @@ def test_a_local_at_without_a_timezone_is_refused_not_read_as_utc() -> None:
     with pytest.raises(ScheduleError, match=r"^at 2026-12-24T18:00:00 has no UTC offset and the"):
         parse_at("2026-12-24T18:00", None)
     assert parse_at("2026-12-24T17:00Z", None) == T
+
+
+def test_a_solar_spec_keeps_every_digit_of_its_coordinates() -> None:
+    # Six significant digits moved this sunrise by a fraction of a second,
+    # enough to change the whole second of its window (and its key).
+    place = SolarSchedule("sunrise", 45.123456789, -123.456789)
+    assert place.spec == "sunrise 45.123456789 -123.456789"
+    assert SolarSchedule.from_spec(place.spec) == place
+    assert SolarSchedule("sunset", 0, 9.19).spec == "sunset 0 9.19"
