@@ -73,7 +73,7 @@ def _lookup(app: Celery | None, name: str) -> Any:
 
 def setting(app: Celery | None, name: str) -> Any:
     """A setting outside :class:`Settings` (``routines_web_auth``,
-    ``routines_flower_url``): ``app.conf``, then the environment."""
+    ``routines_flower_url``, the metrics port): ``app.conf``, then the environment."""
     return _lookup(app, name)
 
 

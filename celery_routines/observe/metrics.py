@@ -23,7 +23,6 @@ schedulers in one process (tests, or beat embedded in a worker) never collide.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 
 from celery_routines.clock import Clock, utc_now
+from celery_routines.config import setting
 from celery_routines.errors import ConfigurationError
 from celery_routines.observe.run_metrics import RunMetrics
 from celery_routines.sending.publish import OutgoingRun, Publisher
@@ -59,20 +59,12 @@ LATENESS_BUCKETS = (
 TICK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, float("inf"))
 
 
-def _lookup(app: Celery | None, name: str) -> Any:
-    if app is not None:
-        value = app.conf.get(name)
-        if value is not None:
-            return value
-    return os.environ.get(name.upper())
-
-
 def metrics_port(app: Celery | None) -> int | None:
     """The configured port, or None when metrics are off (the default).
 
     0 asks the system for a free port (tests read it from ``RoutineMetrics.port``).
     """
-    raw = _lookup(app, PORT_SETTING)
+    raw = setting(app, PORT_SETTING)
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return None
     try:
@@ -85,7 +77,7 @@ def metrics_port(app: Celery | None) -> int | None:
 
 
 def metrics_address(app: Celery | None) -> str:
-    return str(_lookup(app, ADDRESS_SETTING) or DEFAULT_ADDRESS)
+    return str(setting(app, ADDRESS_SETTING) or DEFAULT_ADDRESS)
 
 
 def _prometheus() -> Any:
