@@ -24,7 +24,7 @@ from celery_routines.operator.admin import (
     preview,
 )
 from celery_routines.operator.app_errors import install_short_app_errors
-from celery_routines.operator.cli_manage import register_commands
+from celery_routines.operator.cli_manage import by_option, register_commands
 from celery_routines.operator.output import (
     fail_if_not_sent,
     next_run_cells,
@@ -47,7 +47,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 CLOCK: Clock = utc_now
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-by_option = click.option("--by", help="Who makes the change, for its history (default: user@host).")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -20,6 +20,9 @@ from celery_routines.operator.output import print_json, table, utc
 from celery_routines.operator.texts import BadOption
 from celery_routines.policy.states import CatchUp, Overlap
 
+# Every command that changes a routine records who did it (routine_changes).
+by_option = click.option("--by", help="Who makes the change, for its history (default: user@host).")
+
 
 def _json_arg(value: str | None, option: str) -> Any:
     if value is None:
@@ -61,7 +64,7 @@ def _definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
             multiple=True,
             help="At most LIMIT [UNIT] per PERIOD: 100/day, '2.5 eur/month' (repeatable).",
         ),
-        click.option("--by", help="Who makes the change (default: user@host)."),
+        by_option,
     ]
     for option in reversed(options):
         command = option(command)
@@ -143,7 +146,7 @@ def register_commands(
 
     @group.command()
     @click.argument("name")
-    @click.option("--by", help="Who makes the change (default: user@host).")
+    @by_option
     @json_option
     @click.pass_context
     @errors
@@ -154,7 +157,7 @@ def register_commands(
 
     @group.command()
     @click.argument("name")
-    @click.option("--by", help="Who makes the change (default: user@host).")
+    @by_option
     @json_option
     @click.pass_context
     @errors
@@ -164,7 +167,7 @@ def register_commands(
 
     @group.command()
     @click.argument("name")
-    @click.option("--by", help="Who makes the change (default: user@host).")
+    @by_option
     @json_option
     @click.pass_context
     @errors

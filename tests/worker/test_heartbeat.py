@@ -14,7 +14,7 @@ from celery import Celery
 from celery_routines.store import Store
 from celery_routines.worker import heartbeat
 from tests.conftest import FakeClock
-from tests.worker.test_hooks import _reset, app, make_run, register_task  # noqa: F401
+from tests.worker.test_hooks import _reset, make_run, register_task  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("_reset")
 
@@ -40,7 +40,7 @@ def test_a_heartbeat_of_a_run_no_longer_running_changes_nothing(
 
 
 def test_the_body_is_heartbeaten_while_it_runs_and_the_heartbeat_ends_with_it(
-    app: Celery,  # noqa: F811
+    app: Celery,
     store: Store,
     clock: FakeClock,
 ) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -39,20 +38,9 @@ def shared_job() -> str:
 
 
 @pytest.fixture(autouse=True)
-def _reset(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> Iterator[None]:
+def _reset(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:
     calls.clear()
     monkeypatch.setattr(worker, "clock", clock)
-    yield
-    for key in list(worker._stores):
-        worker._stores.pop(key).dispose()
-    worker._settings.clear()
-
-
-@pytest.fixture
-def app(database_url: str, store: Store) -> Celery:
-    app = Celery("worker_test", set_as_current=False)
-    app.conf.update(routines_database_url=database_url, broker_url="memory://")
-    return app
 
 
 def make_run(store: Store, routine: str, attempt: int = 1, **columns: Any) -> str:

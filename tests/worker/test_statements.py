@@ -16,7 +16,6 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,19 +35,8 @@ TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK")
 
 
 @pytest.fixture(autouse=True)
-def _real_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _real_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker, "clock", utc_now)
-    yield
-    for key in list(worker._stores):
-        worker._stores.pop(key).dispose()
-    worker._settings.clear()
-
-
-@pytest.fixture
-def app(database_url: str, store: Store) -> Celery:
-    app = Celery("statements_test", set_as_current=False)
-    app.conf.update(routines_database_url=database_url, broker_url="memory://")
-    return app
 
 
 def sent_run(store: Store, routine: str, **columns: Any) -> str:
