@@ -204,25 +204,39 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--baseline", help="a checkout whose celery-routines to measure too")
+    parser.add_argument(
+        "--without-fsync",
+        action="store_true",
+        help="also drain with synchronous_commit=off on the throwaway database: not a"
+        " configuration to run (a crash would lose claims), only to show what the"
+        " durable commits cost",
+    )
     args = parser.parse_args()
 
     from celery_routines.store import Store
 
     db = claim_redis_db()
     results: list[dict[str, Any]] = []
+    commit_floors: list[float] = []
     names: list[str] = []
     try:
         for round_number in range(args.rounds):
             modes = [("celery", ROOT), ("routines", ROOT)]
             if args.baseline:
                 modes.append(("baseline", Path(args.baseline).resolve()))
+            if args.without_fsync:
+                modes.append(("no-fsync", ROOT))
             for mode, root in modes:
                 name, pg_url = create_database("worker")
                 names.append(name)
                 store = Store.from_url(pg_url)
                 store.migrate()
+                if mode == "no-fsync":
+                    set_synchronous_commit(name, "off")
                 try:
                     log(f"round {round_number + 1}: {mode}, {args.n} runs")
+                    if mode == "routines":
+                        commit_floors.append(durable_commit_ms(pg_url))
                     results.append(
                         drain(
                             mode,
@@ -242,10 +256,40 @@ def main() -> None:
         clear_redis_db(db, keep_owner=False)
         for name in names:
             drop_database(name)
-    report(results, args)
+    report(results, args, commit_floors)
 
 
-def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+def set_synchronous_commit(database: str, value: str) -> None:
+    from .common import pg_admin
+
+    admin = pg_admin()
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'ALTER DATABASE "{database}" SET synchronous_commit = {value}')
+    admin.dispose()
+
+
+def durable_commit_ms(pg_url: str, n: int = 400) -> float:
+    """p50 of one autocommitted single-row UPDATE, on one psycopg connection,
+    no SQLAlchemy: the round trip and WAL flush every durable statement pays
+    (the floor under the worker's claim and outcome, one each)."""
+    import psycopg
+
+    url = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bench_commit_floor (id int PRIMARY KEY, n int)")
+        conn.execute("INSERT INTO bench_commit_floor VALUES (1, 0)")
+        spans = []
+        for _ in range(n):
+            started = time.perf_counter()
+            conn.execute("UPDATE bench_commit_floor SET n = n + 1 WHERE id = %s", (1,))
+            spans.append((time.perf_counter() - started) * 1000)
+        conn.execute("DROP TABLE bench_commit_floor")
+    return percentile(spans, 0.5)
+
+
+def report(
+    results: list[dict[str, Any]], args: argparse.Namespace, commit_floors: list[float]
+) -> None:
     print(
         f"A prefork worker (-c {args.concurrency}) draining {args.n} no-op runs, PostgreSQL store,"
         " Redis broker; span = task_prerun to task_postrun in the pool process"
@@ -268,6 +312,11 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
             f" added p50 {result['p50_ms'] - plain['p50_ms']:.3f} ms,"
             f" added p99 {result['p99_ms'] - plain['p99_ms']:.3f} ms,"
             f" {result['statements_per_run']:.2f} statements per run"
+        )
+    for round_number, floor in enumerate(commit_floors, start=1):
+        print(
+            f"  round {round_number}: one durable single-row UPDATE (psycopg, autocommit)"
+            f" p50 {floor:.3f} ms; the claim and the outcome are two: {2 * floor:.3f} ms"
         )
 
 

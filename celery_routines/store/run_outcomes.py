@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     bindparam,
     case,
@@ -75,38 +77,67 @@ class RunOutcomeQueries:
         the database's clock, computed by the same UPDATE (claims and run
         deadlines are compared on that clock; see :meth:`Store.db_now`).
         """
-        deadline: Any = deadline_at
-        if lost_after is not None and deadline_at is None:
-            deadline = self.db_clock_plus(lost_after)
-        stmt = (
+        params: dict[str, Any] = {
+            "run_id": run_id,
+            "now": now,
+            "by_worker": worker,
+            "retries": celery_retries,
+        }
+        on_db_clock = lost_after is not None and deadline_at is None
+        if on_db_clock and self.db.engine.dialect.name == "postgresql":
+            stmt = self._claim_start_on_db_clock
+            params["lost_after"] = float(lost_after)
+        elif on_db_clock and is_mysql(self.db.engine):
+            stmt = self._claim_start_statement(self.db_clock_plus(lost_after))
+        else:
+            stmt = self._claim_start_with_deadline
+            if deadline_at is None and lost_after is not None:
+                deadline_at = self.db_clock_plus(lost_after)  # SQLite: the process clock
+            params["new_deadline"] = deadline_at
+        # One atomic statement: autocommit, no BEGIN/COMMIT round trips.
+        with self.db.fast_write() as conn:
+            return conn.execute(stmt, params).rowcount == 1
+
+    # Built once: building a statement cost the worker more than running it.
+    @cached_property
+    def _claim_start_on_db_clock(self) -> Any:
+        return self._claim_start_statement(self.db_clock_plus(bindparam("lost_after")))
+
+    @cached_property
+    def _claim_start_with_deadline(self) -> Any:
+        return self._claim_start_statement(bindparam("new_deadline", type_=UTCDateTime()))
+
+    def _claim_start_statement(self, deadline: Any) -> Any:
+        """The claim's UPDATE (parameters: run_id, now, by_worker, retries)."""
+        retries = bindparam("retries")
+        return (
             update(table)
             .where(
-                c.id == run_id,
+                c.id == bindparam("run_id"),
                 or_(
                     c.state.in_(STARTABLE_STATES),
-                    (c.state == "running") & (c.celery_retries < celery_retries),
+                    (c.state == "running") & (c.celery_retries < retries),
                 ),
             )
             .values(
                 state="running",
-                started_at=now,
-                worker=worker,
+                started_at=bindparam("now", type_=UTCDateTime()),
+                worker=bindparam("by_worker"),
                 deadline_at=deadline,
-                celery_retries=celery_retries,
+                celery_retries=retries,
             )
         )
-        # One atomic statement: autocommit, no BEGIN/COMMIT round trips.
-        with self.db.fast_write() as conn:
-            return conn.execute(stmt).rowcount == 1
 
-    def db_clock_plus(self, seconds: float) -> Any:
+    def db_clock_plus(self, seconds: Any) -> Any:
         """The database's clock plus ``seconds``, as naive UTC, for a
         statement to write: PostgreSQL's ``now()``, MySQL's
         ``UTC_TIMESTAMP(6)``; SQLite has no clock of its own (the process
         clock, as :meth:`Store.db_now`)."""
         dialect = self.db.engine.dialect.name
         if dialect == "postgresql":
-            shift = func.make_interval(0, 0, 0, 0, 0, 0, bindparam("lost_after", seconds))
+            if not isinstance(seconds, BindParameter):
+                seconds = bindparam("lost_after", seconds)
+            shift = func.make_interval(0, 0, 0, 0, 0, 0, seconds)
             return func.timezone("UTC", func.now()) + shift
         if is_mysql(self.db.engine):
             micros = round(float(seconds) * 1_000_000)
@@ -155,45 +186,49 @@ class RunOutcomeQueries:
         has not gone out yet (``retrying``, reason ``lost``): it did finish, and
         taking it out of ``retrying`` cancels the retry.
         """
-        stmt = self._finish_statement(run_id, state, now, error=error, spend=spend)
+        params = _outcome_params(run_id, now, error, spend)
         with self.db.write() as conn:
-            return conn.execute(stmt).rowcount == 1
+            return conn.execute(self._outcome_statement(state), params).rowcount == 1
 
-    def _finish_statement(
-        self,
-        run_id: str,
-        state: str,
-        now: datetime,
-        *,
-        error: str | None,
-        spend: dict[str, float] | None,
-    ) -> Any:
-        values: dict[str, Any] = {
-            "state": state,
-            "finished_at": now,
-            "error": error,
-            "spend": json.dumps(spend) if spend is not None else None,
-        }
-        startable = c.state == "running"
-        if state == "succeeded":
-            startable = or_(startable, (c.state == "retrying") & (c.reason == "lost"))
-            values.update(retry_at=None, reason=None)
-        return update(table).where(c.id == run_id, startable).values(**values)
+    def _outcome_statement(self, state: str) -> Any:
+        """The outcome's UPDATE for ``state``, built once per state (parameters:
+        run_id, finished, error, spend): building it cost more than running it."""
+        built = self.__dict__.setdefault("_outcome_statements", {})
+        if state not in built:
+            values: dict[str, Any] = {
+                "state": state,
+                "finished_at": bindparam("finished", type_=UTCDateTime()),
+                "error": bindparam("error"),
+                "spend": bindparam("spend"),
+            }
+            startable = c.state == "running"
+            if state == "succeeded":
+                startable = or_(startable, (c.state == "retrying") & (c.reason == "lost"))
+                values.update(retry_at=None, reason=None)
+            built[state] = (
+                update(table).where(c.id == bindparam("run_id"), startable).values(**values)
+            )
+        return built[state]
+
+    @cached_property
+    def _succeed_reading_ceiling(self) -> Any:
+        ceiling: ColumnElement[Any] = (
+            select(routines.c.ceiling).where(routines.c.id == c.routine_id).scalar_subquery()
+        )
+        return self._outcome_statement("succeeded").returning(ceiling.label("ceiling"))
 
     def succeed(self, run_id: str, now: datetime, *, spend: dict[str, float] | None) -> Finished:
         """:meth:`finish` as ``succeeded``, telling in the same statement
         whether the run's routine has a ceiling (RETURNING a read of it), so a
         run of a routine without one needs no further read. MySQL has no
         RETURNING: there the answer is "check" and the check reads it."""
-        stmt = self._finish_statement(run_id, "succeeded", now, error=None, spend=spend)
+        params = _outcome_params(run_id, now, None, spend)
         if is_mysql(self.db.engine):
+            stmt = self._outcome_statement("succeeded")
             with self.db.write() as conn:
-                return Finished(done=conn.execute(stmt).rowcount == 1, check_ceiling=True)
-        ceiling: ColumnElement[Any] = (
-            select(routines.c.ceiling).where(routines.c.id == c.routine_id).scalar_subquery()
-        )
+                return Finished(done=conn.execute(stmt, params).rowcount == 1, check_ceiling=True)
         with self.db.fast_write() as conn:
-            row = conn.execute(stmt.returning(ceiling.label("ceiling"))).first()
+            row = conn.execute(self._succeed_reading_ceiling, params).first()
         if row is None:
             return Finished(done=False, check_ceiling=False)
         return Finished(done=True, check_ceiling=bool(row.ceiling))
@@ -217,3 +252,14 @@ class RunOutcomeQueries:
         )
         with self.db.write() as conn:
             conn.execute(stmt)
+
+
+def _outcome_params(
+    run_id: str, now: datetime, error: str | None, spend: dict[str, float] | None
+) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "finished": now,
+        "error": error,
+        "spend": json.dumps(spend) if spend is not None else None,
+    }
