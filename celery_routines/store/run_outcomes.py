@@ -30,6 +30,7 @@ from sqlalchemy import (
 )
 
 from ..clock import utc_now
+from .compiled import DriverStatement, naive_utc
 from .connections import Connections
 from .dialects import is_mysql
 from .models import Routine, RoutineRun
@@ -56,6 +57,7 @@ class RunOutcomeQueries:
     """Part of :class:`celery_routines.store.runs.RunQueries`."""
 
     db: Connections
+    _postgres: bool
 
     def claim_start(
         self,
@@ -84,10 +86,12 @@ class RunOutcomeQueries:
             "retries": celery_retries,
         }
         on_db_clock = lost_after is not None and deadline_at is None
-        if on_db_clock and self.db.engine.dialect.name == "postgresql":
-            stmt = self._claim_start_on_db_clock
-            params["lost_after"] = float(lost_after)
-        elif on_db_clock and is_mysql(self.db.engine):
+        if on_db_clock and self._postgres:
+            params["lost_after"] = float(lost_after)  # type: ignore[arg-type]
+            params["now"] = naive_utc(now)
+            with self.db.fast_write() as conn:
+                return self._claim_start_compiled.execute(conn, params).rowcount == 1
+        if on_db_clock and is_mysql(self.db.engine):
             stmt = self._claim_start_statement(self.db_clock_plus(lost_after))
         else:
             stmt = self._claim_start_with_deadline
@@ -104,6 +108,10 @@ class RunOutcomeQueries:
         return self._claim_start_statement(self.db_clock_plus(bindparam("lost_after")))
 
     @cached_property
+    def _claim_start_compiled(self) -> DriverStatement:
+        return DriverStatement.compile(self._claim_start_on_db_clock, self.db.engine.dialect)
+
+    @cached_property
     def _claim_start_with_deadline(self) -> Any:
         return self._claim_start_statement(bindparam("new_deadline", type_=UTCDateTime()))
 
@@ -115,7 +123,7 @@ class RunOutcomeQueries:
             .where(
                 c.id == bindparam("run_id"),
                 or_(
-                    c.state.in_(STARTABLE_STATES),
+                    or_(*(c.state == state for state in STARTABLE_STATES)),
                     (c.state == "running") & (c.celery_retries < retries),
                 ),
             )
@@ -217,6 +225,10 @@ class RunOutcomeQueries:
         )
         return self._outcome_statement("succeeded").returning(ceiling.label("ceiling"))
 
+    @cached_property
+    def _succeed_compiled(self) -> DriverStatement:
+        return DriverStatement.compile(self._succeed_reading_ceiling, self.db.engine.dialect)
+
     def succeed(self, run_id: str, now: datetime, *, spend: dict[str, float] | None) -> Finished:
         """:meth:`finish` as ``succeeded``, telling in the same statement
         whether the run's routine has a ceiling (RETURNING a read of it), so a
@@ -228,7 +240,11 @@ class RunOutcomeQueries:
             with self.db.write() as conn:
                 return Finished(done=conn.execute(stmt, params).rowcount == 1, check_ceiling=True)
         with self.db.fast_write() as conn:
-            row = conn.execute(self._succeed_reading_ceiling, params).first()
+            if self._postgres:
+                params["finished"] = naive_utc(now)
+                row = self._succeed_compiled.execute(conn, params).first()
+            else:
+                row = conn.execute(self._succeed_reading_ceiling, params).first()
         if row is None:
             return Finished(done=False, check_ceiling=False)
         return Finished(done=True, check_ceiling=bool(row.ceiling))

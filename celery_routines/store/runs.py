@@ -25,6 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 import celery_routines.store.mysql as mysql_json
 
+from .compiled import naive_utc
 from .connections import connections_for
 from .dialects import is_mysql
 from .fingerprint import record_columns
@@ -39,7 +40,6 @@ from .records import (
     RunRecord,
 )
 from .run_outcomes import RunOutcomeQueries
-from .types import UTCDateTime
 
 table = RoutineRun.__table__
 c = table.c
@@ -66,11 +66,6 @@ UNNEST_INSERT = text(
     " CAST(:deadlines AS timestamp[])) AS u "
     "ON CONFLICT (routine_id, idempotency_key, attempt) DO NOTHING RETURNING id"
 )
-
-
-def _naive_utc(instant: datetime | None) -> datetime | None:
-    """What ``UTCDateTime`` stores, for statements that bypass the column type."""
-    return UTCDateTime().process_bind_param(instant, None)  # type: ignore[arg-type]
 
 
 def _record(row: Any) -> RunRecord:
@@ -131,14 +126,14 @@ class RunQueries(RunOutcomeQueries):
             "routine_ids": [r.routine_id for r in runs],
             "keys": [r.idempotency_key for r in runs],
             "attempts": [r.attempt for r in runs],
-            "scheduled": [_naive_utc(r.scheduled_for) for r in runs],
+            "scheduled": [naive_utc(r.scheduled_for) for r in runs],
             "states": [r.state for r in runs],
             "reasons": [r.reason for r in runs],
             "counts": [r.skipped_count for r in runs],
-            "firsts": [_naive_utc(r.skipped_first) for r in runs],
-            "lasts": [_naive_utc(r.skipped_last) for r in runs],
-            "deadlines": [_naive_utc(r.deadline_at) for r in runs],
-            "now": _naive_utc(now),
+            "firsts": [naive_utc(r.skipped_first) for r in runs],
+            "lasts": [naive_utc(r.skipped_last) for r in runs],
+            "deadlines": [naive_utc(r.deadline_at) for r in runs],
+            "now": naive_utc(now),
         }
         with self.db.fast_write() as conn:
             return {row.id for row in conn.execute(UNNEST_INSERT, columns)}
