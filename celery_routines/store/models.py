@@ -1,23 +1,27 @@
-"""Typed SQLAlchemy models of the two contract tables.
+"""The tables, as SQLAlchemy Core ``Table`` objects.
 
 Column names are part of the user-facing contract: add columns, never rename.
+
+Core, not ORM models: every query is a Core statement, and importing
+``sqlalchemy.orm`` only to declare the tables cost each beat and worker about
+6 MB of memory (issue 19). ``tests/test_imports.py`` keeps it out of beat.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from sqlalchemy import (
     Boolean,
+    Column,
     ForeignKey,
     Index,
     Integer,
+    MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from ..policy.routine import NAME_MAX_LENGTH
 from .dialects import TABLE_OPTIONS
@@ -25,194 +29,209 @@ from .types import Seconds, UTCDateTime
 
 KEY_MAX_LENGTH = 500
 
+metadata = MetaData()
 
-class Base(DeclarativeBase):
-    pass
-
-
-class Routine(Base):
-    __tablename__ = "routines"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(NAME_MAX_LENGTH), unique=True)
-    task: Mapped[str] = mapped_column(String(255))
-    cron: Mapped[str | None] = mapped_column(String(255))
-    interval_seconds: Mapped[float | None] = mapped_column(Seconds)
+ROUTINES = Table(
+    "routines",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(NAME_MAX_LENGTH), unique=True, nullable=False),
+    Column("task", String(255), nullable=False),
+    Column("cron", String(255), nullable=True),
+    Column("interval_seconds", Seconds, nullable=True),
     # NULL means the configured routines_timezone (rows inserted by plain SQL).
-    timezone: Mapped[str | None] = mapped_column(String(64))
-    enabled: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
-    args: Mapped[str] = mapped_column(Text, server_default=text("'[]'"))
-    kwargs: Mapped[str] = mapped_column(Text, server_default=text("'{}'"))
-    options: Mapped[str] = mapped_column(Text, server_default=text("'{}'"))
-    catch_up: Mapped[str] = mapped_column(String(16), server_default=text("'catch_up'"))
-    catch_up_cap: Mapped[int] = mapped_column(Integer, server_default=text("25"))
-    max_lateness: Mapped[float | None] = mapped_column(Seconds)
-    overlap: Mapped[str] = mapped_column(String(16), server_default=text("'skip'"))
-    max_retries: Mapped[int] = mapped_column(Integer, server_default=text("4"))
-    retry_base_seconds: Mapped[float] = mapped_column(Seconds, server_default=text("60"))
+    Column("timezone", String(64), nullable=True),
+    Column("enabled", Boolean, server_default=text("true"), nullable=False),
+    Column("args", Text, server_default=text("'[]'"), nullable=False),
+    Column("kwargs", Text, server_default=text("'{}'"), nullable=False),
+    Column("options", Text, server_default=text("'{}'"), nullable=False),
+    Column("catch_up", String(16), server_default=text("'catch_up'"), nullable=False),
+    Column("catch_up_cap", Integer, server_default=text("25"), nullable=False),
+    Column("max_lateness", Seconds, nullable=True),
+    Column("overlap", String(16), server_default=text("'skip'"), nullable=False),
+    Column("max_retries", Integer, server_default=text("4"), nullable=False),
+    Column("retry_base_seconds", Seconds, server_default=text("60"), nullable=False),
     # JSON list of {"limit", "per", "unit"}; NULL when the routine has no ceiling.
-    ceiling: Mapped[str | None] = mapped_column(Text)
+    Column("ceiling", Text, nullable=True),
     # Seconds without a heartbeat before a run is lost; NULL: routines_run_timeout.
-    run_timeout: Mapped[float | None] = mapped_column(Seconds)
-    next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    paused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
-    suspended_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    suspended_reason: Mapped[str | None] = mapped_column(Text)
+    Column("run_timeout", Seconds, nullable=True),
+    Column("next_run_at", UTCDateTime, nullable=True),
+    Column("paused", Boolean, server_default=text("false"), nullable=False),
+    Column("suspended_until", UTCDateTime, nullable=True),
+    Column("suspended_reason", Text, nullable=True),
     # Set while the routine's definition cannot be computed; such a routine is
     # retried at most once a minute (guarantee 7).
-    last_error: Mapped[str | None] = mapped_column(Text)
-    locked_by: Mapped[str | None] = mapped_column(String(100))
-    locked_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    Column("last_error", Text, nullable=True),
+    Column("locked_by", String(100), nullable=True),
+    Column("locked_until", UTCDateTime, nullable=True),
     # "code" for routines declared with routine()/register()/beat_schedule,
     # "cli" for routines added with `celery routines add`; NULL or "sql" for SQL rows.
-    source: Mapped[str | None] = mapped_column(String(16))
+    Column("source", String(16), nullable=True),
     # The app whose code declared it (routines_owner, else the app's main).
-    owner: Mapped[str | None] = mapped_column(String(200))
+    Column("owner", String(200), nullable=True),
     # Declaration stamp of the code that last wrote it: an older one never wins.
-    declared_version: Mapped[str | None] = mapped_column(String(100))
+    Column("declared_version", String(100), nullable=True),
     # Set while a code routine is no longer declared by its owner: never fired.
-    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    Column("retired_at", UTCDateTime, nullable=True),
     # The schedule next_run_at was computed from, as the database spells it.
     # Text: with an rrule (and the bounds) it outgrows the String(400) of 0004;
     # SQLite keeps its VARCHAR(400), whose length it never enforces (see 0005).
-    schedule_fingerprint: Mapped[str | None] = mapped_column(
-        Text().with_variant(String(400), "sqlite")
-    )
-    created_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    Column("schedule_fingerprint", Text().with_variant(String(400), "sqlite"), nullable=True),
+    Column("created_at", UTCDateTime, nullable=True),
+    Column("updated_at", UTCDateTime, nullable=True),
     # Schedule kinds besides cron and interval_seconds (exactly one is set):
     # a one-off's instant, a solar event "<event> <lat> <lon>".
-    at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    solar: Mapped[str | None] = mapped_column(String(100))
+    Column("at", UTCDateTime, nullable=True),
+    Column("solar", String(100), nullable=True),
     # An RFC 5545 rule with a local DTSTART, e.g. "DTSTART:20261201T090000\nRRULE:...".
-    rrule: Mapped[str | None] = mapped_column(Text)
+    Column("rrule", Text, nullable=True),
     # Bounds of any schedule, and the deterministic spread of its send instants.
-    starts_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    ends_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    jitter_seconds: Mapped[int | None] = mapped_column(Integer)
-
-    __table_args__ = (
-        # The due-query walks this index from the oldest due row: a range scan
-        # whose cost grows with what is due, not with what is stored.
-        Index(
-            "ix_routines_due",
-            "next_run_at",
-            postgresql_where=text("enabled AND NOT paused"),
-            sqlite_where=text("enabled AND NOT paused"),
-        ),
-        Index(
-            "ix_routines_unscheduled",
-            "id",
-            postgresql_where=text("next_run_at IS NULL"),
-            sqlite_where=text("next_run_at IS NULL"),
-        ),
-        TABLE_OPTIONS,
-    )
+    Column("starts_at", UTCDateTime, nullable=True),
+    Column("ends_at", UTCDateTime, nullable=True),
+    Column("jitter_seconds", Integer, nullable=True),
+    # The due-query walks this index from the oldest due row: a range scan
+    # whose cost grows with what is due, not with what is stored.
+    Index(
+        "ix_routines_due",
+        "next_run_at",
+        postgresql_where=text("enabled AND NOT paused"),
+        sqlite_where=text("enabled AND NOT paused"),
+    ),
+    Index(
+        "ix_routines_unscheduled",
+        "id",
+        postgresql_where=text("next_run_at IS NULL"),
+        sqlite_where=text("next_run_at IS NULL"),
+    ),
+    **TABLE_OPTIONS,
+)
 
 
-class RoutineChange(Base):
-    """Who changed which routine, when and how (``celery routines history``)."""
-
-    __tablename__ = "routine_changes"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+# Who changed which routine, when and how (``celery routines history``).
+ROUTINE_CHANGES = Table(
+    "routine_changes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
     # By name, not a foreign key: the history of a deleted routine stays.
-    routine: Mapped[str] = mapped_column(String(NAME_MAX_LENGTH))
-    action: Mapped[str] = mapped_column(String(32))
-    changed_by: Mapped[str | None] = mapped_column(String(255))
-    changed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    Column("routine", String(NAME_MAX_LENGTH), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("changed_by", String(255), nullable=True),
+    Column("changed_at", UTCDateTime, nullable=False),
     # JSON object: the changed fields and their new values, or the operation's arguments.
-    detail: Mapped[str | None] = mapped_column(Text)
+    Column("detail", Text, nullable=True),
+    Index("ix_routine_changes_routine", "routine", "id"),
+    **TABLE_OPTIONS,
+)
 
-    __table_args__ = (Index("ix_routine_changes_routine", "routine", "id"), TABLE_OPTIONS)
 
-
-class RoutineRun(Base):
-    __tablename__ = "routine_runs"
-
+ROUTINE_RUNS = Table(
+    "routine_runs",
+    metadata,
     # Also the Celery task id, so a Flower row and a run row are the same thing.
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    routine_id: Mapped[int] = mapped_column(ForeignKey("routines.id", ondelete="CASCADE"))
-    idempotency_key: Mapped[str] = mapped_column(String(KEY_MAX_LENGTH))
-    attempt: Mapped[int] = mapped_column(Integer, server_default=text("1"))
-    scheduled_for: Mapped[datetime] = mapped_column(UTCDateTime)
-    state: Mapped[str] = mapped_column(String(16))
-    reason: Mapped[str | None] = mapped_column(Text)
-    error: Mapped[str | None] = mapped_column(Text)
-    retry_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    worker: Mapped[str | None] = mapped_column(String(255))
+    Column("id", String(64), primary_key=True),
+    Column("routine_id", ForeignKey("routines.id", ondelete="CASCADE"), nullable=False),
+    Column("idempotency_key", String(KEY_MAX_LENGTH), nullable=False),
+    Column("attempt", Integer, server_default=text("1"), nullable=False),
+    Column("scheduled_for", UTCDateTime, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("retry_at", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("sent_at", UTCDateTime, nullable=True),
+    Column("started_at", UTCDateTime, nullable=True),
+    Column("finished_at", UTCDateTime, nullable=True),
+    Column("worker", String(255), nullable=True),
     # JSON object unit -> amount, e.g. {"fires": 1, "eur": 0.12}.
-    spend: Mapped[str | None] = mapped_column(Text)
+    Column("spend", Text, nullable=True),
     # For a skipped row summarising several windows: how many, first and last.
-    skipped_count: Mapped[int | None] = mapped_column(Integer)
-    skipped_first: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    skipped_last: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    Column("skipped_count", Integer, nullable=True),
+    Column("skipped_first", UTCDateTime, nullable=True),
+    Column("skipped_last", UTCDateTime, nullable=True),
     # An open run not finished by this instant is declared lost (beat's sweep).
-    deadline_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    Column("deadline_at", UTCDateTime, nullable=True),
     # Deliveries refused because the run had already started or finished.
-    duplicates: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    Column("duplicates", Integer, server_default=text("0"), nullable=False),
     # request.retries of the delivery holding the run: Celery's own
     # self.retry() redelivers the same run with a higher count.
-    celery_retries: Mapped[int] = mapped_column(Integer, server_default=text("0"))
-
-    __table_args__ = (
-        UniqueConstraint(
-            "routine_id", "idempotency_key", "attempt", name="uq_routine_runs_window_attempt"
-        ),
-        Index("ix_routine_runs_routine_created", "routine_id", "created_at"),
-        Index(
-            "ix_routine_runs_open",
-            "routine_id",
-            postgresql_where=text("state IN ('pending', 'sent', 'running')"),
-            sqlite_where=text("state IN ('pending', 'sent', 'running')"),
-        ),
-        Index(
-            "ix_routine_runs_retry_due",
-            "retry_at",
-            postgresql_where=text("state = 'retrying'"),
-            sqlite_where=text("state = 'retrying'"),
-        ),
-        # The lost sweep: open runs by deadline, a range scan from the oldest.
-        Index(
-            "ix_routine_runs_deadline",
-            "deadline_at",
-            postgresql_where=text("state IN ('pending', 'sent', 'running')"),
-            sqlite_where=text("state IN ('pending', 'sent', 'running')"),
-        ),
-        # The run listings across routines (admin runs/skips), newest first:
-        # a backward range scan in the listing's exact order, stopping at its limit.
-        Index("ix_routine_runs_created", "created_at", "scheduled_for", "attempt"),
-        # Run metrics (issue 18): the runs finished since the last read.
-        Index("ix_routine_runs_finished", "finished_at"),
-        Index(
-            "ix_routine_runs_skipped_created",
-            "created_at",
-            "scheduled_for",
-            "attempt",
-            postgresql_where=text("state = 'skipped'"),
-            sqlite_where=text("state = 'skipped'"),
-        ),
-        TABLE_OPTIONS,
-    )
+    Column("celery_retries", Integer, server_default=text("0"), nullable=False),
+    UniqueConstraint(
+        "routine_id", "idempotency_key", "attempt", name="uq_routine_runs_window_attempt"
+    ),
+    Index("ix_routine_runs_routine_created", "routine_id", "created_at"),
+    Index(
+        "ix_routine_runs_open",
+        "routine_id",
+        postgresql_where=text("state IN ('pending', 'sent', 'running')"),
+        sqlite_where=text("state IN ('pending', 'sent', 'running')"),
+    ),
+    Index(
+        "ix_routine_runs_retry_due",
+        "retry_at",
+        postgresql_where=text("state = 'retrying'"),
+        sqlite_where=text("state = 'retrying'"),
+    ),
+    # The lost sweep: open runs by deadline, a range scan from the oldest.
+    Index(
+        "ix_routine_runs_deadline",
+        "deadline_at",
+        postgresql_where=text("state IN ('pending', 'sent', 'running')"),
+        sqlite_where=text("state IN ('pending', 'sent', 'running')"),
+    ),
+    # The run listings across routines (admin runs/skips), newest first:
+    # a backward range scan in the listing's exact order, stopping at its limit.
+    Index("ix_routine_runs_created", "created_at", "scheduled_for", "attempt"),
+    # Run metrics (issue 18): the runs finished since the last read.
+    Index("ix_routine_runs_finished", "finished_at"),
+    Index(
+        "ix_routine_runs_skipped_created",
+        "created_at",
+        "scheduled_for",
+        "attempt",
+        postgresql_where=text("state = 'skipped'"),
+        sqlite_where=text("state = 'skipped'"),
+    ),
+    **TABLE_OPTIONS,
+)
 
 
-class RoutineWorkerEvent(Base):
-    """What a worker did that no run row's own columns date: a refused
-    duplicate delivery (``duplicate``), a suspension decided by the after-run
-    ceiling check (``suspended``). Append-only; beat's metrics read the rows
-    past the last id they saw, so every worker process (prefork children
-    included) is counted once, whichever beat exports it."""
+# What a worker did that no run row's own columns date: a refused
+# duplicate delivery (``duplicate``), a suspension decided by the after-run
+# ceiling check (``suspended``). Append-only; beat's metrics read the rows
+# past the last id they saw, so every worker process (prefork children
+# included) is counted once, whichever beat exports it.
+ROUTINE_WORKER_EVENTS = Table(
+    "routine_worker_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("routine_id", Integer, nullable=True),
+    Column("run_id", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    **TABLE_OPTIONS,
+)
 
-    __tablename__ = "routine_worker_events"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    routine_id: Mapped[int | None] = mapped_column(Integer)
-    run_id: Mapped[str] = mapped_column(String(64))
-    kind: Mapped[str] = mapped_column(String(16))
-    at: Mapped[datetime] = mapped_column(UTCDateTime)
+class Base:
+    """The tables' metadata under the name Alembic's ``env.py`` and the schema
+    test read it by (the ORM's declarative base, before these were Core)."""
 
-    __table_args__ = (TABLE_OPTIONS,)
+    metadata = metadata
+
+
+# Each table under the name of the model it was, read as ``Routine.__table__``
+# by the query modules, the tests and the benchmarks.
+class Routine:
+    __table__ = ROUTINES
+
+
+class RoutineChange:
+    __table__ = ROUTINE_CHANGES
+
+
+class RoutineRun:
+    __table__ = ROUTINE_RUNS
+
+
+class RoutineWorkerEvent:
+    __table__ = ROUTINE_WORKER_EVENTS
