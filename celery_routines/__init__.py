@@ -1,11 +1,22 @@
 """celery-routines: a database-backed Celery beat.
 
 Run it with ``celery -A proj beat -S celery_routines.Scheduler``.
+
+The public names are imported when first used (PEP 562), not with the
+package: the ``celery`` command imports this package in every process it
+starts (our ``celery routines`` command is a ``celery.commands`` plugin), and
+importing the scheduler, the store and SQLAlchemy there cost each worker,
+each Celery beat and each ``celery inspect`` about 20 MB (issue 19).
+``tests/test_imports.py`` pins what stays out.
 """
 
 from __future__ import annotations
 
-from .beat import Scheduler
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from celery import signals
+
 from .errors import (
     ConfigurationError,
     InvalidRoutine,
@@ -13,10 +24,12 @@ from .errors import (
     ScheduleError,
     UnknownRoutine,
 )
-from .policy.ceilings import Ceiling
-from .registry import register, routine
-from .worker import hooks as _worker
-from .worker.spend import spend
+
+if TYPE_CHECKING:
+    from .beat import Scheduler
+    from .policy.ceilings import Ceiling
+    from .registry import register, routine
+    from .worker.spend import spend
 
 __all__ = [
     "Ceiling",
@@ -32,6 +45,55 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-# Importing the package (as every app that declares routines does) connects
-# the worker-side handlers; they act only on messages beat marked as runs.
-_worker.connect()
+# Public name -> the module that defines it.
+_LAZY = {
+    "Scheduler": ".beat",
+    "Ceiling": ".policy.ceilings",
+    "register": ".registry",
+    "routine": ".registry",
+    "spend": ".worker.spend",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    _connect_worker_side()
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+def _connect_worker_side() -> bool:
+    """Connect the worker-side handlers (idempotent); True when connected now."""
+    from .worker import hooks
+
+    return hooks.connect()
+
+
+# Importing the package (as every app that declares routines does, and as the
+# `celery` command does through its plugin) still connects the worker-side
+# handlers, which act only on messages beat marked as runs: these two cheap
+# handlers import and connect them when a worker starts, and run the handler
+# the signal being sent would have reached had they been connected before it.
+def _on_worker_init(sender: Any = None, **kwargs: Any) -> None:
+    if _connect_worker_side():
+        from .worker import hooks
+
+        hooks.on_worker_init(sender=sender, **kwargs)
+
+
+def _on_worker_process_init(**kwargs: Any) -> None:
+    if _connect_worker_side():
+        from .worker import hooks
+
+        hooks.after_fork(**kwargs)
+
+
+signals.worker_init.connect(_on_worker_init, weak=False)
+signals.worker_process_init.connect(_on_worker_process_init, weak=False)

@@ -386,7 +386,7 @@ def _on_revoked(
         logger.warning("run %s %s: closed as failed, not retried", request.id, error)
 
 
-def _on_worker_init(sender: Any = None, **_: Any) -> None:
+def on_worker_init(sender: Any = None, **_: Any) -> None:
     app = getattr(sender, "app", None)
     if app is None:
         return
@@ -398,7 +398,7 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     logger.debug("run claim installed on %d task class(es)", count)
 
 
-def _after_fork(**_: Any) -> None:
+def after_fork(**_: Any) -> None:
     # Connections inherited from the parent must not be used in the child.
     with _stores_lock:
         for store in _stores.values():
@@ -424,17 +424,18 @@ def install_in_pool_process() -> None:
         logger.exception("could not install the run claim in this pool process")
 
 
-def connect() -> None:
-    """Connect the worker signal handlers (idempotent)."""
+def connect() -> bool:
+    """Connect the worker signal handlers (idempotent); True when connected now."""
     global _connected
     if _connected:
-        return
-    signals.worker_init.connect(_on_worker_init, weak=False)
+        return False
+    signals.worker_init.connect(on_worker_init, weak=False)
     signals.task_prerun.connect(_on_prerun, weak=False)
     signals.task_success.connect(_on_success, weak=False)
     signals.task_failure.connect(_on_failure, weak=False)
     signals.task_retry.connect(_on_retry, weak=False)
     signals.task_postrun.connect(_on_postrun, weak=False)
     signals.task_revoked.connect(_on_revoked, weak=False)
-    signals.worker_process_init.connect(_after_fork, weak=False)
+    signals.worker_process_init.connect(after_fork, weak=False)
     _connected = True
+    return True

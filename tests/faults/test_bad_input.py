@@ -23,7 +23,7 @@ from sqlalchemy.exc import DBAPIError
 
 from celery_routines import InvalidRoutine, Scheduler, register
 from celery_routines.errors import RoutinesError
-from celery_routines.operator import cli as cli
+from celery_routines.operator import commands
 from celery_routines.operator.admin import Routines
 from celery_routines.operator.cli import routines
 from celery_routines.store import Store
@@ -296,7 +296,7 @@ def invoke(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Invoke:
     app = make_app(tmp_path / "broker", database_url)
-    monkeypatch.setattr(cli, "CLOCK", clock)
+    monkeypatch.setattr(commands, "CLOCK", clock)
 
     def run(*args: str) -> Result:
         return CliRunner().invoke(

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy import inspect
 
-from celery_routines.operator import cli as cli
+from celery_routines.operator import commands
 from celery_routines.operator.cli import routines
 from celery_routines.store import Store
 from tests.conftest import FakeClock
@@ -41,7 +41,7 @@ def invoke(
 ) -> Invoke:
     """Run a ``celery routines`` command as Celery would, with the app in ctx.obj."""
     app = make_app(broker_folder, database_url)
-    monkeypatch.setattr(cli, "CLOCK", clock)
+    monkeypatch.setattr(commands, "CLOCK", clock)
 
     def run(*args: str) -> Result:
         # catch_exceptions=False: anything but a clean ClickException fails the test.
@@ -255,7 +255,7 @@ def test_migrate_creates_the_schema_and_is_idempotent(
     database_url: str, broker_folder: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app(broker_folder, database_url)
-    monkeypatch.setattr(cli, "CLOCK", clock)
+    monkeypatch.setattr(commands, "CLOCK", clock)
     runner = CliRunner()
     first = runner.invoke(routines, ["migrate"], obj=cli_context(app), catch_exceptions=False)
     assert "migrated from empty to" in ok(first)
@@ -344,7 +344,7 @@ def test_a_send_the_broker_refuses_exits_1_with_one_line_and_is_recorded(
 
     add_routine(store, "report")
     app = redis_app("redis://127.0.0.1:1/0", database_url)
-    monkeypatch.setattr(cli, "CLOCK", clock)
+    monkeypatch.setattr(commands, "CLOCK", clock)
     result = CliRunner().invoke(
         routines, ["trigger", "report"], obj=cli_context(app), catch_exceptions=False
     )

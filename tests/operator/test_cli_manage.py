@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from celery_routines import register
-from celery_routines.operator import cli
+from celery_routines.operator import commands
 from celery_routines.operator.cli import routines
 from celery_routines.store import Store
 from tests.conftest import FakeClock
@@ -21,7 +21,7 @@ from tests.operators import add_routine, add_run, cli_context, make_app
 @pytest.fixture
 def invoke(store: Store, database_url: str, tmp_path: Path, clock: FakeClock, monkeypatch):
     app = make_app(tmp_path / "broker", database_url)
-    monkeypatch.setattr(cli, "CLOCK", clock)
+    monkeypatch.setattr(commands, "CLOCK", clock)
 
     def run(*args: str) -> Result:
         return CliRunner().invoke(

@@ -136,7 +136,7 @@ def test_a_second_delivery_of_the_same_run_does_not_run_the_body(
             calls.append("plain")
 
         task = app.tasks[plain_name]
-        worker._on_worker_init(sender=SimpleNamespace(app=app))
+        worker.on_worker_init(sender=SimpleNamespace(app=app))
     run_id = make_run(store, "job")
     refused_before = worker.refused_deliveries()
     deliver(task, run_id, "job")
