@@ -3,15 +3,17 @@
     python -m benchmarks.memory [--sizes 1000,1000000] [--baseline DIR] [--seconds 20]
 
 For each size, each checkout (this tree, and ``--baseline DIR`` if given) runs
-``celery -A benchmarks.memory_app beat -S celery_routines.Scheduler`` against
+``celery -A memory_app beat -S celery_routines.Scheduler`` (``memory_app.py``) against
 a PostgreSQL store holding that many routines (10 due every second, the rest
 once a day) and a Redis broker; this process stands in for the worker (it
 marks every sent run finished, so the hot routines keep firing). Celery's own
 beat runs the same routines from ``beat_schedule`` in the same run, up to
 ``--celery-max`` entries (its in-memory heap of a million entries is not a
-beat anyone runs). RSS is read from ``/proc/PID/status`` after the beat has
-sent for ``--seconds``; then the import breakdown: RSS after each piece a
-beat imports, in a fresh interpreter, for each checkout.
+beat anyone runs), once per checkout: the ``celery`` command imports our
+command plugin from that checkout in Celery's own beat too. RSS is read from
+``/proc/PID/status`` after the beat has sent for ``--seconds``; then the
+import breakdown: RSS after each piece a beat imports, in a fresh
+interpreter, for each checkout.
 
 Run it from a virtualenv with only ``pip install -e '.[postgres,redis]'
 psutil``, as on a beat host: the ``celery`` command imports every installed
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,7 +56,10 @@ IMPORT_STEPS = [
     ("Celery's beat", ["celery", "celery.beat", "celery.apps.beat"]),
     ("kombu's Redis transport (redis-py)", ["kombu.transport.redis"]),
     ("SQLAlchemy (Core)", ["sqlalchemy"]),
-    ("psycopg and SQLAlchemy's psycopg dialect", ["sqlalchemy.dialects.postgresql.psycopg"]),
+    (
+        "psycopg and SQLAlchemy's psycopg dialect",
+        ["psycopg", "sqlalchemy.dialects.postgresql.psycopg"],
+    ),
     ("croniter", ["croniter"]),
     ("celery_routines (package)", ["celery_routines"]),
     ("celery_routines.Scheduler (beat)", ["celery_routines.beat"]),
@@ -145,13 +151,14 @@ def run_beat(
 ) -> dict[str, Any]:
     """One real beat process: RSS once it has sent for ``seconds``."""
     workdir = tempfile.mkdtemp(prefix="memory-beat-")
+    shutil.copy(Path(__file__).with_name("memory_app.py"), workdir)
     env = {
         **os.environ,
         "MEMORY_BROKER_URL": redis_url(db),
         "MEMORY_CELERY_ENTRIES": str(entries),
-        "PYTHONPATH": str(root),
+        "PYTHONPATH": os.pathsep.join([workdir, str(root)]),
     }
-    argv = [sys.executable, "-m", "celery", "-A", "benchmarks.memory_app", "beat", "-l", "warning"]
+    argv = [sys.executable, "-m", "celery", "-A", "memory_app", "beat", "-l", "warning"]
     argv += ["--schedule", f"{workdir}/celerybeat-schedule", "--pidfile="]
     if url is not None:
         env["MEMORY_DATABASE_URL"] = url
@@ -167,7 +174,9 @@ def run_beat(
             " WHERE state IN ('pending', 'sent', 'running')"
         )
     started = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=root, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         first_sent = None
         while True:
@@ -257,27 +266,26 @@ def main() -> None:
                 finally:
                     clear_redis_db(db)
                     drop_database(name)
-            if size <= args.celery_max:
-                log(f"Celery's beat at {size:,} entries")
-                rows.append(
-                    (
-                        "Celery beat",
-                        size,
-                        run_beat(ROOT, db, args.seconds, None, size, args.startup),
-                    )
-                )
+            if size > args.celery_max:
+                continue
+            # Per checkout: the `celery` command imports our command plugin
+            # from it in Celery's own beat too.
+            for label, root in trees:
+                log(f"Celery's beat at {size:,} entries, our plugin from {label}")
+                found = run_beat(root, db, args.seconds, None, size, args.startup)
+                rows.append((f"Celery beat ({label})", size, found))
                 clear_redis_db(db)
     finally:
         clear_redis_db(db, keep_owner=False)
 
     print("\nRSS of a real `celery beat` (MB, /proc/PID/status), one run:")
-    print(f"{'peer':12s} {'stored':>9s} {'VmRSS':>7s} {'VmHWM':>7s} {'anon':>6s} {'file':>6s} sent")
+    print(f"{'peer':24s} {'stored':>9s} {'VmRSS':>7s} {'VmHWM':>7s} {'anon':>6s} {'file':>6s} sent")
     for label, size, found in rows:
         if "error" in found:
-            print(f"{label:12s} {size:9,d}  error: {found['error'][-300:]}")
+            print(f"{label:24s} {size:9,d}  error: {found['error'][-300:]}")
             continue
         print(
-            f"{label:12s} {size:9,d} {found['VmRSS']:7.1f} {found['VmHWM']:7.1f}"
+            f"{label:24s} {size:9,d} {found['VmRSS']:7.1f} {found['VmHWM']:7.1f}"
             f" {found['RssAnon']:6.1f} {found['RssFile']:6.1f} {found['sent']}"
             f" (in {found['seconds']:.0f} s; threads {found['Threads']})"
         )

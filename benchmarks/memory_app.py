@@ -1,10 +1,11 @@
 """The app a real ``celery beat`` runs in ``benchmarks.memory``.
 
-    celery -A benchmarks.memory_app beat -S celery_routines.Scheduler
-    celery -A benchmarks.memory_app beat            # Celery's own beat
+    celery -A memory_app beat -S celery_routines.Scheduler
+    celery -A memory_app beat            # Celery's own beat
 
 Settings come from the environment (``MEMORY_*``), so the same app serves both
-peers and any checkout of the code.
+peers. Self-contained: ``benchmarks.memory`` copies it beside the beat, so a
+``--baseline`` checkout without it runs it too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import os
 
 from celery import Celery
 
-from benchmarks.common import DAY, HOT, TASK
+HOT = 10  # as benchmarks.common
+DAY = 86_400
+TASK = "bench.noop"
 
 app = Celery("bench", broker=os.environ["MEMORY_BROKER_URL"])
 app.conf.broker_connection_retry_on_startup = True
