@@ -24,6 +24,15 @@ class _Routines(click.Group):
 
         return loaded
 
+    # Group.__init__ assigns an empty dict: the loaded group's is the one read.
+    @property  # type: ignore[override]
+    def commands(self) -> dict[str, click.Command]:
+        return self._loaded().commands
+
+    @commands.setter
+    def commands(self, value: dict[str, click.Command]) -> None:
+        pass
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return self._loaded().list_commands(ctx)
 
