@@ -25,7 +25,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
 from .errors import RoutinesError
-from .memory import TRIM_AFTER_WINDOWS, release_free_memory
 from .observe.events import RoutineEvents
 from .observe.metrics import MeasuredPublisher, RoutineMetrics, metrics_for
 from .registry import InvalidEntry, celery_default_entries, definitions_for
@@ -36,7 +35,6 @@ from .store.engine import explain_database_error, safe_url
 from .tick.declarations import declare
 from .tick.engine import TickEngine
 from .tick.prune import Pruner
-from .tick.report import TickReport
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -82,7 +80,6 @@ class Scheduler(CeleryScheduler):
         self.last_report = None
         # Served from setup_schedule, so the banner's lazy instance serves nothing.
         self.metrics: RoutineMetrics | None = None
-        self._trimmed = False
         super().__init__(app, *args, **kwargs)
 
     # Celery calls this from __init__ unless lazy=True (the banner's instance),
@@ -174,7 +171,6 @@ class Scheduler(CeleryScheduler):
             logger.info("beat tick succeeded again after errors")
             self._error_backoff = 0.0
         self.last_report = report
-        self._release_memory(report)
         self._watch_skew()
         if self.metrics is not None:
             self.metrics.observe_tick(report, self._store)
@@ -187,15 +183,6 @@ class Scheduler(CeleryScheduler):
             return longest
         until = (report.next_wakeup - self._clock()).total_seconds() + WAKE_SLACK
         return min(max(until, WAKE_SLACK), longest)
-
-    def _release_memory(self, report: TickReport) -> None:
-        """The start-up (its declarations, the first tick) and a large batch
-        leave free C heap behind: give it back to the system (glibc)."""
-        handled = report.claimed + report.skipped_windows + report.adopted
-        if self._trimmed and handled < TRIM_AFTER_WINDOWS:
-            return
-        self._trimmed = True
-        release_free_memory()
 
     def _prune(self) -> None:
         """One batch of the run history's pruning, at most once a minute."""
