@@ -392,7 +392,7 @@ def test_the_engine_built_directly_reads_decides_writes_then_sends(
         assert record.next_run_at == datetime(2026, 11, 30, 12, 25, tzinfo=UTC)
         assert record.locked_by is None
         assert sorted(r.state for r in runs_for(store, record.id)) == ["sent", "sent", "skipped"]
-        assert Routine.__tablename__ == "routines"
+        assert Routine.__table__.name == "routines"
     finally:
         publisher.close()
         store.dispose()
