@@ -53,7 +53,7 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
-def load_runs(store: Any, n: int) -> list[str]:
+def load_runs(store: Any, n: int, routine: str = ROUTINE) -> list[str]:
     """N ``sent`` run rows of one routine, as beat leaves them."""
     from sqlalchemy import text
 
@@ -66,7 +66,7 @@ def load_runs(store: Any, n: int) -> list[str]:
                 "INSERT INTO routines (name, task, interval_seconds) "
                 "VALUES (:n, :t, 3600) RETURNING id"
             ),
-            {"n": ROUTINE, "t": TASK},
+            {"n": routine, "t": TASK},
         ).scalar_one()
     now = utc_now()
     ids = [str(uuid.uuid4()) for _ in range(n)]
@@ -218,6 +218,7 @@ def main() -> None:
     db = claim_redis_db()
     results: list[dict[str, Any]] = []
     commit_floors: list[float] = []
+    in_process: list[float] = []
     names: list[str] = []
     try:
         for round_number in range(args.rounds):
@@ -237,6 +238,7 @@ def main() -> None:
                     log(f"round {round_number + 1}: {mode}, {args.n} runs")
                     if mode == "routines":
                         commit_floors.append(durable_commit_ms(pg_url))
+                        in_process.append(hooks_in_process_ms(store, pg_url))
                     results.append(
                         drain(
                             mode,
@@ -256,7 +258,7 @@ def main() -> None:
         clear_redis_db(db, keep_owner=False)
         for name in names:
             drop_database(name)
-    report(results, args, commit_floors)
+    report(results, args, commit_floors, in_process)
 
 
 def set_synchronous_commit(database: str, value: str) -> None:
@@ -287,8 +289,45 @@ def durable_commit_ms(pg_url: str, n: int = 400) -> float:
     return percentile(spans, 0.5)
 
 
+def hooks_in_process_ms(store: Any, pg_url: str, n: int = 500) -> float:
+    """p50 of one run's claim and success through the real hooks, called in
+    this process with no worker around them: what celery-routines adds to a
+    run when nothing else competes for the 2 cores (no pool sibling, no
+    consumer process, no broker traffic)."""
+    from celery_routines.worker import hooks
+
+    app = Celery("bench_hooks", set_as_current=False)
+    app.conf.routines_database_url = pg_url
+
+    @app.task(name=TASK)
+    def noop() -> None:
+        return None
+
+    task = app.tasks[TASK]
+    hooks.install(task)
+    spans = []
+    try:
+        for index, run_id in enumerate(load_runs(store, n + 50, routine=f"{ROUTINE}-hooks")):
+            task.push_request(id=run_id, hostname="bench", headers={"routine": ROUTINE}, retries=0)
+            started = time.perf_counter()
+            try:
+                task.before_start(run_id, (), {})
+                hooks._on_success(sender=task, result=None)  # what task_success calls
+            finally:
+                task.pop_request()
+            if index >= 50:  # warm: pooled connection, statements prepared
+                spans.append((time.perf_counter() - started) * 1000)
+    finally:
+        for url in list(hooks._stores):
+            hooks._stores.pop(url).dispose()
+    return percentile(spans, 0.5)
+
+
 def report(
-    results: list[dict[str, Any]], args: argparse.Namespace, commit_floors: list[float]
+    results: list[dict[str, Any]],
+    args: argparse.Namespace,
+    commit_floors: list[float],
+    in_process: list[float],
 ) -> None:
     print(
         f"A prefork worker (-c {args.concurrency}) draining {args.n} no-op runs, PostgreSQL store,"
@@ -313,10 +352,13 @@ def report(
             f" added p99 {result['p99_ms'] - plain['p99_ms']:.3f} ms,"
             f" {result['statements_per_run']:.2f} statements per run"
         )
-    for round_number, floor in enumerate(commit_floors, start=1):
+    for round_number, (floor, hooks_ms) in enumerate(
+        zip(commit_floors, in_process, strict=True), start=1
+    ):
         print(
             f"  round {round_number}: one durable single-row UPDATE (psycopg, autocommit)"
-            f" p50 {floor:.3f} ms; the claim and the outcome are two: {2 * floor:.3f} ms"
+            f" p50 {floor:.3f} ms; the claim and the outcome are two: {2 * floor:.3f} ms;"
+            f" the claim and success hooks in one process, no worker: {hooks_ms:.3f} ms"
         )
 
 
