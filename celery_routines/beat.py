@@ -319,7 +319,8 @@ class Scheduler(CeleryScheduler):
         gate = "redis" if self.settings.redis_url else "database only"
         return (
             f"    . routines db -> {safe_url(self.settings.database_url)}\n"
-            f"    . idempotency gate -> {gate}"
+            f"    . idempotency gate -> {gate}\n"
+            f"    . publish -> {self.settings.publish}"
         )
 
 

@@ -112,6 +112,7 @@ class _Plan:
     # create_task_message's arguments but the run's own, ``expires`` and ``reply_to``.
     create_args: tuple[Any, ...]
     create_options: dict[str, Any]
+    argsrepr_free: bool  # the options set no argsrepr
     reply_to: str | None
     default_expires: Any
     retries: int
@@ -159,6 +160,11 @@ class DirectPublisher(BatchingPublisher):
         properties = dict(plan.properties, kwargsrepr=kwargsrepr)
         if expires is not None:
             properties["expiration"] = self._expiration(run.run_id, expires)
+        if not run.args and plan.argsrepr_free:
+            # Celery's saferepr of no arguments, without the walk (empty args become ()).
+            create_options = dict(plan.create_options, argsrepr="()")
+        else:
+            create_options = plan.create_options
         headers2, message_properties, body, sent_event = app.amqp.create_task_message(
             run.run_id,
             name,
@@ -172,7 +178,7 @@ class DirectPublisher(BatchingPublisher):
             *plan.create_args[2:5],
             plan.reply_to or app.thread_oid,  # per thread, as in send_task
             *plan.create_args[5:],
-            **plan.create_options,
+            **create_options,
             kwargsrepr=kwargsrepr,
         )
         headers2.update(headers)
@@ -181,11 +187,9 @@ class DirectPublisher(BatchingPublisher):
         retry_policy = dict(plan.retry_policy)
         declare = plan.declare
         with producer.connection._reraise_as_library_errors():
+            where = {"sender": name, "body": body, "exchange": exchange, "routing_key": routing_key}
             signals.before_task_publish.send(
-                sender=name,
-                body=body,
-                exchange=exchange,
-                routing_key=routing_key,
+                **where,
                 declare=declare,
                 headers=headers2,
                 properties=message_properties,
@@ -200,13 +204,7 @@ class DirectPublisher(BatchingPublisher):
                 headers=headers2,
                 **message_properties,
             )
-            signals.after_task_publish.send(
-                sender=name,
-                body=body,
-                headers=headers2,
-                exchange=exchange,
-                routing_key=routing_key,
-            )
+            signals.after_task_publish.send(**where, headers=headers2)
             if signals.task_sent.receivers:  # Celery's deprecated signal, kept while it is
                 signals.task_sent.send(
                     sender=name,
@@ -336,6 +334,7 @@ class DirectPublisher(BatchingPublisher):
                 given.get("chain"),
             ),
             create_options=create_options,
+            argsrepr_free="argsrepr" not in create_options,
             reply_to=given.get("reply_to"),
             default_expires=default_expires,
             retries=given.get("retries", 0),

@@ -268,7 +268,11 @@ def shown_kwargs(
         f"{ROUTINE_HEADER!r}: {run.routine_name!r}, {WINDOW_HEADER!r}: {run.idempotency_key!r}, "
         f"{ATTEMPT_HEADER!r}: {run.attempt!r}"
     )
-    shown = kwargsrepr if kwargsrepr is not None else saferepr(run.kwargs, maxsize, maxlevels)
+    if kwargsrepr is not None:
+        shown = kwargsrepr
+    else:
+        # Most routines pass no kwargs: skip saferepr's walk for what it would say.
+        shown = saferepr(run.kwargs, maxsize, maxlevels) if run.kwargs else "{}"
     if shown.startswith("{") and shown.endswith("}"):
         inner = shown[1:-1].strip()
         return "{" + ours + (", " + inner if inner else "") + "}"

@@ -149,7 +149,10 @@ def routed_by_function(name: str, args: Any, kwargs: Any, options: Any, task: An
 
 
 def _plain(app: Celery) -> list[OutgoingRun]:
-    return [outgoing("tasks.unknown")]
+    return [
+        outgoing("tasks.unknown"),
+        outgoing("tasks.unknown", args=[], kwargs={}, run_id="run-2"),
+    ]
 
 
 def _registered(app: Celery) -> list[OutgoingRun]:
