@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import kombu.messaging
 import pytest
 import redis
 from celery import Celery, signals
@@ -126,7 +127,7 @@ def _seconds(value: str) -> float:
 
 
 def publish_both_ways(
-    url: str, app: Celery, runs: list[OutgoingRun], many: bool = False
+    url: str, app: Celery, runs: list[OutgoingRun], many: bool | str = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     found = []
     for publisher in (CeleryPublisher(app), DirectPublisher(app)):
@@ -250,10 +251,14 @@ CASES: dict[str, Callable[[Celery], list[OutgoingRun]]] = {
 @pytest.mark.filterwarnings("ignore:.*task attribute")
 @pytest.mark.parametrize("backend", [False, True], ids=["no_backend", "redis_backend"])
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("many", [False, True], ids=["one_by_one", "batched"])
+@pytest.mark.parametrize(
+    "many", [False, True, "no_batch_api"], ids=["publish", "batched", "many_without_batches"]
+)
 def test_direct_message_equals_send_tasks(
-    redis_url: str, case: str, backend: bool, many: bool
+    redis_url: str, case: str, backend: bool, many: bool | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if many == "no_batch_api":  # kombu before 5.7, or a broker without batches: one by one
+        monkeypatch.delattr(kombu.messaging.Producer, "supports_batch_publish", raising=False)
     app = app_for(redis_url, backend=backend)
     runs = CASES[case](app)
     app.finalize()  # as in beat: the tasks declared above are in the registry
