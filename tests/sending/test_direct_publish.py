@@ -248,7 +248,7 @@ CASES: dict[str, Callable[[Celery], list[OutgoingRun]]] = {
 
 
 # Celery deprecates routing attributes on tasks (task_options); still honoured, so tested.
-@pytest.mark.filterwarnings("ignore:.*task attribute")
+@pytest.mark.filterwarnings("ignore::celery.exceptions.CDeprecationWarning")
 @pytest.mark.parametrize("backend", [False, True], ids=["no_backend", "redis_backend"])
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize(
