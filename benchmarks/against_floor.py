@@ -10,6 +10,12 @@ the same floor for 10,000 messages. Each scheduler figure comes from its own
 measuring subprocess (``benchmarks.measure``, PostgreSQL store, Redis broker,
 every guarantee on); the floors are measured in this process just before it.
 
+``--direct`` (issue 19, item 2) measures instead, in one run and ``--rounds``
+times: the one-beat burst with ``routines_publish = "direct"``, the same burst
+with the default ``send_task`` path, Celery's own per-message loop
+(``apply_async`` of 10,000 on one reused producer) and the batched
+``send_task`` floor, side by side.
+
 ``--baseline DIR`` also measures the code checked out in DIR (say, the
 previous commit: ``git worktree add /tmp/base HEAD~2``) in the same run,
 each scenario right after this tree's, and prints both.
@@ -18,12 +24,13 @@ each scenario right after this tree's, and prints both.
 from __future__ import annotations
 
 import argparse
+import statistics
 from pathlib import Path
 from typing import Any
 
 from . import run as run_module
 from .common import BURST, HOT, claim_redis_db, clear_redis_db, log
-from .publish_floor import send_task_batched_ms
+from .publish_floor import apply_async_loop_ms, publishers_ms, send_task_batched_ms
 from .run import measure
 
 
@@ -36,7 +43,12 @@ def main() -> None:
     parser.add_argument("--run-budget", type=float, default=300.0)
     parser.add_argument("--burst-cap", type=float, default=40.0)
     parser.add_argument("--baseline", help="a checkout to measure in the same run")
+    parser.add_argument("--direct", action="store_true", help="direct publish against its peers")
+    parser.add_argument("--rounds", type=int, default=1, help="with --direct")
     args = parser.parse_args()
+    if args.direct:
+        direct_against_loop(args)
+        return
 
     trees = [("this tree", run_module.ROOT)]
     if args.baseline:
@@ -68,6 +80,61 @@ def main() -> None:
         found = results[label]
         floor = (floor_burst + floor_burst_after) / 2
         report(args, found["steady"], found["burst"], floor_hot, floor)
+
+
+def direct_against_loop(args: argparse.Namespace) -> None:
+    """The burst with ``routines_publish = "direct"`` and with ``send_task``,
+    Celery's per-message ``apply_async`` loop and the batched ``send_task``
+    floor, each round measured back to back."""
+    db = claim_redis_db()
+    burst_args = ["--burst-cap", str(args.burst_cap)]
+    rows = []
+    publishing: list[dict[str, float]] = []
+    try:
+        for round_number in range(1, args.rounds + 1):
+            log(f"round {round_number}: apply_async loop and send_task floor, {BURST} messages")
+            loop_s = apply_async_loop_ms(db, BURST, 1) / 1000
+            floor_s = send_task_batched_ms(db, BURST, 1) / 1000
+            publishing.append(publishers_ms(db, BURST))
+            bursts = {}
+            for peer in ("routines-direct", "routines"):
+                log(f"round {round_number}: {peer} burst at {args.burst_size:,}")
+                found = measure(peer, "burst", args.burst_size, db, args, burst_args)
+                if not found.get("complete"):
+                    raise SystemExit(f"{peer} burst did not complete: {found}")
+                if found["rows"].get("sent") != BURST:
+                    raise SystemExit(f"{peer} burst left runs unsent: {found['rows']}")
+                bursts[peer] = found["burst_s"]
+            rows.append((bursts["routines-direct"], bursts["routines"], loop_s, floor_s))
+    finally:
+        clear_redis_db(db, keep_owner=False)
+    print(
+        f"burst of {BURST:,} (one beat, PostgreSQL, Redis) against Celery's per-message loop;"
+        " seconds, one round a line"
+    )
+    print(
+        "  direct   send_task  apply_async loop  send_task batched | direct/loop  direct/send_task"
+    )
+    for direct, default, loop_s, floor_s in rows:
+        print(
+            f"  {direct:6.2f}   {default:9.2f}  {loop_s:16.2f}  {floor_s:17.2f} |"
+            f" {direct / loop_s:10.2f}x  {direct / default:15.2f}x"
+        )
+    if len(rows) > 1:
+        medians = [statistics.median(column) for column in zip(*rows, strict=True)]
+        direct, default, loop_s, floor_s = medians
+        print(
+            f"  median: direct {direct:.2f} s, send_task {default:.2f} s, loop {loop_s:.2f} s,"
+            f" floor {floor_s:.2f} s; direct/loop {direct / loop_s:.2f}x,"
+            f" direct/send_task {direct / default:.2f}x"
+        )
+    print(f"publish_many of {BURST:,} runs alone (no tick), ms, one round a line")
+    for found in publishing:
+        celery_ms, direct_ms = found["CeleryPublisher"], found["DirectPublisher"]
+        print(
+            f"  CeleryPublisher (send_task) {celery_ms:7.0f}   DirectPublisher {direct_ms:7.0f}"
+            f"   ratio {direct_ms / celery_ms:.2f}x"
+        )
 
 
 def report(

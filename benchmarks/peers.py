@@ -397,6 +397,20 @@ class Routines(Peer):
             )
 
 
+class RoutinesDirect(Routines):
+    """celery-routines with ``routines_publish = "direct"`` (issue 19, item 2):
+    the same store, routines and scenarios; each message built by Celery's
+    ``create_task_message`` and published without ``send_task`` around it."""
+
+    name = "routines-direct"
+    label = "celery-routines (PostgreSQL, direct publish)"
+
+    def restore(self, t0: str) -> None:
+        super().restore(t0)
+        assert self.app is not None
+        self.app.conf.routines_publish = "direct"
+
+
 class RoutinesMariaDB(Routines):
     """celery-routines on MariaDB/MySQL: the same scheduler and scenarios,
     another store (``BENCH_MYSQL`` for the server)."""
@@ -457,7 +471,8 @@ class RoutinesMariaDB(Routines):
 
 
 PEERS: dict[str, type[Peer]] = {
-    cls.name: cls for cls in (Routines, RoutinesMariaDB, CeleryDefault, RedBeat, DjangoBeat)
+    cls.name: cls
+    for cls in (Routines, RoutinesDirect, RoutinesMariaDB, CeleryDefault, RedBeat, DjangoBeat)
 }
 
 

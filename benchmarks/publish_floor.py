@@ -71,6 +71,66 @@ def send_task_batched_ms(db: int, n: int, repeat: int) -> float:
         clear_redis_db(db)
 
 
+def apply_async_loop_ms(db: int, n: int, repeat: int) -> float:
+    """Median ms for Celery's own per-message loop: ``apply_async`` of a
+    registered task, ``n`` times, one reused producer, a round trip each
+    (the Redis database is emptied after)."""
+    app = Celery("floor", set_as_current=False)
+    app.conf.broker_url = redis_url(db)
+
+    @app.task(name="bench.noop", shared=False)
+    def noop() -> None: ...
+
+    app.finalize()
+    connection = app.connection_for_write()
+    producer = app.amqp.Producer(connection, auto_declare=False)
+
+    def send() -> None:
+        for _ in range(n):
+            noop.apply_async(task_id=str(uuid.uuid4()), producer=producer, headers=HEADERS)
+
+    try:
+        return median_ms(send, repeat)
+    finally:
+        connection.release()
+        clear_redis_db(db)
+
+
+def publishers_ms(db: int, n: int) -> dict[str, float]:
+    """ms for ``publish_many`` of ``n`` runs (no args, no kwargs, one task) by
+    celery-routines' two publishers, alternated, best of two each: the
+    publishing part of the burst alone (the Redis database is emptied after)."""
+    from datetime import UTC, datetime
+
+    from celery_routines.sending.direct import DirectPublisher
+    from celery_routines.sending.publish import CeleryPublisher, OutgoingRun
+
+    app = Celery("floor", set_as_current=False)
+    app.conf.broker_url = redis_url(db)
+    window = datetime(2026, 11, 30, tzinfo=UTC)
+    runs = [
+        OutgoingRun(
+            str(uuid.uuid4()), f"bench-{i}", "bench.noop", [], {}, {}, window, f"bench-{i}@w", 1
+        )
+        for i in range(n)
+    ]
+    found: dict[str, float] = {}
+    try:
+        for publisher in [CeleryPublisher(app), DirectPublisher(app)] * 2:
+            publisher.publish_many(runs[:10])  # connect and plan outside the timing
+            started = time.perf_counter()
+            if publisher.publish_many(runs) != [None] * n:
+                raise RuntimeError(f"{type(publisher).__name__} failed to publish")
+            took = (time.perf_counter() - started) * 1000
+            publisher.close()
+            clear_redis_db(db)
+            name = type(publisher).__name__
+            found[name] = min(took, found.get(name, took))
+    finally:
+        clear_redis_db(db)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10)

@@ -36,7 +36,9 @@ from .common import (
 from .peers import PEERS
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ["routines", "routines-mariadb", "celery", "redbeat", "django"]
+ORDER = ["routines", "routines-direct", "routines-mariadb", "celery", "redbeat", "django"]
+# Measured only when named in --peers (against_floor --direct measures it too).
+OPT_IN = ("routines-direct",)
 
 
 class Child:
@@ -218,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         default="1000,10000,100000",
         help="routines stored, comma separated (1000000 works)",
     )
-    parser.add_argument("--peers", default=",".join(ORDER))
+    parser.add_argument("--peers", default=",".join(p for p in ORDER if p not in OPT_IN))
     parser.add_argument("--out", default="docs/benchmarks.md", help="markdown report ('' for none)")
     parser.add_argument(
         "--json", default="/tmp/celery-routines-benchmarks.json", help="raw results"

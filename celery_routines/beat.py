@@ -28,8 +28,9 @@ from .errors import RoutinesError
 from .observe.events import RoutineEvents
 from .observe.metrics import MeasuredPublisher, RoutineMetrics, metrics_for
 from .registry import InvalidEntry, celery_default_entries, definitions_for
+from .sending.direct import publisher_for
 from .sending.gate import Gate, OpenGate, RedisGate
-from .sending.publish import CeleryPublisher, Publisher
+from .sending.publish import Publisher
 from .store import Store
 from .store.engine import explain_database_error, safe_url
 from .tick.declarations import declare
@@ -130,7 +131,7 @@ class Scheduler(CeleryScheduler):
             if self._store is None:
                 self.setup_schedule()
             assert self._store is not None and self._gate is not None
-            publisher: Publisher = CeleryPublisher(self.app)
+            publisher: Publisher = publisher_for(self.app, self.settings)
             if self.metrics is not None:
                 publisher = MeasuredPublisher(publisher, self.metrics, self._clock)
             self._engine = TickEngine(
@@ -318,7 +319,8 @@ class Scheduler(CeleryScheduler):
         gate = "redis" if self.settings.redis_url else "database only"
         return (
             f"    . routines db -> {safe_url(self.settings.database_url)}\n"
-            f"    . idempotency gate -> {gate}"
+            f"    . idempotency gate -> {gate}\n"
+            f"    . publish -> {self.settings.publish}"
         )
 
 

@@ -17,6 +17,9 @@ from .errors import ConfigurationError
 from .schedules.zones import load_zone
 
 DEFAULT_DATABASE_URL = "sqlite:///routines.db"
+# How runs are published: Celery's send_task (default) or the direct path
+# (celery_routines/sending/direct.py), which builds the same message faster.
+PUBLISH_PATHS = ("send_task", "direct")
 
 
 @dataclass(frozen=True)
@@ -35,8 +38,14 @@ class Settings:
     refresh_seconds: float = 5.0
     keep_runs_days: float = 30.0
     prune_batch: int = 5000
+    publish: str = "send_task"
 
     def __post_init__(self) -> None:
+        if self.publish not in PUBLISH_PATHS:
+            raise ConfigurationError(
+                f"routines_publish must be one of {', '.join(map(repr, PUBLISH_PATHS))},"
+                f" got {self.publish!r}"
+            )
         _require_positive("routines_refresh_seconds", self.refresh_seconds)
         _require_positive("routines_keep_runs_days", self.keep_runs_days)
         _require_positive("routines_prune_batch", self.prune_batch)
@@ -111,6 +120,7 @@ def settings_from(app: Celery | None) -> Settings:
         prune_batch=_number(
             "routines_prune_batch", _lookup(app, "routines_prune_batch"), 5000, int
         ),
+        publish=_lookup(app, "routines_publish") or "send_task",
     )
 
 

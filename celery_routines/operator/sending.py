@@ -30,8 +30,9 @@ from celery_routines.policy.ceilings import Ceiling, decide_before_send
 from celery_routines.policy.states import EXCLUSIVE_OVERLAP, RunState
 from celery_routines.schedules.base import Schedule
 from celery_routines.schedules.keys import window_key
+from celery_routines.sending.direct import publisher_for
 from celery_routines.sending.dispatch import SENT, Dispatched, dispatch
-from celery_routines.sending.publish import CeleryPublisher, Publisher
+from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
 from celery_routines.store.records import OpenRun
 from celery_routines.tick.declarations import who
@@ -312,5 +313,5 @@ class Sending:
                 raise RoutinesError(
                     "sending needs the Celery app: build Routines(app), not Routines(settings)"
                 )
-            self._publisher = CeleryPublisher(self.app)
+            self._publisher = publisher_for(self.app, self.settings)
         return self._publisher

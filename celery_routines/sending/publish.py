@@ -89,8 +89,9 @@ class Publisher(Protocol):
     def close(self) -> None: ...
 
 
-class CeleryPublisher:
-    """Publishes through one reused connection and producer.
+class BatchingPublisher:
+    """Publishes through one reused connection and producer; subclasses say
+    how one message goes out (``_send``).
 
     The connection is opened lazily by the first publish, so a broker that is
     down when beat starts fails sends (which are recorded and retried) instead
@@ -98,8 +99,9 @@ class CeleryPublisher:
 
     ``publish_many`` goes through kombu's publish batches where the transport
     has them (Redis: one pipeline per ``MESSAGES_PER_BATCH`` messages instead
-    of a round trip each); every message is still built by ``send_task``, so
-    routing, signals and message format are Celery's own.
+    of a round trip each), else sends one by one. An error of one message
+    (found before any retry) fails that run only; any other error is taken to
+    mean the broker is down, and the runs after it are not attempted.
     """
 
     def __init__(self, app: Celery) -> None:
@@ -196,44 +198,64 @@ class CeleryPublisher:
         return None
 
     def _send(self, run: OutgoingRun, batched: bool = False) -> None:
-        options = dict(run.options)
-        headers = dict(options.pop("headers", None) or {})
-        headers.update(
-            {
-                ROUTINE_HEADER: run.routine_name,
-                WINDOW_HEADER: run.idempotency_key,
-                ATTEMPT_HEADER: run.attempt,
-                # What Celery's own beat sets, so code that checks it keeps working.
-                "celery_beat_task": True,
-            }
-        )
-        if run.run_timeout is not None:
-            headers[RUN_TIMEOUT_HEADER] = run.run_timeout
-        options.setdefault("retry_policy", PUBLISH_RETRY_POLICY)
-        if batched:
-            # Nothing goes over the wire until the batch flushes; a failed
-            # flush falls back to sending one by one with the retry policy.
-            options["retry"] = False
-        options["kwargsrepr"] = shown_kwargs(
-            run,
-            options.get("kwargsrepr"),
-            *self._repr_limits,
-        )
-        self.app.send_task(
-            run.task,
-            args=run.args,
-            kwargs=run.kwargs,
-            task_id=run.run_id,
-            producer=self.producer,
-            headers=headers,
-            add_to_parent=False,
-            **options,
-        )
+        raise NotImplementedError
 
     def close(self) -> None:
         if self._connection is not None:
             self._connection.release()
         self._connection = self._producer = None
+
+
+class CeleryPublisher(BatchingPublisher):
+    """Every message built and sent by ``app.send_task``: routing, signals and
+    message format are Celery's own (the default, ``routines_publish = "send_task"``)."""
+
+    def _send(self, run: OutgoingRun, batched: bool = False) -> None:
+        options, headers = message_options(run, batched, self._repr_limits)
+        send_with_celery(self.app, self.producer, run, options, headers)
+
+
+def message_options(
+    run: OutgoingRun, batched: bool, repr_limits: tuple[int, int]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``send_task`` options and message headers of a run, the same for
+    every publisher: the routine's options, its headers with ours added, the
+    bounded retry policy and the kwargs Flower shows."""
+    options = dict(run.options)
+    headers = dict(options.pop("headers", None) or {})
+    headers.update(
+        {
+            ROUTINE_HEADER: run.routine_name,
+            WINDOW_HEADER: run.idempotency_key,
+            ATTEMPT_HEADER: run.attempt,
+            # What Celery's own beat sets, so code that checks it keeps working.
+            "celery_beat_task": True,
+        }
+    )
+    if run.run_timeout is not None:
+        headers[RUN_TIMEOUT_HEADER] = run.run_timeout
+    options.setdefault("retry_policy", PUBLISH_RETRY_POLICY)
+    if batched:
+        # Nothing goes over the wire until the batch flushes; a failed
+        # flush falls back to sending one by one with the retry policy.
+        options["retry"] = False
+    options["kwargsrepr"] = shown_kwargs(run, options.get("kwargsrepr"), *repr_limits)
+    return options, headers
+
+
+def send_with_celery(
+    app: Celery, producer: Any, run: OutgoingRun, options: dict[str, Any], headers: dict[str, Any]
+) -> None:
+    app.send_task(
+        run.task,
+        args=run.args,
+        kwargs=run.kwargs,
+        task_id=run.run_id,
+        producer=producer,
+        headers=headers,
+        add_to_parent=False,
+        **options,
+    )
 
 
 def shown_kwargs(
@@ -246,7 +268,11 @@ def shown_kwargs(
         f"{ROUTINE_HEADER!r}: {run.routine_name!r}, {WINDOW_HEADER!r}: {run.idempotency_key!r}, "
         f"{ATTEMPT_HEADER!r}: {run.attempt!r}"
     )
-    shown = kwargsrepr if kwargsrepr is not None else saferepr(run.kwargs, maxsize, maxlevels)
+    if kwargsrepr is not None:
+        shown = kwargsrepr
+    else:
+        # Most routines pass no kwargs: skip saferepr's walk for what it would say.
+        shown = saferepr(run.kwargs, maxsize, maxlevels) if run.kwargs else "{}"
     if shown.startswith("{") and shown.endswith("}"):
         inner = shown[1:-1].strip()
         return "{" + ours + (", " + inner if inner else "") + "}"

@@ -13,11 +13,18 @@ import pytest
 import redis
 from celery import Celery
 
+from celery_routines.sending.direct import DirectPublisher
 from celery_routines.sending.publish import (
     MESSAGES_PER_BATCH,
+    BatchingPublisher,
     CeleryPublisher,
     NotSent,
     OutgoingRun,
+)
+
+# Both publish paths share the batching and the error bookkeeping; each is pinned.
+each_publisher = pytest.mark.parametrize(
+    "publisher_class", [CeleryPublisher, DirectPublisher], ids=["send_task", "direct"]
 )
 
 WINDOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -52,8 +59,9 @@ def queued(url: str) -> list[dict[str, Any]]:
         client.close()
 
 
+@each_publisher
 def test_many_runs_go_out_in_order_one_pipeline_per_batch(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, publisher_class: type[BatchingPublisher]
 ) -> None:
     if not hasattr(kombu.messaging.Producer, "batch"):
         pytest.skip("kombu before 5.7 has no publish batches (test_publish_brokers pins that path)")
@@ -65,7 +73,7 @@ def test_many_runs_go_out_in_order_one_pipeline_per_batch(
         return real_execute(self, *args, **kwargs)
 
     monkeypatch.setattr(redis.client.Pipeline, "execute", counting_execute)
-    publisher = CeleryPublisher(app_for(redis_url))
+    publisher = publisher_class(app_for(redis_url))
     runs = [run(i) for i in range(2 * MESSAGES_PER_BATCH + 7)]
     try:
         errors = publisher.publish_many(runs)
@@ -80,8 +88,11 @@ def test_many_runs_go_out_in_order_one_pipeline_per_batch(
     assert [n for n in executed if n] == [MESSAGES_PER_BATCH, MESSAGES_PER_BATCH, 7]
 
 
-def test_a_message_that_cannot_be_encoded_fails_alone(redis_url: str) -> None:
-    publisher = CeleryPublisher(app_for(redis_url))
+@each_publisher
+def test_a_message_that_cannot_be_encoded_fails_alone(
+    redis_url: str, publisher_class: type[BatchingPublisher]
+) -> None:
+    publisher = publisher_class(app_for(redis_url))
     runs = [run(0), run(1, when=object()), run(2)]
     try:
         errors = publisher.publish_many(runs)
@@ -93,11 +104,14 @@ def test_a_message_that_cannot_be_encoded_fails_alone(redis_url: str) -> None:
     assert [m["headers"]["id"] for m in queued(redis_url)] == ["run-0", "run-2"]
 
 
-def test_a_broker_that_is_down_fails_the_first_send_and_skips_the_rest() -> None:
+@each_publisher
+def test_a_broker_that_is_down_fails_the_first_send_and_skips_the_rest(
+    publisher_class: type[BatchingPublisher],
+) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # closed again: nothing listens there
-    publisher = CeleryPublisher(app_for(f"redis://127.0.0.1:{port}/0"))
+    publisher = publisher_class(app_for(f"redis://127.0.0.1:{port}/0"))
     try:
         errors = publisher.publish_many([run(i) for i in range(4)])
     finally:
