@@ -442,7 +442,8 @@ def report(found: list[dict[str, Any]], args: argparse.Namespace) -> None:
             f" whole machine {cpu['machine']:.2f} s of {cpu['wall'] * cpu['cores']:.2f} available"
             f" ({cpu['wall']:.2f} s x {cpu['cores']:.0f} cores); beats + PostgreSQL ="
             f" {busy / (cpu['wall'] * cpu['cores']):.0%}, machine"
-            f" {cpu['machine'] / (cpu['wall'] * cpu['cores']):.0%}"
+            f" {cpu['machine'] / (cpu['wall'] * cpu['cores']):.0%} (other processes"
+            f" {cpu['machine'] - busy:.2f} s)"
         )
         idle = result["cpu_idle"]
         print(

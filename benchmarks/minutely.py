@@ -332,7 +332,8 @@ def report(args: argparse.Namespace, floor_s: float, found: dict[str, Any]) -> N
         f"  CPU over {cpu['wall']:.0f} s: beats {cpu['beats']:.1f} s, consumer"
         f" {cpu['consumer']:.1f} s, PostgreSQL {cpu['postgres']:.1f} s (this database's"
         f" backends {cpu['postgres_ours']:.1f} s), whole machine {cpu['machine']:.1f} s of"
-        f" {available:.0f} available ({cpu['machine'] / available:.0%})"
+        f" {available:.0f} available ({cpu['machine'] / available:.0%}; other processes"
+        f" {cpu['machine'] - cpu['beats'] - cpu['consumer'] - cpu['postgres']:.1f} s)"
     )
     per_beat = found["per_beat"]
     print(
