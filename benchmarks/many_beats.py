@@ -150,22 +150,30 @@ def cpu_of(pids: list[int]) -> float:
 
 def postgres_cpu(database: str) -> tuple[dict[int, float], dict[int, float]]:
     """CPU seconds so far, by pid, of every PostgreSQL server process, and of
-    the backends serving ``database`` (its name is in their process title)."""
+    the backends serving ``database`` (its name is in their process title).
+    Key 0 holds what the postmaster's ended children used (backends, parallel
+    query workers, autovacuum workers), so a process that ended is counted."""
     import psutil
 
     every, ours = {}, {}
-    for proc in psutil.process_iter(["name", "cpu_times", "cmdline"]):
+    for proc in psutil.process_iter(["name", "cpu_times", "cmdline", "ppid"]):
         if proc.info["name"] == "postgres" and proc.info["cpu_times"] is not None:
             times = proc.info["cpu_times"]
             every[proc.pid] = times.user + times.system
             if database in " ".join(proc.info["cmdline"] or []):
                 ours[proc.pid] = every[proc.pid]
+            try:
+                postmaster = psutil.Process(proc.info["ppid"]).name() != "postgres"
+            except psutil.Error:
+                postmaster = False
+            if postmaster:
+                every[0] = every.get(0, 0.0) + times.children_user + times.children_system
     return every, ours
 
 
 def postgres_delta(before: dict[int, float], after: dict[int, float]) -> float:
-    # A backend that started in between counts from zero; one that ended is lost.
-    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
+    # Totals, not per pid: a process that ended moved its seconds into key 0.
+    return sum(after.values()) - sum(before.values())
 
 
 def machine_busy() -> float:
@@ -198,7 +206,10 @@ def sample_cpu(groups: dict[str, list[int]], database: str) -> CpuSample:
 def cpu_between(first: CpuSample, second: CpuSample) -> dict[str, float]:
     used = {name: second.processes[name] - first.processes[name] for name in first.processes}
     used["postgres"] = postgres_delta(first.postgres, second.postgres)
-    used["postgres_ours"] = postgres_delta(first.postgres_ours, second.postgres_ours)
+    # Live backends only: one that ended in between is not counted.
+    used["postgres_ours"] = sum(
+        seconds - first.postgres_ours.get(pid, 0.0) for pid, seconds in second.postgres_ours.items()
+    )
     used["machine"] = second.machine - first.machine
     used["wall"] = second.at - first.at
     used["cores"] = float(os.cpu_count() or 1)
