@@ -236,6 +236,8 @@ def steady(db: int, args: argparse.Namespace) -> dict[str, Any]:
             "cpu": cpu_between(at_t0, at_until),
             "per_beat": per_beat,
             "rows": run_rows_by_reason(url),
+            "left_in_queue": redis_client(db).llen(QUEUE),
+            "gaps": window_gaps(url, t0),
             "missing_rows": missing_rows(url, consumed.get("missing_first", [])),
         }
     finally:
@@ -263,6 +265,41 @@ def run_rows_by_reason(url: str) -> dict[str, int]:
     finally:
         engine.dispose()
     return {f"{state} {reason}".strip(): int(n) for state, reason, n in rows}
+
+
+def window_gaps(url: str, t0: float) -> dict[str, int]:
+    """Routines whose run rows do not account for every window from ``t0`` up
+    to their stored next window (none lost while beat is behind), and
+    routines with two rows for one window key. A ``* * * * *`` routine's next
+    window is its ``next_run_at`` to the minute (a jitter offset is under 60 s)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT count(*) FILTER (WHERE accounted <> expected),"
+                    " count(*) FILTER (WHERE keys <> rows_), sum(expected) FROM ("
+                    " SELECT CAST(extract(epoch FROM date_trunc('minute', r.next_run_at)"
+                    "   - CAST(:t0 AS timestamp)) / 60 AS bigint) AS expected,"
+                    " (SELECT coalesce(sum(CASE WHEN x.state = 'skipped'"
+                    "   THEN coalesce(x.skipped_count, 1) ELSE 1 END), 0)"
+                    "   FROM routine_runs x WHERE x.routine_id = r.id) AS accounted,"
+                    " (SELECT count(DISTINCT x.idempotency_key) FROM routine_runs x"
+                    "   WHERE x.routine_id = r.id) AS keys,"
+                    " (SELECT count(*) FROM routine_runs x WHERE x.routine_id = r.id) AS rows_"
+                    " FROM routines r) AS per_routine"
+                ),
+                {"t0": datetime.fromtimestamp(t0, UTC).replace(tzinfo=None)},
+            ).one()
+    finally:
+        engine.dispose()
+    return {
+        "routines_with_gaps": int(row[0]),
+        "routines_with_doubles": int(row[1]),
+        "windows_before_next": int(row[2] or 0),
+    }
 
 
 def missing_rows(url: str, keys: list[str]) -> list[Any]:
@@ -325,7 +362,14 @@ def report(args: argparse.Namespace, floor_s: float, found: dict[str, Any]) -> N
         print(f"    doubles: {list(consumed['doubles_by_key'].items())[:10]}")
         print(f"    missing (first): {consumed['missing_first'][:10]}")
         print(f"    their run rows: {found['missing_rows'][:10]}")
-    print(f"  run rows: {found['rows']}")
+    gaps = found["gaps"]
+    print(
+        f"  run rows: {found['rows']}; messages still in Redis when the consumer stopped:"
+        f" {found['left_in_queue']:,}; windows from the first up to each routine's stored"
+        f" next window: {gaps['windows_before_next']:,}, routines whose run rows miss one of"
+        f" them: {gaps['routines_with_gaps']}, with two rows for one window:"
+        f" {gaps['routines_with_doubles']}"
+    )
     cpu = found["cpu"]
     available = cpu["wall"] * cpu["cores"]
     print(
