@@ -52,25 +52,56 @@ def load(peer: str, size: int, db: int, pg_url: str | None, t0: datetime) -> Any
 
 
 def _load_routines(size: int, db: int, pg_url: str | None, t0: datetime) -> Any:
+    from celery_routines import Scheduler
+
+    insert_routines(pg_url, size, t0)
+    app = _celery_app(db, routines_database_url=pg_url, routines_redis_url=make_redis_url(db))
+    declare_queue(app)
+    return lambda: Scheduler(app)
+
+
+def insert_routines(
+    pg_url: str | None,
+    size: int,
+    t0: datetime,
+    *,
+    interval: float | None = PERIOD,
+    spread: int = PERIOD,
+    cron: str | None = None,
+    jitter: int | None = None,
+) -> None:
+    """``size`` routines ``bench-0`` .. ``bench-{size-1}`` (task args ``[i]``) in
+    one ``INSERT ... SELECT generate_series``: routine ``i``'s first window is
+    ``t0 + (i % spread) s`` (``spread=1``: all at ``t0``), every ``interval``
+    seconds or on ``cron``. With ``jitter`` its stored ``next_run_at`` is the
+    window plus the routine's own offset, as beat itself would store it."""
     from sqlalchemy import text
 
-    from celery_routines import Scheduler
+    from celery_routines.schedules.jitter import jitter_offset
     from celery_routines.store import Store
 
+    offsets = [0] * size
+    if jitter:
+        offsets = [int(jitter_offset(f"bench-{i}", jitter).total_seconds()) for i in range(size)]
     store = Store.from_url(pg_url)
     store.migrate()
     with store.engine.begin() as conn:
         conn.execute(
             text(
-                "INSERT INTO routines (name, task, interval_seconds, args, next_run_at,"
-                " created_at, updated_at) "
-                "SELECT 'bench-' || g, :task, :period, '[' || g || ']',"
-                " CAST(:t0 AS timestamp) + make_interval(secs => (g % :period)), :now, :now"
-                " FROM generate_series(0, :n - 1) AS g"
+                "INSERT INTO routines (name, task, cron, interval_seconds, jitter_seconds, args,"
+                " next_run_at, created_at, updated_at) "
+                "SELECT 'bench-' || g, :task, :cron, :interval, :jitter, '[' || g || ']',"
+                " CAST(:t0 AS timestamp)"
+                " + make_interval(secs => (g % :spread) + (CAST(:offsets AS integer[]))[g + 1]),"
+                " :now, :now FROM generate_series(0, :n - 1) AS g"
             ),
             {
                 "task": TASK,
-                "period": PERIOD,
+                "cron": cron,
+                "interval": interval,
+                "jitter": jitter,
+                "spread": spread,
+                "offsets": offsets,
                 "t0": naive_utc(t0),
                 "now": naive_utc(datetime.now(UTC)),
                 "n": size,
@@ -79,9 +110,6 @@ def _load_routines(size: int, db: int, pg_url: str | None, t0: datetime) -> Any:
     with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM ANALYZE routines"))
     store.dispose()
-    app = _celery_app(db, routines_database_url=pg_url, routines_redis_url=make_redis_url(db))
-    declare_queue(app)
-    return lambda: Scheduler(app)
 
 
 def _load_celery(size: int, db: int, t0: datetime) -> Any:
