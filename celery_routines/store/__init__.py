@@ -14,6 +14,7 @@ from . import migrate
 from .admin_queries import AdminQueries
 from .bookkeeping import BookkeepingQueries, Published
 from .changes import ChangeQueries
+from .compiled import DriverStatement, naive_utc
 from .connections import Connections, connections_for
 from .dialects import database_clock
 from .engine import make_engine
@@ -78,6 +79,18 @@ class Store:
         self._probe_on_clock, self._probe_on_clock_refresh = (
             (None, None) if clock is None else (self._probe_select(clock, r) for r in (False, True))
         )
+        # The probe runs every tick, idle or not: on PostgreSQL its SQL is
+        # compiled once (SQLAlchemy's preparation cost as much as running it).
+        postgres = engine.dialect.name == "postgresql"
+        self._compiled_probes: dict[int, DriverStatement] | None = {} if postgres else None
+
+    def _compiled_probe(self, statement: Any) -> DriverStatement:
+        assert self._compiled_probes is not None
+        compiled = self._compiled_probes.get(id(statement))
+        if compiled is None:
+            compiled = DriverStatement.compile(statement, self.engine.dialect)
+            self._compiled_probes[id(statement)] = compiled
+        return compiled
 
     def _probe_select(self, clock: Any, refresh: bool) -> Any:
         arbitration = bindparam("arb") if clock is None else clock
@@ -123,9 +136,14 @@ class Store:
             else:
                 statement = self._probe_on_clock_refresh if refresh else self._probe_on_clock
         with self.connections.fast_read() as conn:
-            row = conn.execute(statement, {"now": now, "holder": holder, "arb": at}).one()
+            if self._compiled_probes is not None:
+                # PostgreSQL: the SQL compiled once, the values as the driver takes them.
+                params = {"now": naive_utc(now), "holder": holder, "arb": naive_utc(at)}
+                row = self._compiled_probe(statement).execute(conn, params).one()
+            else:
+                row = conn.execute(statement, {"now": now, "holder": holder, "arb": at}).one()
         if on_database_clock and self._probe_on_clock is not None:
-            at = clock = row.clock
+            at = clock = _aware(row.clock)
         shift = at - now
         expiry = _aware(row.expiry) - shift if row.expiry is not None else None
         window = _aware(row.window) if row.window is not None else None
