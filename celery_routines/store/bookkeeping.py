@@ -19,9 +19,9 @@ from datetime import datetime
 
 from sqlalchemy import Engine, text
 
+from .compiled import naive_utc
 from .connections import connections_for
 from .routines import Advance
-from .types import UTCDateTime
 
 # The advance locks the routines it moves in id order (the SELECT ... FOR
 # UPDATE), as renew_claims and claim_due do: beats whose sets overlap after a
@@ -56,10 +56,6 @@ class Published:
     deadline_at: datetime
 
 
-def _naive(instant: datetime | None) -> datetime | None:
-    return UTCDateTime().process_bind_param(instant, None)  # type: ignore[arg-type]
-
-
 class BookkeepingQueries:
     def __init__(self, engine: Engine) -> None:
         self.db = connections_for(engine)
@@ -73,12 +69,12 @@ class BookkeepingQueries:
         on (those ``holder`` still claims), atomically; the routines moved."""
         params = {
             "ids": [run.run_id for run in runs],
-            "sent_ats": [_naive(run.sent_at) for run in runs],
-            "deadlines": [_naive(run.deadline_at) for run in runs],
+            "sent_ats": [naive_utc(run.sent_at) for run in runs],
+            "deadlines": [naive_utc(run.deadline_at) for run in runs],
             "rids": [advance.routine_id for advance in advances],
-            "nras": [_naive(advance.next_run_at) for advance in advances],
+            "nras": [naive_utc(advance.next_run_at) for advance in advances],
             "holder": holder,
-            "now": _naive(now),
+            "now": naive_utc(now),
         }
         with self.db.fast_write() as conn:
             return int(conn.execute(RECORD_PUBLISHED, params).one().advanced)

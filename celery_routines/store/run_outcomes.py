@@ -104,12 +104,9 @@ class RunOutcomeQueries:
 
     # Built once: building a statement cost the worker more than running it.
     @cached_property
-    def _claim_start_on_db_clock(self) -> Any:
-        return self._claim_start_statement(self.db_clock_plus(bindparam("lost_after")))
-
-    @cached_property
     def _claim_start_compiled(self) -> DriverStatement:
-        return DriverStatement.compile(self._claim_start_on_db_clock, self.db.engine.dialect)
+        statement = self._claim_start_statement(self.db_clock_plus(bindparam("lost_after")))
+        return DriverStatement.compile(statement, self.db.engine.dialect)
 
     @cached_property
     def _claim_start_with_deadline(self) -> Any:
@@ -201,7 +198,7 @@ class RunOutcomeQueries:
     def _outcome_statement(self, state: str) -> Any:
         """The outcome's UPDATE for ``state``, built once per state (parameters:
         run_id, finished, error, spend): building it cost more than running it."""
-        built = self.__dict__.setdefault("_outcome_statements", {})
+        built = self._outcome_statements
         if state not in built:
             values: dict[str, Any] = {
                 "state": state,
@@ -217,6 +214,10 @@ class RunOutcomeQueries:
                 update(table).where(c.id == bindparam("run_id"), startable).values(**values)
             )
         return built[state]
+
+    @cached_property
+    def _outcome_statements(self) -> dict[str, Any]:
+        return {}
 
     @cached_property
     def _succeed_reading_ceiling(self) -> Any:
