@@ -13,11 +13,10 @@ routine options, until the publisher is closed. That, and no per-message
 ``tests/sending/test_direct_publish.py`` publishes the same runs both ways to
 a real Redis and compares every header, property and body field.
 
-What differs, on purpose: the result backend's ``on_task_call`` is not called
-(with a Redis backend ``send_task`` subscribes the sending process to every
-task's result channel, one round trip per message; beat never reads a result;
-the RPC backend would declare the sender's reply queue). Runs this path does not
-mirror go through ``send_task`` instead: ``countdown``/``eta`` (native delayed
+Like the default path (``publish.results_never_awaited``), it does not call the
+result backend's ``on_task_call``: with a Redis backend that subscribes the
+sender to every task's result channel; beat never reads a result. Runs this
+path does not mirror go through ``send_task`` instead: ``countdown``/``eta`` (native delayed
 delivery may reroute them), a router, connection or producer given in a
 routine's options, a send from inside a worker task (parent ids, inherited
 priority) and a worker callback's retried publish.

@@ -17,13 +17,15 @@ literal, so Flower's search finds a routine's runs exactly with
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Protocol
 
 from celery import Celery
+from celery._state import _set_task_join_will_block, task_join_will_block
 from celery.utils.saferepr import saferepr
 from kombu.exceptions import EncodeError
 
@@ -246,16 +248,38 @@ def message_options(
 def send_with_celery(
     app: Celery, producer: Any, run: OutgoingRun, options: dict[str, Any], headers: dict[str, Any]
 ) -> None:
-    app.send_task(
-        run.task,
-        args=run.args,
-        kwargs=run.kwargs,
-        task_id=run.run_id,
-        producer=producer,
-        headers=headers,
-        add_to_parent=False,
-        **options,
-    )
+    with results_never_awaited():
+        app.send_task(
+            run.task,
+            args=run.args,
+            kwargs=run.kwargs,
+            task_id=run.run_id,
+            producer=producer,
+            headers=headers,
+            add_to_parent=False,
+            **options,
+        )
+
+
+@contextmanager
+def results_never_awaited() -> Iterator[None]:
+    """Send without ``send_task`` subscribing this process to the task's result.
+
+    With a Redis result backend, ``send_task`` subscribes the sender to every
+    task's result channel in case it waits on the result (celery/celery#3808,
+    #5320). A scheduler never does: in a long-lived beat or panel process the
+    subscriptions pile up, the results pushed to them fill Redis's output
+    buffer for a connection nobody reads, and a reconnect re-subscribes to
+    every one of them. Celery's worker processes skip the subscription through
+    the same flag; the message itself is unchanged (the worker still stores the
+    result), and ``AsyncResult.get()`` elsewhere still subscribes for itself.
+    """
+    before = task_join_will_block()
+    _set_task_join_will_block(True)
+    try:
+        yield
+    finally:
+        _set_task_join_will_block(before)
 
 
 def shown_kwargs(

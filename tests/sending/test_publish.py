@@ -123,3 +123,37 @@ def test_a_broker_that_is_down_fails_the_first_send_and_skips_the_rest(
     # Only one send waited out the retry policy; the others were not tried.
     assert all(isinstance(error, NotSent) for error in rest)
     assert all(str(error).startswith("not sent: ") for error in rest)
+
+
+@each_publisher
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "one_by_one"])
+def test_sending_with_a_redis_result_backend_subscribes_to_no_result_channel(
+    redis_url: str, publisher_class: type[BatchingPublisher], batched: bool
+) -> None:
+    # send_task subscribes its caller to each task's result channel (Celery
+    # before 5.7 keeps every subscription; 5.7 drops it when the result object
+    # is collected): two Redis round trips per run that a scheduler never reads.
+    app = app_for(redis_url)
+    app.conf.result_backend = redis_url
+    publisher = publisher_class(app)
+    runs = [run(i) for i in range(3)]
+    try:
+        if batched:
+            assert publisher.publish_many(runs) == [None, None, None]
+        else:
+            for each in runs:
+                publisher.publish(each)
+        # The backend's result consumer starts with its first subscription.
+        never_subscribed = app.backend.result_consumer._pubsub is None
+    finally:
+        publisher.close()
+        app.close()
+
+    assert never_subscribed
+    # The messages are unchanged: the worker still stores each result.
+    messages = queued(redis_url)
+    assert len(messages) == 3 and not any(m["headers"]["ignore_result"] for m in messages)
+    # The flag is the send's only: the caller may still wait on results.
+    from celery._state import task_join_will_block
+
+    assert task_join_will_block() is False
