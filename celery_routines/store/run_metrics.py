@@ -1,14 +1,18 @@
 """What beat's run metrics read: the runs finished since the last read (a
 range scan of ``ix_routine_runs_finished``) and the workers' events past the
 last id seen (a primary key range scan), and the worker's own note of an
-event. Counted in the database, so every worker process is counted once."""
+event. Counted in the database, so every worker process is counted once.
+
+Events are pruned with the run history (``routines_keep_runs_days``): a beat
+reads only events past the newest id it found at its start, so an old event
+is never read again."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, func, insert, literal, select
+from sqlalchemy import Engine, delete, func, insert, literal, select
 
 from .connections import connections_for
 from .models import Routine, RoutineRun, RoutineWorkerEvent
@@ -79,3 +83,25 @@ class RunMetricsQueries:
             done = [FinishedRun(*row) for row in conn.execute(finished)]
             seen = [WorkerEvent(*row) for row in conn.execute(noted)]
         return done, seen
+
+    def prune_events(self, cutoff: datetime, limit: int) -> int:
+        """Delete at most ``limit`` worker events older than ``cutoff``, oldest
+        first (ids grow with time); how many went."""
+        # The newest id to delete, found first: MySQL refuses a LIMIT inside
+        # IN (...) and a subquery on the table being deleted from.
+        oldest = (
+            select(events.c.id)
+            .where(events.c.at < cutoff)
+            .order_by(events.c.id)
+            .limit(limit)
+        )
+        with self.db.read() as conn:
+            ids = list(conn.scalars(oldest))
+        if not ids:
+            return 0
+        with self.db.write() as conn:
+            return int(
+                conn.execute(
+                    delete(events).where(events.c.id <= ids[-1], events.c.at < cutoff)
+                ).rowcount
+            )

@@ -4,8 +4,10 @@ A finished run older than ``routines_keep_runs_days`` is deleted, unless it is
 its routine's newest run or a ceiling of its routine still counts it: such a
 routine's cut-off is the start of its longest current ceiling period (a
 monthly ceiling keeps the month), so the effective retention is at least the
-longest ceiling period in use. Beat prunes one batch of at most
-``routines_prune_batch`` rows per pass, one pass a minute at most.
+longest ceiling period in use. The workers' events (refused duplicates,
+suspensions: what the metrics count) older than ``routines_keep_runs_days``
+go too. Beat prunes one batch of at most ``routines_prune_batch`` rows of each
+per pass, one pass a minute at most.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class Pruner:
         self.next_pass = self.monotonic() + PRUNE_EVERY
         try:
             _, _, deleted = prune_once(self.store, now, self.keep, self.batch, self.default_zone)
+            events = self.store.run_metrics.prune_events(now - self.keep, self.batch)
         except Exception:
             logger.warning(
                 "pruning the run history failed; trying again in a minute", exc_info=True
@@ -104,4 +107,6 @@ class Pruner:
                 self.keep,
                 ", ".join(f"{n} {state}" for state, n in sorted(deleted.items())),
             )
+        if events:
+            logger.info("pruned %d worker event(s) older than %s", events, self.keep)
         return deleted
