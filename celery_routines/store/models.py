@@ -31,6 +31,13 @@ KEY_MAX_LENGTH = 500
 
 metadata = MetaData()
 
+
+def partial_index(name: str, *columns: str, where: str) -> Index:
+    """An index of the rows matching ``where`` on PostgreSQL and SQLite;
+    MySQL/MariaDB have no partial indexes and index every row."""
+    return Index(name, *columns, postgresql_where=text(where), sqlite_where=text(where))
+
+
 ROUTINES = Table(
     "routines",
     metadata,
@@ -91,18 +98,8 @@ ROUTINES = Table(
     Column("jitter_seconds", Integer, nullable=True),
     # The due-query walks this index from the oldest due row: a range scan
     # whose cost grows with what is due, not with what is stored.
-    Index(
-        "ix_routines_due",
-        "next_run_at",
-        postgresql_where=text("enabled AND NOT paused"),
-        sqlite_where=text("enabled AND NOT paused"),
-    ),
-    Index(
-        "ix_routines_unscheduled",
-        "id",
-        postgresql_where=text("next_run_at IS NULL"),
-        sqlite_where=text("next_run_at IS NULL"),
-    ),
+    partial_index("ix_routines_due", "next_run_at", where="enabled AND NOT paused"),
+    partial_index("ix_routines_unscheduled", "id", where="next_run_at IS NULL"),
     **TABLE_OPTIONS,
 )
 
@@ -159,37 +156,29 @@ ROUTINE_RUNS = Table(
         "routine_id", "idempotency_key", "attempt", name="uq_routine_runs_window_attempt"
     ),
     Index("ix_routine_runs_routine_created", "routine_id", "created_at"),
-    Index(
+    partial_index(
         "ix_routine_runs_open",
         "routine_id",
-        postgresql_where=text("state IN ('pending', 'sent', 'running')"),
-        sqlite_where=text("state IN ('pending', 'sent', 'running')"),
+        where="state IN ('pending', 'sent', 'running')",
     ),
-    Index(
-        "ix_routine_runs_retry_due",
-        "retry_at",
-        postgresql_where=text("state = 'retrying'"),
-        sqlite_where=text("state = 'retrying'"),
-    ),
+    partial_index("ix_routine_runs_retry_due", "retry_at", where="state = 'retrying'"),
     # The lost sweep: open runs by deadline, a range scan from the oldest.
-    Index(
+    partial_index(
         "ix_routine_runs_deadline",
         "deadline_at",
-        postgresql_where=text("state IN ('pending', 'sent', 'running')"),
-        sqlite_where=text("state IN ('pending', 'sent', 'running')"),
+        where="state IN ('pending', 'sent', 'running')",
     ),
     # The run listings across routines (admin runs/skips), newest first:
     # a backward range scan in the listing's exact order, stopping at its limit.
     Index("ix_routine_runs_created", "created_at", "scheduled_for", "attempt"),
     # Run metrics (issue 18): the runs finished since the last read.
     Index("ix_routine_runs_finished", "finished_at"),
-    Index(
+    partial_index(
         "ix_routine_runs_skipped_created",
         "created_at",
         "scheduled_for",
         "attempt",
-        postgresql_where=text("state = 'skipped'"),
-        sqlite_where=text("state = 'skipped'"),
+        where="state = 'skipped'",
     ),
     **TABLE_OPTIONS,
 )
