@@ -318,8 +318,7 @@ def hooks_in_process_ms(store: Any, pg_url: str, n: int = 500) -> float:
             if index >= 50:  # warm: pooled connection, statements prepared
                 spans.append((time.perf_counter() - started) * 1000)
     finally:
-        for url in list(hooks._stores):
-            hooks._stores.pop(url).dispose()
+        hooks.forget_stores()
     return percentile(spans, 0.5)
 
 
