@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import gc
 import os
+import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from celery import Celery
 from sqlalchemy import event
 
+from celery_routines import register
 from celery_routines.clock import utc_now
 from celery_routines.store import Store
 from celery_routines.worker import hooks as worker
@@ -65,6 +68,25 @@ def test_a_run_checks_no_connection_out_of_the_pool_once_one_is_kept(
     assert pg_store.runs.get(run_id).state == "succeeded"
     assert checkouts == []
     assert kept_backend_pid(store) == kept_backend
+
+
+def test_a_duplicate_delivery_claimed_on_the_kept_connection_does_not_run_the_body(
+    pg_app: Celery, pg_store: Store
+) -> None:
+    ran: list[str] = []
+
+    @pg_app.task(name=f"tests.worker.kept.{uuid.uuid4().hex[:8]}")
+    def job() -> None:
+        ran.append("job")
+
+    register(job, timedelta(hours=1), name="twice")
+    run_id = sent_run(pg_store, "twice")
+    for _ in range(2):
+        job.apply(task_id=run_id, headers={"routine": "twice"})
+
+    assert ran == ["job"]
+    run = pg_store.runs.get(run_id)
+    assert (run.state, run.duplicates) == ("succeeded", 1)
 
 
 def test_a_kept_connection_cut_while_idle_is_replaced_before_its_next_statement(
