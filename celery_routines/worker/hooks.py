@@ -257,9 +257,9 @@ def _on_prerun(sender: Any = None, task_id: str | None = None, task: Any = None,
     # Only a fallback: a routine task whose class never got the hook (created
     # after the worker started) still gets its run marked running, although
     # nothing can stop a duplicate delivery's body here.
-    if task is None or task_id is None or routine_name_of(task) is None:
-        return
-    if getattr(type(task).before_start, HOOK_MARK, False):
+    if task is None or task_id is None or getattr(type(task).before_start, HOOK_MARK, False):
+        return  # no task, or its claim hook does the work (checked first: no request lookup)
+    if routine_name_of(task) is None:
         return
     if task.name not in _unhooked_warned:
         _unhooked_warned.add(task.name)
