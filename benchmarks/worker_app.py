@@ -9,8 +9,11 @@ Each pool process times every task from ``task_prerun`` to ``task_postrun``:
 that span holds celery-routines' claim (``before_start``), the body and the
 outcome (``task_success``), so with and without celery-routines it differs by
 exactly what celery-routines adds to a run. It also counts the statements its
-SQLAlchemy engines ran. Timings are buffered and pushed to Redis in batches
-and when the pool process shuts down, outside the timed span.
+SQLAlchemy engines ran, and the CPU time the process used for its tasks
+after the first one (every thread: what the work costs the 2 cores,
+whatever the scheduler does with the waits; the first task also pays the
+process's one-time set-up, such as connecting). Timings are buffered and pushed to Redis in
+batches and when the pool process shuts down, outside the timed span.
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ def noop() -> None:
 _started: dict[str, float] = {}
 _done: list[tuple[float, float]] = []
 _statements = [0]
+# Process CPU time (seconds) when the first task ended, and tasks since.
+_cpu_from: list[float] = []
+_cpu_runs = [0]
 FLUSH_EVERY = 500
 
 
@@ -63,7 +69,15 @@ def _flush() -> None:
     import redis
 
     client = redis.Redis.from_url(os.environ["CELERY_BROKER_URL"])
-    payload = json.dumps({"spans": _done, "statements": _statements[0], "pid": os.getpid()})
+    cpu = time.process_time() - _cpu_from[0] if _cpu_from else 0.0
+    payload = json.dumps(
+        {
+            "spans": _done,
+            "statements": _statements[0],
+            "pid": os.getpid(),
+            "cpu": [cpu, _cpu_runs[0]],
+        }
+    )
     client.rpush(os.environ["BENCH_TIMINGS"], payload)
     client.close()
     _done.clear()
@@ -86,6 +100,10 @@ def _postrun(task_id: str | None = None, **_: Any) -> None:
     started = _started.pop(task_id or "", None)
     if started is not None:
         _done.append((started, ended))
+    if _cpu_from:
+        _cpu_runs[0] += 1
+    else:
+        _cpu_from.append(time.process_time())
     if len(_done) >= FLUSH_EVERY:
         _flush()
 

@@ -13,8 +13,9 @@ the difference is what it adds per run), and the statements per run counted
 in the pool processes by a SQLAlchemy event. ``--rounds 2`` alternates the two
 modes twice (the machine is shared: compare figures of one run only).
 ``--baseline DIR`` adds a third worker per round running the celery-routines
-code checked out in DIR (say, the previous release), for a before/after in
-the same run (``benchmarks/worker_app.py`` must be there too).
+code checked out in DIR (say, the previous release) under this checkout's
+``benchmarks/worker_app.py``, for a before/after in the same run. Each
+worker also reports the CPU time its pool processes used per run.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from datetime import timedelta
@@ -115,6 +117,7 @@ def drain(
 ) -> dict[str, Any]:
     queue = f"bench-worker-{uuid.uuid4().hex[:8]}"
     timings = f"bench-timings-{uuid.uuid4().hex[:8]}"
+    app_dir = worker_app_dir()
     ids = load_runs(store, n) if store is not None else [str(uuid.uuid4()) for _ in range(n)]
     publish(db, queue, ids, routine=store is not None)
     client = redis_client(db)
@@ -125,7 +128,7 @@ def drain(
         "BENCH_TIMINGS": timings,
         "BENCH_ROUTINES": "1" if store is not None else "0",
         "ROUTINES_DATABASE_URL": pg_url,
-        "PYTHONPATH": str(root),
+        "PYTHONPATH": os.pathsep.join([str(app_dir), str(root)]),
     }
     command = [
         sys.executable,
@@ -148,7 +151,7 @@ def drain(
         "-n",
         f"bench-{uuid.uuid4().hex[:6]}@%h",
     ]
-    worker = subprocess.Popen(command, env=env, cwd=root, start_new_session=True)
+    worker = subprocess.Popen(command, env=env, cwd=app_dir, start_new_session=True)
     deadline = time.monotonic() + 600
     try:
         while time.monotonic() < deadline:
@@ -169,10 +172,14 @@ def drain(
             worker.wait()
     spans: list[tuple[float, float]] = []
     statements = 0
+    cpu_by_process: dict[int, tuple[float, int]] = {}
     for raw in client.lrange(timings, 0, -1):
         batch = json.loads(raw)
         spans.extend(batch["spans"])
         statements += batch["statements"]
+        # (CPU seconds, runs) since each pool process's first run; the last batch has the totals
+        cpu, runs = batch["cpu"]
+        cpu_by_process[batch["pid"]] = max((cpu, runs), cpu_by_process.get(batch["pid"], (0.0, 0)))
     client.delete(timings, queue)
     client.close()
     if len(spans) < n:
@@ -186,7 +193,23 @@ def drain(
         "p50_ms": percentile(durations, 0.5),
         "p99_ms": percentile(durations, 0.99),
         "statements_per_run": statements / len(spans),
+        "cpu_ms": 1000
+        * sum(cpu for cpu, _ in cpu_by_process.values())
+        / max(1, sum(runs for _, runs in cpu_by_process.values())),
     }
+
+
+def worker_app_dir() -> Path:
+    """A folder holding only this checkout's ``benchmarks`` package: first on
+    a worker's path (and its working directory), it makes every worker,
+    the baseline's too, run the same worker app, while ``celery_routines``
+    comes from the worker's own checkout next on the path."""
+    folder = Path(tempfile.gettempdir()) / f"routines-worker-app-{os.getpid()}"
+    folder.mkdir(exist_ok=True)
+    link = folder / "benchmarks"
+    if not link.exists():
+        link.symlink_to(ROOT / "benchmarks", target_is_directory=True)
+    return folder
 
 
 def succeeded(store: Any) -> int:
@@ -218,7 +241,7 @@ def main() -> None:
     db = claim_redis_db()
     results: list[dict[str, Any]] = []
     commit_floors: list[float] = []
-    in_process: list[float] = []
+    in_process: list[tuple[float, float]] = []
     names: list[str] = []
     try:
         for round_number in range(args.rounds):
@@ -289,11 +312,11 @@ def durable_commit_ms(pg_url: str, n: int = 400) -> float:
     return percentile(spans, 0.5)
 
 
-def hooks_in_process_ms(store: Any, pg_url: str, n: int = 500) -> float:
+def hooks_in_process_ms(store: Any, pg_url: str, n: int = 500) -> tuple[float, float]:
     """p50 of one run's claim and success through the real hooks, called in
     this process with no worker around them: what celery-routines adds to a
     run when nothing else competes for the 2 cores (no pool sibling, no
-    consumer process, no broker traffic)."""
+    consumer process, no broker traffic); and the CPU time they took per run."""
     from celery_routines.worker import hooks
 
     app = Celery("bench_hooks", set_as_current=False)
@@ -306,10 +329,11 @@ def hooks_in_process_ms(store: Any, pg_url: str, n: int = 500) -> float:
     task = app.tasks[TASK]
     hooks.install(task)
     spans = []
+    cpu = 0.0
     try:
         for index, run_id in enumerate(load_runs(store, n + 50, routine=f"{ROUTINE}-hooks")):
             task.push_request(id=run_id, hostname="bench", headers={"routine": ROUTINE}, retries=0)
-            started = time.perf_counter()
+            cpu_started, started = time.thread_time(), time.perf_counter()
             try:
                 task.before_start(run_id, (), {})
                 hooks._on_success(sender=task, result=None)  # what task_success calls
@@ -317,27 +341,31 @@ def hooks_in_process_ms(store: Any, pg_url: str, n: int = 500) -> float:
                 task.pop_request()
             if index >= 50:  # warm: pooled connection, statements prepared
                 spans.append((time.perf_counter() - started) * 1000)
+                cpu += time.thread_time() - cpu_started
     finally:
-        for url in list(hooks._stores):
-            hooks._stores.pop(url).dispose()
-    return percentile(spans, 0.5)
+        hooks.forget_stores()
+    return percentile(spans, 0.5), cpu * 1000 / len(spans)
 
 
 def report(
     results: list[dict[str, Any]],
     args: argparse.Namespace,
     commit_floors: list[float],
-    in_process: list[float],
+    in_process: list[tuple[float, float]],
 ) -> None:
     print(
         f"A prefork worker (-c {args.concurrency}) draining {args.n} no-op runs, PostgreSQL store,"
         " Redis broker; span = task_prerun to task_postrun in the pool process"
     )
-    print(f"  {'':10} {'runs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'stmts/run':>10}")
+    print(
+        f"  {'':10} {'runs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'stmts/run':>10}"
+        f" {'pool CPU ms/run':>16}"
+    )
     for result in results:
         print(
             f"  {result['mode']:10} {result['per_second']:9.0f} {result['p50_ms']:8.3f}"
             f" {result['p99_ms']:8.3f} {result['statements_per_run']:10.2f}"
+            f" {result['cpu_ms']:16.3f}"
         )
     plain: dict[str, Any] | None = None
     for result in results:
@@ -352,13 +380,14 @@ def report(
             f" added p99 {result['p99_ms'] - plain['p99_ms']:.3f} ms,"
             f" {result['statements_per_run']:.2f} statements per run"
         )
-    for round_number, (floor, hooks_ms) in enumerate(
+    for round_number, (floor, (hooks_ms, hooks_cpu)) in enumerate(
         zip(commit_floors, in_process, strict=True), start=1
     ):
         print(
             f"  round {round_number}: one durable single-row UPDATE (psycopg, autocommit)"
             f" p50 {floor:.3f} ms; the claim and the outcome are two: {2 * floor:.3f} ms;"
             f" the claim and success hooks in one process, no worker: {hooks_ms:.3f} ms"
+            f" ({hooks_cpu:.3f} ms of CPU)"
         )
 
 

@@ -11,6 +11,7 @@ reads whether the routine has a ceiling to check, on PostgreSQL and SQLite).
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -19,6 +20,7 @@ from typing import Any
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
+    Connection,
     bindparam,
     case,
     func,
@@ -68,6 +70,7 @@ class RunOutcomeQueries:
         deadline_at: datetime | None = None,
         lost_after: float | None = None,
         celery_retries: int = 0,
+        on: Connection | None = None,
     ) -> bool:
         """``pending``/``sent`` -> ``running``; False means someone else has it.
 
@@ -78,6 +81,9 @@ class RunOutcomeQueries:
         The run's deadline: ``deadline_at``, or ``lost_after`` seconds after
         the database's clock, computed by the same UPDATE (claims and run
         deadlines are compared on that clock; see :meth:`Store.db_now`).
+
+        ``on``: an autocommit connection to run it on (the worker's kept one)
+        instead of one checked out for it.
         """
         params: dict[str, Any] = {
             "run_id": run_id,
@@ -89,7 +95,7 @@ class RunOutcomeQueries:
         if on_db_clock and self._postgres:
             params["lost_after"] = float(lost_after)  # type: ignore[arg-type]
             params["now"] = naive_utc(now)
-            with self.db.fast_write() as conn:
+            with self._one_statement(on) as conn:
                 return self._claim_start_compiled.execute(conn, params).rowcount == 1
         if on_db_clock and is_mysql(self.db.engine):
             stmt = self._claim_start_statement(self.db_clock_plus(lost_after))
@@ -99,8 +105,11 @@ class RunOutcomeQueries:
                 deadline_at = self.db_clock_plus(lost_after)  # SQLite: the process clock
             params["new_deadline"] = deadline_at
         # One atomic statement: autocommit, no BEGIN/COMMIT round trips.
-        with self.db.fast_write() as conn:
+        with self._one_statement(on) as conn:
             return conn.execute(stmt, params).rowcount == 1
+
+    def _one_statement(self, on: Connection | None) -> AbstractContextManager[Connection]:
+        return nullcontext(on) if on is not None else self.db.fast_write()
 
     # Built once: building a statement cost the worker more than running it.
     @cached_property
@@ -230,17 +239,25 @@ class RunOutcomeQueries:
     def _succeed_compiled(self) -> DriverStatement:
         return DriverStatement.compile(self._succeed_reading_ceiling, self.db.engine.dialect)
 
-    def succeed(self, run_id: str, now: datetime, *, spend: dict[str, float] | None) -> Finished:
+    def succeed(
+        self,
+        run_id: str,
+        now: datetime,
+        *,
+        spend: dict[str, float] | None,
+        on: Connection | None = None,
+    ) -> Finished:
         """:meth:`finish` as ``succeeded``, telling in the same statement
         whether the run's routine has a ceiling (RETURNING a read of it), so a
         run of a routine without one needs no further read. MySQL has no
-        RETURNING: there the answer is "check" and the check reads it."""
+        RETURNING: there the answer is "check" and the check reads it.
+        ``on``: as for :meth:`claim_start`."""
         params = _outcome_params(run_id, now, None, spend)
         if is_mysql(self.db.engine):
             stmt = self._outcome_statement("succeeded")
-            with self.db.write() as conn:
+            with nullcontext(on) if on is not None else self.db.write() as conn:
                 return Finished(done=conn.execute(stmt, params).rowcount == 1, check_ceiling=True)
-        with self.db.fast_write() as conn:
+        with self._one_statement(on) as conn:
             if self._postgres:
                 params["finished"] = naive_utc(now)
                 row = self._succeed_compiled.execute(conn, params).first()

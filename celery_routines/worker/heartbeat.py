@@ -57,10 +57,9 @@ class Heartbeat:
         self._stopped = threading.Event()  # only ever polled, never waited on
         self.beats = 0
         self.due = time.monotonic() + self.interval  # its first beat
-        self._launched = False
-        self._thread = threading.Thread(
-            target=self._run, name=f"routines-heartbeat-{run_id[:8]}", daemon=True
-        )
+        # Built at launch: most runs end before their first beat, and
+        # building a thread cost every run more than the rest of this object.
+        self._thread: threading.Thread | None = None
 
     def start(self) -> Heartbeat:
         """Hand it to the watcher, which starts its thread when its first
@@ -77,13 +76,15 @@ class Heartbeat:
 
     @property
     def alive(self) -> bool:
-        if not self._launched:
+        if self._thread is None:
             return not self._stopped.is_set()  # waiting for its first beat
         return self._thread.is_alive()
 
     def launch(self) -> None:
         """Start beating (the watcher calls it when the first beat is due)."""
-        self._launched = True
+        self._thread = threading.Thread(
+            target=self._run, name=f"routines-heartbeat-{self.run_id[:8]}", daemon=True
+        )
         self._thread.start()
 
     def _run(self) -> None:

@@ -46,7 +46,7 @@ from celery_routines.sending.publish import ROUTINE_HEADER
 from celery_routines.store import Store
 from celery_routines.worker import counting, heartbeat
 from celery_routines.worker.ceiling import check_after_run
-from celery_routines.worker.connection import PING_AFTER_IDLE, once_more_if_cut
+from celery_routines.worker.connection import PING_AFTER_IDLE, close_kept, run_statement
 from celery_routines.worker.expiry import record_expired
 from celery_routines.worker.spend import begin_run, end_run
 from celery_routines.worker.timeouts import hard_time_limit, run_timeout_of
@@ -146,26 +146,29 @@ def install_all(app: Celery) -> int:
 
 def claim_or_refuse(task: Task, task_id: str) -> None:
     """Claim the run before the body; raise ``Ignore`` if it is not ours to run."""
-    name = routine_name_of(task)
+    request = task.request  # one lookup: each goes through Celery's request stack
+    name = routine_of_request(request)
     if name is None:
         return  # called directly, or sent by something other than beat: untouched
-    request = task.request
     if getattr(request, "_routines_claimed", None) == task_id:
         return  # a subclass hook calling a base class hook: claimed once already
     begin_run()
     hostname = getattr(request, "hostname", None) or socket.gethostname()
     retries = int(getattr(request, "retries", 0) or 0)
     try:
-        store = store_for(task.app)
+        app = task.app
+        store = store_for(app)
         now = clock()
-        timeout = run_timeout_of(task, settings_for(task.app).run_timeout)
+        timeout = run_timeout_of(request, settings_for(app).run_timeout)
         arbiter = arbitration_clock(store)
-        after = lost_after(timeout, hard_time_limit(task))
+        after = lost_after(timeout, hard_time_limit(task, request))
         # One statement claims and starts the run and stamps its deadline on
         # the database's clock (the injected clock of a test that replaced it).
         deadline = None if clock is utc_now else now + timedelta(seconds=after)
         claim = partial(store.runs.claim_start, task_id, hostname, now, celery_retries=retries)
-        claimed = once_more_if_cut(lambda: claim(deadline_at=deadline, lost_after=after))
+        claimed = run_statement(
+            store, lambda on: claim(deadline_at=deadline, lost_after=after, on=on)
+        )
     except Exception:
         end_run()
         # Fail closed: without a claim the body could run twice. The row stays
@@ -254,9 +257,9 @@ def _on_prerun(sender: Any = None, task_id: str | None = None, task: Any = None,
     # Only a fallback: a routine task whose class never got the hook (created
     # after the worker started) still gets its run marked running, although
     # nothing can stop a duplicate delivery's body here.
-    if task is None or task_id is None or routine_name_of(task) is None:
-        return
-    if getattr(type(task).before_start, HOOK_MARK, False):
+    if task is None or task_id is None or getattr(type(task).before_start, HOOK_MARK, False):
+        return  # no task, or its claim hook does the work (checked first: no request lookup)
+    if routine_name_of(task) is None:
         return
     if task.name not in _unhooked_warned:
         _unhooked_warned.add(task.name)
@@ -273,15 +276,18 @@ def _on_prerun(sender: Any = None, task_id: str | None = None, task: Any = None,
 
 
 def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
-    if sender is None or routine_name_of(sender) is None:
+    request = getattr(sender, "request", None)
+    if routine_of_request(request) is None:
         return
-    run_id = sender.request.id
+    run_id = request.id
     heartbeat.stop(run_id)
     ledger = end_run()
     try:
         # One statement, which also tells whether the routine has a ceiling.
         store, now = store_for(sender.app), clock()
-        finished = once_more_if_cut(lambda: store.runs.succeed(run_id, now, spend=ledger))
+        finished = run_statement(
+            store, lambda on: store.runs.succeed(run_id, now, spend=ledger, on=on)
+        )
     except Exception:
         logger.exception("could not record the success of run %s", run_id)
         return
@@ -333,7 +339,7 @@ def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: 
     now = clock()
     wait = celery_retry_wait(getattr(reason, "when", None), now)
     deadline = lost_deadline(
-        now + wait, run_timeout_of(sender, settings_for(sender.app).run_timeout)
+        now + wait, run_timeout_of(request, settings_for(sender.app).run_timeout)
     )
     try:
         store_for(sender.app).runs.requeue(
@@ -396,6 +402,18 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
         logger.exception("could not install the run claim on the worker's tasks")
         return
     logger.debug("run claim installed on %d task class(es)", count)
+
+
+def forget_stores() -> None:
+    """Close this process's stores and their kept connections (tests,
+    benchmarks: a store per throwaway database)."""
+    with _stores_lock:
+        stores = list(_stores.values())
+        _stores.clear()
+    for store in stores:
+        close_kept(store)
+        store.dispose()
+    _settings.clear()
 
 
 def after_fork(**_: Any) -> None:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery.app.task import Task
 
 from celery_routines.sending.publish import RUN_TIMEOUT_HEADER
 
 
-def run_timeout_of(task: Task, configured: float) -> float:
+def run_timeout_of(request: Any, configured: float) -> float:
     """The routine's own ``run_timeout`` (a message header beat sets), else
     ``configured`` (``routines_run_timeout``): how long the run may show no sign of life."""
-    headers = getattr(task.request, "headers", None) or {}
+    headers = getattr(request, "headers", None) or {}
     own = headers.get(RUN_TIMEOUT_HEADER) if isinstance(headers, dict) else None
-    own = own or getattr(task.request, RUN_TIMEOUT_HEADER, None)
+    own = own or getattr(request, RUN_TIMEOUT_HEADER, None)
     try:
         if own is not None and float(own) > 0:
             return float(own)
@@ -21,7 +23,7 @@ def run_timeout_of(task: Task, configured: float) -> float:
     return configured
 
 
-def hard_time_limit(task: Task) -> float | None:
-    limits = getattr(task.request, "timelimit", None) or (None, None)
+def hard_time_limit(task: Task, request: Any) -> float | None:
+    limits = getattr(request, "timelimit", None) or (None, None)
     hard = limits[0] if isinstance(limits, list | tuple) and limits else None
     return hard or task.time_limit or task.app.conf.task_time_limit

@@ -22,6 +22,4 @@ def app(database_url: str, store: Store) -> Celery:
 @pytest.fixture(autouse=True)
 def _forget_worker_stores() -> Iterator[None]:
     yield
-    for key in list(worker._stores):
-        worker._stores.pop(key).dispose()
-    worker._settings.clear()
+    worker.forget_stores()

@@ -21,15 +21,15 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import event
 
 from celery_routines import register
 from celery_routines.clock import utc_now
-from celery_routines.store import NewRun, Store
+from celery_routines.store import Store
 from celery_routines.store import engine as engine_module
 from celery_routines.worker import heartbeat
 from celery_routines.worker import hooks as worker
-from tests.harness import insert_routine
+from tests.worker.runs import backend_pid, cut, kept_backend_pid, routine_task, sent_run
 
 TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK")
 
@@ -37,29 +37,6 @@ TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK")
 @pytest.fixture(autouse=True)
 def _real_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker, "clock", utc_now)
-
-
-def sent_run(store: Store, routine: str, **columns: Any) -> str:
-    record = store.routines.by_name(routine)
-    if record is None:
-        insert_routine(store, routine, interval_seconds=60, **columns)
-        record = store.routines.by_name(routine)
-    now = utc_now()
-    run_id = str(uuid.uuid4())
-    store.runs.insert_new(
-        [
-            NewRun(
-                id=run_id,
-                routine_id=record.id,
-                idempotency_key=f"{routine}@{now.isoformat()}",
-                attempt=1,
-                scheduled_for=now,
-            )
-        ],
-        now,
-    )
-    store.runs.mark_sent([run_id], now)
-    return run_id
 
 
 def statements_of_one_run(app: Celery, task: Any, run_id: str, routine: str) -> list[str]:
@@ -76,15 +53,6 @@ def statements_of_one_run(app: Celery, task: Any, run_id: str, routine: str) -> 
     finally:
         event.remove(engine, "before_cursor_execute", record)
     return [s for s in statements if not s.lstrip().upper().startswith(TRANSACTION_CONTROL)]
-
-
-def routine_task(app: Celery, routine: str) -> Any:
-    @app.task(name=f"tests.worker.statements.{uuid.uuid4().hex[:8]}")
-    def job() -> str:
-        return "done"
-
-    register(job, timedelta(hours=1), name=routine)
-    return job
 
 
 def test_a_run_of_a_routine_without_a_ceiling_costs_its_worker_two_statements(
@@ -124,18 +92,6 @@ def test_a_run_of_a_routine_with_a_ceiling_still_gets_its_ceiling_checked(
 
 
 # -- a pooled connection is pinged only after it sat idle ----------------------
-
-
-def backend_pid(store: Store) -> int:
-    with store.engine.connect() as conn:
-        return conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
-
-
-def cut(postgres_url: str, pid: int) -> None:
-    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-    admin.dispose()
 
 
 def test_a_connection_cut_while_idle_is_replaced_at_checkout(
@@ -183,9 +139,9 @@ def test_a_claim_on_a_connection_cut_a_moment_ago_is_retried_once_and_the_body_r
     register(job, timedelta(hours=1), name="cut")
     try:
         job.apply(task_id=sent_run(store, "cut"), headers={"routine": "cut"}).get()
-        # The worker's pooled connection dies right after its last use (within
+        # The worker's kept connection dies right after its last use (within
         # PING_AFTER_IDLE): no ping catches it, the claim's statement fails.
-        cut(postgres_url, backend_pid(worker.store_for(app)))
+        cut(postgres_url, kept_backend_pid(worker.store_for(app)))
         run_id = sent_run(store, "cut")
         with caplog.at_level(logging.WARNING, logger="celery_routines.worker"):
             job.apply(task_id=run_id, headers={"routine": "cut"}).get()
