@@ -43,11 +43,16 @@ def postgres_databases() -> Iterator[services.PostgresDatabases]:
 
 
 def wants_schema(request: pytest.FixtureRequest) -> bool:
-    """A test that uses ``store`` gets its database migrated (the fixture
-    migrates it first thing anyway): copied from a template migrated once per
-    run, which costs a fraction of migrating. Every other test gets an empty
-    database, as before: the migration tests, beat creating its schema."""
-    return "store" in request.fixturenames
+    """A test that uses ``store`` or ``migrated_schema`` gets its databases
+    migrated, copied from a template migrated once per run, which costs a
+    fraction of migrating. Every other test gets an empty database, as
+    before: the migration tests, beat creating its schema at start-up."""
+    return not {"store", "migrated_schema"}.isdisjoint(request.fixturenames)
+
+
+@pytest.fixture
+def migrated_schema() -> None:
+    """Asks for the test's databases at the newest revision (see wants_schema)."""
 
 
 @pytest.fixture
@@ -55,12 +60,6 @@ def postgres_url(
     postgres_databases: services.PostgresDatabases, request: pytest.FixtureRequest
 ) -> str:
     return postgres_databases.create(migrated=wants_schema(request))
-
-
-@pytest.fixture
-def migrated_postgres_url(postgres_databases: services.PostgresDatabases) -> str:
-    """A PostgreSQL database already at the newest revision."""
-    return postgres_databases.create(migrated=True)
 
 
 @pytest.fixture(scope="session")

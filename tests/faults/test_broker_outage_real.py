@@ -40,7 +40,9 @@ def broker(tmp_path: Path) -> Iterator[BrokerServer]:
 
 
 @pytest.fixture
-def broker_cluster(tmp_path: Path, postgres_url: str, broker: BrokerServer) -> Iterator[Cluster]:
+def broker_cluster(
+    tmp_path: Path, postgres_url: str, broker: BrokerServer, migrated_schema: None
+) -> Iterator[Cluster]:
     store = Store.from_url(postgres_url)
     store.migrate()
     cluster = Cluster(tmp_path, postgres_url, broker.url, store)
