@@ -58,8 +58,10 @@ def migrated_schema() -> None:
 @pytest.fixture
 def postgres_url(
     postgres_databases: services.PostgresDatabases, request: pytest.FixtureRequest
-) -> str:
-    return postgres_databases.create(migrated=wants_schema(request))
+) -> Iterator[str]:
+    url = postgres_databases.create(migrated=wants_schema(request))
+    yield url
+    postgres_databases.drop(url)
 
 
 @pytest.fixture(scope="session")
