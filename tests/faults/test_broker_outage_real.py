@@ -95,7 +95,7 @@ def test_broker_down_sends_fail_are_retried_and_go_out_when_it_returns(
     wait_for(
         cluster,
         lambda: (
-            resent(cluster) >= 20
+            windows_resent(cluster) >= 20
             and all_moved_past(cluster, (up_at + timedelta(seconds=6)).replace(tzinfo=None))
         ),
         60,
