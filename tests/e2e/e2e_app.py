@@ -35,8 +35,13 @@ if os.environ.get("E2E_SOLAR"):
         "solar-entry": {"task": "e2e_app.legacy", "schedule": solar(event, float(lat), float(lon))}
     }
 if os.environ.get("E2E_BEAT_SCHEDULE"):
+    # E2E_BEAT_SCHEDULE: the entry's period in seconds ("1" means the default 2 s).
+    period = float(os.environ["E2E_BEAT_SCHEDULE"])
     app.conf.beat_schedule = {
-        "legacy-entry": {"task": "e2e_app.legacy", "schedule": timedelta(seconds=2)},
+        "legacy-entry": {
+            "task": "e2e_app.legacy",
+            "schedule": timedelta(seconds=period if period != 1 else 2),
+        },
     }
 
 

@@ -39,7 +39,7 @@ def queue() -> str:
 
 
 @pytest.fixture
-def pg_store(postgres_url: str) -> Iterator[Store]:
+def pg_store(postgres_url: str, migrated_schema: None) -> Iterator[Store]:
     store = Store.from_url(postgres_url)
     store.migrate()
     yield store

@@ -5,7 +5,6 @@ with one skipped row (reason retired) instead of a burst."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +34,17 @@ def legacy_rows(store: Store) -> list[tuple[str, str | None, int | None]]:
         ]
 
 
+def rows_of_tick(store: Store) -> int:
+    """Run rows of the e2e app's own routine, which stays declared throughout."""
+    with store.engine.connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT count(*) FROM routine_runs r JOIN routines t ON t.id = r.routine_id "
+                "WHERE t.name = 'tick'"
+            )
+        ).scalar_one()
+
+
 def start_beat(tmp_path: Path, env: dict[str, str], label: str) -> CeleryProcess:
     return CeleryProcess(
         ["beat", "-S", "routines", "--loglevel", "INFO", "--schedule", str(tmp_path / "sched")],
@@ -46,8 +56,10 @@ def start_beat(tmp_path: Path, env: dict[str, str], label: str) -> CeleryProcess
 def test_a_real_beat_retires_a_removed_entry_and_brings_it_back(
     tmp_path: Path, postgres_url: str, redis_url: str, pg_store: Store
 ) -> None:
-    declared = environment(redis_url, postgres_url, E2E_INTERVAL="2", E2E_BEAT_SCHEDULE="1")
-    removed = environment(redis_url, postgres_url, E2E_INTERVAL="2")
+    # The entry and the app's own routine every half second: the checks below
+    # wait on windows going by, and take a quarter of the time they took at 2 s.
+    declared = environment(redis_url, postgres_url, E2E_INTERVAL="0.5", E2E_BEAT_SCHEDULE="0.5")
+    removed = environment(redis_url, postgres_url, E2E_INTERVAL="0.5")
     first = start_beat(tmp_path, declared, "declared")
     try:
         wait_until(lambda: len(legacy_rows(pg_store)) >= 1, 60, "the entry to fire", [first])
@@ -60,8 +72,12 @@ def test_a_real_beat_retires_a_removed_entry_and_brings_it_back(
         wait_until(
             lambda: "retired legacy-entry" in second.output(), 60, "the retirement", [second]
         )
-        before = legacy_rows(pg_store)
-        time.sleep(6)  # three of the entry's 2 s windows on the real clock
+        before, ticks = legacy_rows(pg_store), rows_of_tick(pg_store)
+        # Beat goes on through three more windows of 'tick', three of the
+        # entry's too (same period): none of them fires the entry.
+        wait_until(
+            lambda: rows_of_tick(pg_store) >= ticks + 3, 30, "three windows of tick", [second]
+        )
         assert legacy_rows(pg_store) == before
         log = second.output()
         assert log.count("retired legacy-entry") == 1

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -204,11 +205,51 @@ def wait_until_settled(cluster: Cluster, timeout: float = 30) -> None:
 
 
 def wait_seconds(cluster: Cluster, seconds: float) -> None:
-    """Let real processes run for a while, failing fast if one dies."""
+    """Let real processes run for a while, failing fast if one dies. Only for
+    a span whose length is the point (an outage, a clock held back); to wait
+    for something to happen, use :func:`wait_for`."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         cluster.assert_alive()
-        time.sleep(0.5)
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def wait_for(cluster: Cluster, condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Until ``condition`` holds (polled every 0.2 s), failing fast if a
+    process dies and with every beat's log after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        cluster.assert_alive()
+        if time.monotonic() > deadline:
+            tails = "\n".join(f"--- {p.log.name}\n{p.output()[-2000:]}" for p in cluster.processes)
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{tails}")
+        time.sleep(0.2)
+
+
+def count(cluster: Cluster, sql: str, **params: object) -> int:
+    with cluster.store.engine.connect() as conn:
+        return conn.execute(text(sql), params).scalar_one()
+
+
+def runs_written(cluster: Cluster) -> int:
+    """Run rows of the inserted routines (``r0000``...), in any state."""
+    return count(
+        cluster,
+        "SELECT count(*) FROM routine_runs r JOIN routines t ON t.id = r.routine_id "
+        "WHERE t.name LIKE 'r%'",
+    )
+
+
+def all_moved_past(cluster: Cluster, instant: datetime) -> bool:
+    """Every inserted routine has a window after ``instant`` (naive UTC)
+    written: whatever beat is running has each of them in hand."""
+    behind = count(
+        cluster,
+        "SELECT count(*) FROM routines t WHERE t.name LIKE 'r%' AND NOT EXISTS ("
+        "SELECT 1 FROM routine_runs r WHERE r.routine_id = t.id AND r.scheduled_for > :at)",
+        at=instant,
+    )
+    return behind == 0
 
 
 def free_port() -> int:

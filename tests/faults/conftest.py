@@ -27,7 +27,9 @@ def libfaketime() -> Path:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[Cluster]:
+def cluster(
+    tmp_path: Path, postgres_url: str, redis_url: str, migrated_schema: None
+) -> Iterator[Cluster]:
     store = Store.from_url(postgres_url)
     store.migrate()
     cluster = Cluster(tmp_path, postgres_url, redis_url, store)
@@ -40,7 +42,7 @@ def cluster(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[Clust
 
 @pytest.fixture(params=["postgresql", "mariadb"])
 def store_cluster(
-    request: pytest.FixtureRequest, tmp_path: Path, redis_url: str
+    request: pytest.FixtureRequest, tmp_path: Path, redis_url: str, migrated_schema: None
 ) -> Iterator[Cluster]:
     """:func:`cluster` on each server store: the faults that test the store's
     own guarantees (claims, the unique window key) run on both."""

@@ -11,12 +11,12 @@ failures (``nextval`` is not undone by the rollback the error causes).
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
 
-from tests.faults.cluster import Cluster, check_every_window_once, wait_seconds
+from tests.faults.cluster import Cluster, all_moved_past, check_every_window_once, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
@@ -72,7 +72,15 @@ def test_a_failed_bookkeeping_statement_after_publishing_never_republishes(
     cluster.add_interval_routines(40, intervals=(1.0, 2.0))
     install_failing_trigger(cluster, table, when)
     beat = cluster.start_beat("beat", ROUTINES_LOCK_TTL="30")
-    wait_seconds(cluster, 12)
+    wait_for(
+        cluster,
+        lambda: failures_injected(cluster, table) >= FAILURES,
+        60,
+        f"{FAILURES} injected failures",
+    )
+    # Then the beat recovers: every routine goes on past the failures.
+    recovered = datetime.now(UTC).replace(tzinfo=None) + timedelta(seconds=3)
+    wait_for(cluster, lambda: all_moved_past(cluster, recovered), 60, "the beat to carry on")
     cluster.stop_all()
     output = beat.output()
     assert failures_injected(cluster, table) >= FAILURES, output[-3000:]

@@ -22,7 +22,14 @@ from sqlalchemy import text
 from celery_routines.store import Store
 from tests import services
 from tests.e2e.processes import wait_until
-from tests.faults.cluster import BrokerServer, Cluster, wait_seconds
+from tests.faults.cluster import (
+    BrokerServer,
+    Cluster,
+    all_moved_past,
+    count,
+    wait_for,
+    wait_seconds,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
@@ -40,7 +47,9 @@ def broker(tmp_path: Path) -> Iterator[BrokerServer]:
 
 
 @pytest.fixture
-def broker_cluster(tmp_path: Path, postgres_url: str, broker: BrokerServer) -> Iterator[Cluster]:
+def broker_cluster(
+    tmp_path: Path, postgres_url: str, broker: BrokerServer, migrated_schema: None
+) -> Iterator[Cluster]:
     store = Store.from_url(postgres_url)
     store.migrate()
     cluster = Cluster(tmp_path, postgres_url, broker.url, store)
@@ -55,6 +64,16 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def windows_resent(cluster: Cluster) -> int:
+    """Windows whose send failed and a later attempt went out."""
+    return count(
+        cluster,
+        "SELECT count(DISTINCT idempotency_key) FROM routine_runs WHERE attempt > 1 AND "
+        "state = 'sent' AND idempotency_key IN "
+        "(SELECT idempotency_key FROM routine_runs WHERE reason = 'send_failed')",
+    )
+
+
 def test_broker_down_sends_fail_are_retried_and_go_out_when_it_returns(
     broker_cluster: Cluster, broker: BrokerServer
 ) -> None:
@@ -65,13 +84,23 @@ def test_broker_down_sends_fail_are_retried_and_go_out_when_it_returns(
     # take longer than a fixed head start), and lasts long enough for several
     # ticks to fail.
     wait_until(lambda: "sent r0" in beat.output(), 60, "beat's first sends", [beat])
-    wait_seconds(cluster, 3)
+    wait_seconds(cluster, 1)
     broker.kill()
     down_at = utc_now()
-    wait_seconds(cluster, 10)
+    wait_seconds(cluster, 6)  # the outage: every routine's sends fail, several ticks
     broker.start()
     up_at = utc_now()
-    wait_seconds(cluster, 12)
+    # Back: the retries of the failed sends went out, and every routine's
+    # cadence carried on more than 5 s past the return (asserted below).
+    wait_for(
+        cluster,
+        lambda: (
+            windows_resent(cluster) >= 20
+            and all_moved_past(cluster, (up_at + timedelta(seconds=6)).replace(tzinfo=None))
+        ),
+        60,
+        "the retries to go out and the schedule to carry on",
+    )
     cluster.stop_all()
 
     with cluster.store.engine.connect() as conn:

@@ -14,13 +14,19 @@ without it, failed without it under ROUTINES_REQUIRE_SERVICES=1.
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
-from tests.faults.cluster import Cluster, check_every_window_once, wait_seconds
+from tests.faults.cluster import (
+    Cluster,
+    all_moved_past,
+    check_every_window_once,
+    wait_for,
+    wait_seconds,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
@@ -36,6 +42,22 @@ def run_count(cluster: Cluster) -> int:
         return conn.execute(text("SELECT count(*) FROM routine_runs")).scalar_one()
 
 
+def utc_now_naive() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def catch_up_summaries(cluster: Cluster) -> int:
+    """Inserted routines whose missed windows were summarised after a jump."""
+    with cluster.store.engine.connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT count(DISTINCT t.id) FROM routine_runs r "
+                "JOIN routines t ON t.id = r.routine_id "
+                "WHERE r.reason = 'catch_up_cap' AND t.name LIKE 'r%'"
+            )
+        ).scalar_one()
+
+
 def test_a_real_beat_stepped_back_then_jumped_forward_sends_each_window_once(
     cluster: Cluster, libfaketime: Path, tmp_path: Path
 ) -> None:
@@ -48,8 +70,7 @@ def test_a_real_beat_stepped_back_then_jumped_forward_sends_each_window_once(
         FAKETIME_TIMESTAMP_FILE=str(offset),
         FAKETIME_NO_CACHE="1",
     )
-    wait_seconds(cluster, 6)
-    assert run_count(cluster) > 20, beat.output()[-3000:]
+    wait_for(cluster, lambda: run_count(cluster) > 40, 60, "beat's first sends")
 
     offset.write_text("-1h\n")  # NTP stepped the clock back an hour
     wait_seconds(cluster, 1.5)  # a tick under way may finish its sends
@@ -60,13 +81,15 @@ def test_a_real_beat_stepped_back_then_jumped_forward_sends_each_window_once(
     assert cpu_seconds(beat.process.pid) - cpu_before < 1.5
 
     offset.write_text("+0\n")  # corrected: the windows of those seconds are missed
-    wait_seconds(cluster, 5)
-    check_every_window_once(cluster, until=datetime.now(UTC).replace(tzinfo=None))
+    corrected = utc_now_naive() + timedelta(seconds=2)
+    wait_for(cluster, lambda: all_moved_past(cluster, corrected), 30, "beat to carry on")
+    check_every_window_once(cluster, until=utc_now_naive())
 
     offset.write_text("+1h\n")  # jumped an hour ahead
-    wait_seconds(cluster, 4)
+    # Every routine missed more than its catch_up_cap (25) windows in the jump.
+    wait_for(cluster, lambda: catch_up_summaries(cluster) == 20, 30, "the jump's summaries")
     cluster.stop_all()
-    figures = check_every_window_once(cluster, until=datetime.now(UTC).replace(tzinfo=None))
+    figures = check_every_window_once(cluster, until=utc_now_naive())
     assert figures["repeats"] == 0
     output = beat.output()
     assert "beat tick failed" not in output, output[-3000:]

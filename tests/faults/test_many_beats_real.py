@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,10 @@ from tests.faults.cluster import (
     BrokerServer,
     Cluster,
     MariaDBServer,
+    all_moved_past,
     check_every_window_once,
+    runs_written,
+    wait_for,
     wait_seconds,
     wait_until_settled,
 )
@@ -26,12 +29,22 @@ def utc_now_naive() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def wait_for_runs(cluster: Cluster, at_least: int, what: str, timeout: float = 60) -> None:
+    wait_for(cluster, lambda: runs_written(cluster) >= at_least, timeout, what)
+
+
+def wait_for_all_past(cluster: Cluster, instant: datetime, what: str, timeout: float = 60) -> None:
+    wait_for(cluster, lambda: all_moved_past(cluster, instant), timeout, what)
+
+
 def test_three_beats_send_every_window_exactly_once(store_cluster: Cluster) -> None:
     cluster = store_cluster
     cluster.add_interval_routines(150, intervals=(1.0, 2.0, 3.0))
     for label in ("beat-a", "beat-b", "beat-c"):
         cluster.start_beat(label)
-    wait_seconds(cluster, 25)
+    # Six windows a routine on average: about ten seconds of three beats
+    # contending for every window (1 s loops), 900 windows in all.
+    wait_for_runs(cluster, 150 * 6, "900 windows written by three beats", timeout=90)
     cluster.stop_all()
     figures = check_every_window_once(cluster, until=utc_now_naive())
     assert figures["repeats"] == 0  # nobody was killed: no run published twice
@@ -46,9 +59,22 @@ def test_a_killed_beats_claims_are_taken_over_and_nothing_is_lost_or_doubled(
     cluster.add_interval_routines(100, intervals=(1.0, 2.0))
     victim = cluster.start_beat("victim")
     cluster.start_beat("survivor")
-    wait_seconds(cluster, 8)
+    # Both beats up and sharing the routines, a few windows each.
+    wait_for(
+        cluster,
+        # (Should the survivor win every claim, the victim holds none: kill it anyway.)
+        lambda: (
+            runs_written(cluster) >= 100 * 4
+            and ("sent r" in victim.output() or runs_written(cluster) >= 100 * 8)
+        ),
+        60,
+        "both beats sending",
+    )
     cluster.kill(victim)  # SIGKILL: its claims stay in the table until they expire
-    wait_seconds(cluster, 12)  # lock TTL is 4 s
+    # Every routine has a window written after the victim's claims expired
+    # (lock TTL 4 s): the survivor took over whatever the victim held.
+    expired = utc_now_naive() + timedelta(seconds=4.5)
+    wait_for_all_past(cluster, expired, "the survivor to take every routine over")
     cluster.stop_all()
     figures = check_every_window_once(cluster, until=utc_now_naive())
     assert figures["repeats"] <= 100  # at most the victim's one unconfirmed batch
@@ -63,11 +89,11 @@ def test_the_only_beat_killed_and_restarted_recovers_by_the_catch_up_policy(
             text("UPDATE routines SET catch_up = 'skip_to_next' WHERE name IN ('r0000', 'r0001')")
         )
     first = cluster.start_beat("first")
-    wait_seconds(cluster, 5)
+    wait_for_all_past(cluster, utc_now_naive() + timedelta(seconds=2), "the first beat's sends")
     cluster.kill(first)
-    wait_seconds(cluster, 6)  # about six missed windows per routine
+    wait_seconds(cluster, 6)  # the downtime: about six missed windows per routine
     cluster.start_beat("restarted")
-    wait_seconds(cluster, 5)
+    wait_for_all_past(cluster, utc_now_naive() + timedelta(seconds=2), "the restarted beat")
     cluster.stop_all()
     figures = check_every_window_once(cluster, until=utc_now_naive())
     assert figures["skipped"] > 0
@@ -82,7 +108,12 @@ def test_postgres_connections_killed_mid_run_beat_reconnects_and_loses_nothing(
 ) -> None:
     cluster.add_interval_routines(50, intervals=(1.0, 2.0))
     beats = [cluster.start_beat("beat-a"), cluster.start_beat("beat-b")]
-    wait_seconds(cluster, 6)
+    wait_for(
+        cluster,
+        lambda: all("sent r" in beat.output() for beat in beats),
+        60,
+        "both beats sending",
+    )
     database = cluster.database_url.rsplit("/", 1)[1]
     admin = create_engine(
         cluster.database_url.rsplit("/", 1)[0] + "/postgres", isolation_level="AUTOCOMMIT"
@@ -101,7 +132,7 @@ def test_postgres_connections_killed_mid_run_beat_reconnects_and_loses_nothing(
         wait_seconds(cluster, 2)
     admin.dispose()
     cluster.store.engine.dispose()  # the test's own pool was cut too
-    wait_seconds(cluster, 6)
+    wait_for_all_past(cluster, utc_now_naive() + timedelta(seconds=2), "the beats to carry on")
     wait_until_settled(cluster)
     cluster.stop_all()
     assert killed > 0
@@ -126,12 +157,18 @@ def test_mariadb_killed_and_restarted_under_two_beats_recovers_and_doubles_nothi
     try:
         cluster.add_interval_routines(50, intervals=(1.0, 2.0))
         beats = [cluster.start_beat("beat-a"), cluster.start_beat("beat-b")]
-        wait_seconds(cluster, 6)
+        wait_for(
+            cluster,
+            lambda: all("sent r" in beat.output() for beat in beats),
+            60,
+            "both beats sending",
+        )
         private_mariadb.kill()
         wait_seconds(cluster, 4)  # the beats' ticks fail meanwhile; they must not die
         private_mariadb.start()
         store.engine.dispose()  # the test's own pool was cut too
-        wait_seconds(cluster, 8)
+        back = utc_now_naive() + timedelta(seconds=2)
+        wait_for_all_past(cluster, back, "the beats to reconnect and carry on")
         wait_until_settled(cluster)
         cluster.stop_all()
         figures = check_every_window_once(cluster, until=utc_now_naive())
@@ -160,11 +197,28 @@ def test_redis_gate_stopped_and_restarted_beats_keep_firing_and_log_it_once(
     cluster.extra_env["ROUTINES_REDIS_URL"] = gate_redis.url
     cluster.add_interval_routines(60, intervals=(1.0, 2.0))
     beats = [cluster.start_beat("beat-a"), cluster.start_beat("beat-b")]
-    wait_seconds(cluster, 5)
+    wait_for(
+        cluster,
+        lambda: all("sent r" in beat.output() for beat in beats),
+        60,
+        "both beats sending",
+    )
     gate_redis.kill()
-    wait_seconds(cluster, 6)
+    wait_for(
+        cluster,
+        lambda: all("idempotency gate degraded" in beat.output() for beat in beats),
+        30,
+        "both beats to find the gate gone",
+    )
+    wait_seconds(cluster, 3)  # more ticks without the gate: degraded is said once
     gate_redis.start()
-    wait_seconds(cluster, 6)
+    wait_for(
+        cluster,
+        lambda: all("idempotency gate restored" in beat.output() for beat in beats),
+        30,
+        "both beats to find the gate back",
+    )
+    wait_for_all_past(cluster, utc_now_naive() + timedelta(seconds=2), "the beats to carry on")
     cluster.stop_all()
     check_every_window_once(cluster, until=utc_now_naive())
     for beat in beats:
