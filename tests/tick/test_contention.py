@@ -6,6 +6,7 @@ next wake and their windows fire once."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
@@ -27,7 +28,7 @@ def test_the_wait_doubles_while_claims_are_refused_and_resets_after() -> None:
         for _ in range(10)
     ]
     assert waits[0] == FIRST_WAIT
-    assert all(b == min(2 * a, LONGEST_WAIT) for a, b in zip(waits, waits[1:], strict=False))
+    assert all(b == min(2 * a, LONGEST_WAIT) for a, b in pairwise(waits))
     assert waits[-1] == LONGEST_WAIT
     assert held.retry_at(due, NOON, 3, NOON) is None  # it claimed some: not refused
     assert held.retry_at(due, NOON, 0, NOON) == NOON + timedelta(seconds=FIRST_WAIT)
