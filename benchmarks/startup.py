@@ -94,14 +94,18 @@ def first_send(
         argv += ["-S", "celery_routines.Scheduler"]
     clear_redis_db(db)
     client = redis_client(db)
+    # A file, not a pipe: a beat that logs more than a pipe holds (its overlap
+    # skips, with no worker) would block on it and never see SIGTERM.
+    stderr_path = Path(workdir) / "stderr.log"
+    stderr = stderr_path.open("w")
     started = time.monotonic()
     proc = subprocess.Popen(
-        argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=stderr, text=True
     )
     try:
         while queue_length(client) == 0:
             if proc.poll() is not None:
-                return "exited: " + (proc.stderr.read() if proc.stderr else "")[-500:]
+                return "exited: " + stderr_path.read_text()[-500:]
             if time.monotonic() - started > give_up:
                 return f"sent nothing in {give_up:.0f} s"
             time.sleep(POLL)
@@ -116,6 +120,7 @@ def first_send(
             proc.kill()
             proc.wait()
         client.close()
+        stderr.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
