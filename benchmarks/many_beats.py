@@ -370,6 +370,9 @@ def one_count(beats: int, db: int, args: argparse.Namespace) -> dict[str, Any]:
                 sum(1 for t in r["ticks_seen"] if t0 <= t[0] < at_end.at and t[2] == 0)
                 for r in results
             ],
+            "ticks_in_burst": [
+                sum(1 for t in r["ticks_seen"] if t0 <= t[0] < at_end.at) for r in results
+            ],
             "last_sending_tick_end": max(
                 (t[1] for r in results for t in r["ticks_seen"] if t[3] > 0), default=None
             ),
@@ -434,6 +437,7 @@ def report(found: list[dict[str, Any]], args: argparse.Namespace) -> None:
             f" {sum(b.get('conflicts', 0) for b in per_beat)}, deferred (gate held, no row yet)"
             f" {sum(b.get('deferred', 0) for b in per_beat)}; ticks during the burst that"
             f" claimed nothing (all due rows locked by others) {result['empty_claims_in_burst']}"
+            f" of {result.get('ticks_in_burst')}"
         )
         problems = sum(
             b.get("tick_errors", 0) + b.get("send_failures", 0) + b.get("warnings", 0)

@@ -30,6 +30,7 @@ from celery_routines.sending.publish import Publisher
 from celery_routines.sending.revoke import CeleryRevoker, NoRevoker, Revoker
 from celery_routines.store import Advance, Probe, Published, RoutineRecord, Store
 from celery_routines.tick import decide
+from celery_routines.tick.contention import HeldElsewhere
 from celery_routines.tick.decide import Claimed, Decision, Facts
 from celery_routines.tick.ledger import Unrecorded
 from celery_routines.tick.refresh import Refresher
@@ -73,6 +74,8 @@ class TickEngine(Writing):
         self.events: Events = events or NoEvents()
         self.sweeps = Sweeps(store, publisher, settings, self.events)
         self.refresher = Refresher(store, settings, holder, self.events)
+        # Due routines other beats' open claims hold: waited out, not spun on.
+        self.held_elsewhere = HeldElsewhere()
         # What this beat published and has not yet written down.
         self.ledger = Unrecorded()
         # Set by the beat when told to stop mid-tick: publishing is bounded.
@@ -118,11 +121,15 @@ class TickEngine(Writing):
             )
             if probe.clock is not None:
                 self._set_offset(probe.clock - now)
+            claimed_at = None
             if self._work(probe, now):
                 self._act(probe, now, report)
+                claimed_at = now
                 later = self.clock()
                 probe = self.store.probe(later, self.holder, later + self.offset)
-            report.next_wakeup = self._next_wakeup(probe, self.clock())
+            after = self.clock()
+            held = self.held_elsewhere.retry_at(probe.window, claimed_at, report.claimed, after)
+            report.next_wakeup = self._next_wakeup(probe, after, held)
         report.duration = time.monotonic() - started
         return report
 
@@ -134,6 +141,7 @@ class TickEngine(Writing):
         return (
             probe.unscheduled
             or probe.changed
+            or self.refresher.baselining
             or probe.held_due
             or _due(probe.window, now)
             or _due(probe.retry_at, now)
@@ -147,7 +155,7 @@ class TickEngine(Writing):
         # that transaction locks routines before runs, like every other.
         if _due(probe.deadline, now):
             self.sweeps.sweep_lost(now, report)
-        if probe.changed:
+        if probe.changed or self.refresher.baselining:
             self.refresher.refresh(now, now + self.offset, report)
         started = time.monotonic()
         with self.store.transaction():
@@ -277,14 +285,18 @@ class TickEngine(Writing):
         the routine's own ``run_timeout``, else ``routines_run_timeout``)."""
         return lost_deadline(sent_at + self.offset, timeout or self.settings.run_timeout)
 
-    def _next_wakeup(self, probe: Probe, now: datetime) -> datetime | None:
-        """The earliest of: a routine's window or claim expiry, a retry's
+    def _next_wakeup(
+        self, probe: Probe, now: datetime, held: datetime | None = None
+    ) -> datetime | None:
+        """The earliest of: a routine's window or claim expiry (``held``
+        instead when the due windows were all held by other beats' open
+        claims: see :mod:`celery_routines.tick.contention`), a retry's
         ``retry_at``, an open run's deadline (not before the lost sweep may
         run again, so an overdue run never makes the tick spin); now if
         routines still wait for adoption."""
         if probe.unscheduled:
             return now
-        candidates = [probe.routine, probe.retry_at]
+        candidates = [held or probe.routine, probe.retry_at]
         if probe.deadline is not None:
             next_sweep = self.sweeps.next_lost_sweep()
             candidates.append(

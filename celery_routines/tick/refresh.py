@@ -37,6 +37,11 @@ logger = logging.getLogger("celery_routines.beat")
 
 OFF = "|off"
 INVALID_RETRY = timedelta(minutes=1)
+# Rows without a fingerprint baselined per tick: a million of them in one
+# UPDATE held a fresh beat 20 s before its first send; a slice of this many
+# costs a tick about a quarter of a second, and the ticks follow each other
+# at once until the pass is over.
+BASELINE_SLICE = 10_000
 
 
 class Refresher:
@@ -46,6 +51,13 @@ class Refresher:
         self.holder = holder
         self.events = events
         self.last: datetime | None = None
+        # Where the baseline pass under way has got to (None: none under way).
+        self._baselined_to: int | None = None
+
+    @property
+    def baselining(self) -> bool:
+        """A baseline pass is under way: the next tick carries it on."""
+        return self._baselined_to is not None
 
     def due(self, now: datetime) -> bool:
         """Whether this tick's probe asks for changed rows (and note that it does)."""
@@ -56,9 +68,24 @@ class Refresher:
         return True
 
     def refresh(self, now: datetime, arbitration: datetime, report: TickReport) -> None:
-        self.store.refresh.baseline(now, self.holder, arbitration)
+        """One slice of the baseline; once it has covered the table, the
+        changed routines rescheduled. Until then they wait (the claim still
+        checks each routine it takes, so no stale window fires meanwhile):
+        listing them would list the rows not yet baselined."""
+        if not self._baseline_slice(now, arbitration):
+            report.more_due = True
+            return
         for record in self.store.refresh.changed(self.settings.batch_size):
             self.apply(record, now, arbitration, report)
+
+    def _baseline_slice(self, now: datetime, arbitration: datetime) -> bool:
+        """Fingerprint the next slice of rows that have none; True once the
+        pass has reached the end of the table."""
+        slice_ = self.store.refresh.baseline(
+            now, self.holder, arbitration, after=self._baselined_to or 0, limit=BASELINE_SLICE
+        )
+        self._baselined_to = slice_.last_id
+        return slice_.last_id is None
 
     def take_changed(
         self,

@@ -165,3 +165,45 @@ def test_rows_inserted_with_their_own_window_are_fingerprinted_in_one_statement(
     finally:
         event.remove(scheduler.store.engine, "before_cursor_execute", record)
         scheduler.close()
+
+
+def test_a_large_baseline_goes_in_slices_after_which_changes_are_seen(
+    database_url: str, tmp_path: Path, clock: FakeClock, monkeypatch: Any
+) -> None:
+    """A million rows without a fingerprint, baselined in one UPDATE, held a
+    fresh beat 20 s before its first send: a tick fingerprints one slice,
+    sends what is due, and the next tick follows at once until the pass is
+    over; only then are changed routines listed (the claim checks each
+    routine it takes meanwhile)."""
+    import celery_routines.tick.refresh as refresh
+
+    monkeypatch.setattr(refresh, "BASELINE_SLICE", 10)
+    folder = tmp_path / "broker"
+    scheduler = beat(folder, database_url, clock)
+    written: list[int] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
+        if "SET schedule_fingerprint" in statement:
+            written.append(cursor.rowcount)
+
+    try:
+        for n in range(40):
+            insert_routine(scheduler.store, f"r{n}", cron="0 * * * *", next_run_at=at(14, 0))
+        insert_routine(scheduler.store, "due", cron="0 12 * * *", next_run_at=at(12, 0))
+        event.listen(scheduler.store.engine, "after_cursor_execute", record)
+        sleeps = [scheduler.tick()]
+        assert [m["routine_window"] for m in published(folder)] == ["due@2026-11-30T12:00:00+00:00"]
+        assert written == [10] and sleeps == [0.0]
+        while scheduler.engine.refresher.baselining and len(sleeps) < 10:
+            sleeps.append(scheduler.tick())
+        assert written == [10, 10, 10, 10, 1]
+        assert sleeps[:-1] == [0.0] * 4 and sleeps[-1] > 0
+        sql(scheduler, "UPDATE routines SET cron = '*/10 * * * *' WHERE name = 'r3'")
+        clock.advance(seconds=6)
+        scheduler.tick()
+        assert scheduler.store.routines.by_name("r3").next_run_at == at(12, 10)  # type: ignore[union-attr]
+        records = [scheduler.store.routines.by_name(f"r{n}") for n in range(40)]
+        assert all(r is not None and r.schedule_fingerprint for r in records)
+    finally:
+        event.remove(scheduler.store.engine, "after_cursor_execute", record)
+        scheduler.close()
