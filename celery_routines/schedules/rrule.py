@@ -8,6 +8,14 @@ cron. A rule with ``COUNT`` or ``UNTIL`` ends: then ``next_after`` answers
 :data:`NEVER` and the routine is ``done``. ``DTSTART`` is required: without
 it dateutil anchors the rule on the moment it is read, and two beats (or one
 beat twice) would disagree about the windows.
+
+dateutil walks a rule from its ``DTSTART`` on every question: a daily rule that
+started years ago steps thousands of days for each window. A schedule keeps
+the newest occurrence it walked past as an anchor and asks the same rule
+restarted there (an occurrence keeps the rule's phase: the weeks of an
+``INTERVAL=2``, the hour and weekday ``DTSTART`` stood for). A rule with
+``COUNT`` (the count runs from ``DTSTART``) is walked from the start, as is
+any question about a time before the anchor.
 """
 
 from __future__ import annotations
@@ -36,9 +44,14 @@ class RRuleSchedule:
     rule: str
     timezone: str
     _rule: Any = field(init=False, repr=False, compare=False)
+    _can_anchor: bool = field(init=False, repr=False, compare=False, default=False)
+    # (anchor, the rule restarted there): the newest occurrence walked past.
+    _anchored: list[tuple[datetime, Any]] = field(
+        init=False, repr=False, compare=False, default_factory=list
+    )
 
     def __post_init__(self) -> None:
-        from dateutil.rrule import rrulestr
+        from dateutil.rrule import rrule, rrulestr
 
         if not isinstance(self.rule, str) or "DTSTART" not in self.rule.upper():
             raise ScheduleError(
@@ -57,6 +70,8 @@ class RRuleSchedule:
                 "the routine's timezone reads it"
             )
         object.__setattr__(self, "_rule", parsed)
+        # A COUNT runs from DTSTART: such a rule is never restarted.
+        object.__setattr__(self, "_can_anchor", isinstance(parsed, rrule) and not parsed._count)
 
     def describe(self) -> str:
         return f"rrule {' '.join(self.rule.split())!r} in {self.timezone}"
@@ -65,11 +80,31 @@ class RRuleSchedule:
         instant = aware_utc(instant, "instant")
         zone = load_zone(self.timezone)
         wall = instant.astimezone(zone).replace(tzinfo=None) - SHIFT_MARGIN
-        while (wall := self._rule.after(wall)) is not None:
-            candidate = local_to_utc_first(wall, zone)
+        for occurrence in self._occurrences_after(wall):
+            candidate = local_to_utc_first(occurrence, zone)
             if candidate > instant:
                 return candidate
         return NEVER
+
+    def _occurrences_after(self, wall: datetime) -> Iterator[datetime]:
+        """The rule's wall times after ``wall``, in order, walked from the
+        anchor when it is at or before ``wall``."""
+        rule = self._rule
+        anchored = self._anchored[-1] if self._anchored else None
+        if anchored is not None and anchored[0] <= wall:
+            rule = anchored[1]
+        can_anchor = self._can_anchor
+        passed: datetime | None = None
+        for occurrence in rule:
+            if occurrence <= wall:
+                passed = occurrence
+                continue
+            if can_anchor and passed is not None and (anchored is None or passed > anchored[0]):
+                # One entry, replaced whole: a reader in another thread sees
+                # the old anchor or the new one, each an occurrence.
+                self._anchored[:] = [(passed, self._rule.replace(dtstart=passed))]
+                can_anchor = False
+            yield occurrence
 
     def windows(self, after: datetime, until: datetime) -> Iterator[datetime]:
         return walk_windows(self, aware_utc(after, "after"), aware_utc(until, "until"))
