@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 import celery_routines.store.mysql as mysql_json
 
-from .compiled import naive_utc
+from .compiled import naive_utc, naive_utc_many
 from .connections import connections_for
 from .dialects import is_mysql
 from .fingerprint import record_columns
@@ -126,13 +126,13 @@ class RunQueries(RunOutcomeQueries):
             "routine_ids": [r.routine_id for r in runs],
             "keys": [r.idempotency_key for r in runs],
             "attempts": [r.attempt for r in runs],
-            "scheduled": [naive_utc(r.scheduled_for) for r in runs],
+            "scheduled": naive_utc_many([r.scheduled_for for r in runs]),
             "states": [r.state for r in runs],
             "reasons": [r.reason for r in runs],
             "counts": [r.skipped_count for r in runs],
-            "firsts": [naive_utc(r.skipped_first) for r in runs],
-            "lasts": [naive_utc(r.skipped_last) for r in runs],
-            "deadlines": [naive_utc(r.deadline_at) for r in runs],
+            "firsts": naive_utc_many([r.skipped_first for r in runs]),
+            "lasts": naive_utc_many([r.skipped_last for r in runs]),
+            "deadlines": naive_utc_many([r.deadline_at for r in runs]),
             "now": naive_utc(now),
         }
         with self.db.fast_write() as conn:

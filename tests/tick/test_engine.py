@@ -458,3 +458,39 @@ def test_the_start_up_line_says_why_celery_backend_cleanup_is_there(
     else:
         assert names == {"report"}
         assert line == f"celery-routines: wrote 1 routine(s) declared in code to {sqlite_url}"
+
+
+def test_a_tick_that_acts_defers_cyclic_collection_until_it_ends(
+    database_url: str, broker_folder: Path, clock: FakeClock
+) -> None:
+    import gc
+
+    # No worker: overlap="overlap" sends each window although the last is open.
+    register("tasks.report", "*/5 * * * *", name="report", overlap="overlap")
+    scheduler = make_scheduler(broker_folder, database_url, clock)
+    seen: list[bool] = []
+    publisher = scheduler.engine.publisher
+    inner = publisher.publish_many
+
+    def publish_many(runs):  # type: ignore[no-untyped-def]
+        seen.append(gc.isenabled())
+        return inner(runs)
+
+    publisher.publish_many = publish_many  # type: ignore[method-assign]
+    try:
+        scheduler.tick()
+        clock.advance(minutes=5)
+        assert gc.isenabled()
+        scheduler.tick()
+        assert seen == [False]
+        assert gc.isenabled()
+        gc.disable()  # a host that turned collection off keeps it off
+        try:
+            clock.advance(minutes=5)
+            scheduler.tick()
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+        assert len(published(broker_folder)) == 2
+    finally:
+        scheduler.close()
