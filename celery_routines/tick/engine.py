@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
@@ -35,6 +35,7 @@ from celery_routines.store import Advance, Probe, Published, RoutineRecord, Stor
 from celery_routines.tick import decide
 from celery_routines.tick.decide import Claimed, Decision, Facts
 from celery_routines.tick.ledger import Unrecorded
+from celery_routines.tick.marking import Batch, MarkingBehind
 from celery_routines.tick.refresh import Refresher
 from celery_routines.tick.report import TickReport
 from celery_routines.tick.sweeps import Sweeps
@@ -78,6 +79,11 @@ class TickEngine(Writing):
         self.refresher = Refresher(store, settings, holder, self.events)
         # What this beat published and has not yet written down.
         self.ledger = Unrecorded()
+        self.marking = (
+            MarkingBehind(self.ledger, self._mark_batches)
+            if store.engine.dialect.name == "postgresql"
+            else None
+        )
         # Set by the beat when told to stop mid-tick: publishing is bounded.
         self.stopping: float | None = None
         # The most routines one tick claims: routines_batch_size, less while
@@ -232,6 +238,13 @@ class TickEngine(Writing):
             deadline = self._sent_deadline(sent_at, timeout)
             self.store.runs.mark_sent(run_ids, sent_at, deadline_at=deadline)
             self.ledger.marked()
+
+    def _mark_batches(self, batches: Sequence[Batch]) -> None:
+        """Published batches -> ``sent`` (run by ``MarkingBehind``'s thread:
+        it leaves the ledger to the tick's thread)."""
+        for run_ids, sent_at, timeout in batches:
+            deadline = self._sent_deadline(sent_at, timeout)
+            self.store.runs.mark_sent(run_ids, sent_at, deadline_at=deadline)
 
     def _record_published(self, now: datetime) -> None:
         """Write down what went out: runs marked sent, then routines moved on.
