@@ -14,6 +14,7 @@ from sqlalchemy import (
     Integer,
     Select,
     String,
+    any_,
     bindparam,
     func,
     select,
@@ -85,6 +86,12 @@ class RunQueries(RunOutcomeQueries):
             state="sent", sent_at=bindparam("now"), deadline_at=bindparam("deadline")
         )
         self._open_runs = self.open_runs_select(bindparam("ids", expanding=True))
+        if self._postgres:
+            # One array parameter: an expanding IN renders and binds a
+            # parameter per routine (a thousand in a burst's tick).
+            self._open_runs = self.open_runs_select(
+                bindparam("ids", type_=postgresql.ARRAY(Integer)), any_of=True
+            )
         self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
 
     # -- beat ----------------------------------------------------------------
@@ -393,11 +400,15 @@ class RunQueries(RunOutcomeQueries):
 
     # -- overlap ---------------------------------------------------------------
 
-    def open_runs_select(self, routine_ids: Sequence[int] | Any) -> Select[Any]:
-        """The open runs of these routines (``ix_routine_runs_open``)."""
+    def open_runs_select(
+        self, routine_ids: Sequence[int] | Any, any_of: bool = False
+    ) -> Select[Any]:
+        """The open runs of these routines (``ix_routine_runs_open``);
+        ``any_of``: ``routine_ids`` is one PostgreSQL array parameter."""
         ids = routine_ids if isinstance(routine_ids, BindParameter) else list(routine_ids)
+        which = c.routine_id == any_(ids) if any_of else c.routine_id.in_(ids)
         return select(c.id, c.routine_id, c.idempotency_key, c.state, c.deadline_at).where(
-            OPEN, c.routine_id.in_(ids)
+            OPEN, which
         )
 
     def open_runs(self, routine_ids: Sequence[int]) -> dict[int, list[OpenRun]]:
