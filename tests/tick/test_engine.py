@@ -494,3 +494,34 @@ def test_a_tick_that_acts_defers_cyclic_collection_until_it_ends(
         assert len(published(broker_folder)) == 2
     finally:
         scheduler.close()
+
+
+def test_a_tick_that_leaves_more_due_does_not_probe_again_before_the_next(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    for n in range(3):
+        register("tasks.report", "*/5 * * * *", name=f"report-{n}")
+    folder = tmp_path / "broker"
+    scheduler = Scheduler(filesystem_app(folder, database_url, routines_batch_size=2), clock=clock)
+    store = scheduler.store
+    probes: list[int] = []
+    inner = store.probe
+
+    def probe(*args, **kwargs):  # type: ignore[no-untyped-def]
+        probes.append(1)
+        return inner(*args, **kwargs)
+
+    store.probe = probe  # type: ignore[method-assign]
+    try:
+        scheduler.tick()  # adopts two at a time (and Celery's backend_cleanup)
+        scheduler.tick()
+        clock.advance(minutes=5)
+        probes.clear()
+        assert scheduler.tick() == 0.0  # claims 2 of 3: more due, tick again at once
+        assert scheduler.last_report.more_due and probes == [1]
+        assert scheduler.tick() > 0  # the last one; then the next wake-up is probed
+        assert not scheduler.last_report.more_due and probes == [1, 1, 1]
+        assert scheduler.last_report.next_wakeup == clock.now + timedelta(minutes=5)
+        assert len(published(folder)) == 3
+    finally:
+        scheduler.close()
