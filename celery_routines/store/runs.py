@@ -80,7 +80,14 @@ class RunQueries(RunOutcomeQueries):
         self._postgres = engine.dialect.name == "postgresql"
         self._mysql = is_mysql(engine)
         # The tick's statements, built once: building them cost more than running them.
-        sent = update(table).where(c.id.in_(bindparam("ids", expanding=True)), c.state == "pending")
+        ids = (
+            # PostgreSQL: one array parameter, not an IN list of a parameter
+            # per run (500 per chunk, marked on a thread beside the publishing).
+            c.id == any_(bindparam("ids", type_=postgresql.ARRAY(String)))
+            if self._postgres
+            else c.id.in_(bindparam("ids", expanding=True))
+        )
+        sent = update(table).where(ids, c.state == "pending")
         self._mark_sent = sent.values(state="sent", sent_at=bindparam("now"))
         self._mark_sent_with_deadline = sent.values(
             state="sent", sent_at=bindparam("now"), deadline_at=bindparam("deadline")

@@ -97,6 +97,10 @@ def test_the_tick_s_overlap_check_on_postgresql_is_one_array_on_the_open_runs_in
         pytest.skip("the array form is PostgreSQL's")
     sql = str(store.runs._open_runs.compile(store.engine))
     assert "ANY (" in sql and "POSTCOMPILE" not in sql, sql
+    # Marking a chunk sent takes its run ids the same way.
+    for marking in (store.runs._mark_sent, store.runs._mark_sent_with_deadline):
+        marked = str(marking.compile(store.engine))
+        assert "ANY (" in marked and "POSTCOMPILE" not in marked, marked
     with store.engine.begin() as conn:
         conn.execute(text("SET LOCAL enable_seqscan = off"))
         rows = conn.exec_driver_sql(f"EXPLAIN {sql}", {"ids": [1, 2, 3]})
