@@ -127,18 +127,40 @@ def check_one_kind(
         )
 
 
+# Schedules are frozen: routines with the same schedule columns share one.
+# Bounded, like the cron answers; only schedules without instants are kept
+# (two readings of a repeated local hour compare equal as Python datetimes).
+SHARED_SCHEDULES_SIZE = 1024
+_shared_schedules: dict[tuple[Any, ...], Schedule] = {}
+
+
 def schedule_of(row: Any, timezone: str) -> Schedule:
     """The schedule of a ``routines`` row or a :class:`Routine` (its columns as attributes)."""
-    return schedule_from_columns(
-        row.cron,
-        row.interval_seconds,
-        timezone,
-        at=getattr(row, "at", None),
-        solar=getattr(row, "solar", None),
-        starts_at=getattr(row, "starts_at", None),
-        ends_at=getattr(row, "ends_at", None),
-        rrule=getattr(row, "rrule", None),
-    )
+    at = getattr(row, "at", None)
+    starts_at = getattr(row, "starts_at", None)
+    ends_at = getattr(row, "ends_at", None)
+    solar = getattr(row, "solar", None)
+    rrule = getattr(row, "rrule", None)
+    cron, interval = row.cron, row.interval_seconds
+    if at is not None or starts_at is not None or ends_at is not None:
+        return schedule_from_columns(
+            cron,
+            interval,
+            timezone,
+            at=at,
+            solar=solar,
+            starts_at=starts_at,
+            ends_at=ends_at,
+            rrule=rrule,
+        )
+    key = (cron, interval, type(interval), timezone, solar, rrule)
+    found = _shared_schedules.get(key)
+    if found is None:
+        found = schedule_from_columns(cron, interval, timezone, solar=solar, rrule=rrule)
+        if len(_shared_schedules) >= SHARED_SCHEDULES_SIZE:
+            _shared_schedules.clear()
+        _shared_schedules[key] = found
+    return found
 
 
 def _unsupported(value: object) -> ScheduleError:

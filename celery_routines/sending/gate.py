@@ -1,6 +1,6 @@
 """The Redis idempotency gate in front of the database's unique key.
 
-``SET key holder NX EX ttl`` lets one beat through per window cheaply. It is
+``SET key holder NX PX ttl`` lets one beat through per window cheaply. It is
 never the only record of a claim: its TTL is no longer than the routine claim,
 and the run row in the database is the truth. When Redis is unreachable the
 gate steps aside (logged once) and the database arbitrates alone.
@@ -15,6 +15,20 @@ from typing import Any, Protocol
 logger = logging.getLogger("celery_routines.gate")
 
 KEY_PREFIX = "celery_routines:window:"
+
+# Every key of a tick in one command: a pipeline of a thousand SETs cost the
+# beat more to pack and parse than Redis took to run them (41 ms against 6-12
+# ms per 1,000 keys here). The script is atomic, and each key keeps its own
+# SET NX answer: 1 if this beat set it, 0 if another holder has it.
+ACQUIRE_SCRIPT = """
+local answers = {}
+for i, key in ipairs(KEYS) do
+  answers[i] = redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
+end
+return answers
+"""
+# Keys per script call: bounds how long one call keeps Redis busy.
+KEYS_PER_CALL = 1000
 
 
 class Gate(Protocol):
@@ -45,6 +59,7 @@ class RedisGate:
         self.holder = holder
         self.ttl_ms = max(1, int(ttl_seconds * 1000))
         self.degraded = False
+        self._acquire = client.register_script(ACQUIRE_SCRIPT)
 
     def acquire(self, keys: Sequence[str]) -> list[bool]:
         if not keys:
@@ -52,10 +67,14 @@ class RedisGate:
         import redis
 
         try:
-            pipe = self.client.pipeline(transaction=False)
-            for key in keys:
-                pipe.set(KEY_PREFIX + key, self.holder, nx=True, px=self.ttl_ms)
-            answers = pipe.execute()
+            answers = []
+            for start in range(0, len(keys), KEYS_PER_CALL):
+                answers.extend(
+                    self._acquire(
+                        keys=[KEY_PREFIX + key for key in keys[start : start + KEYS_PER_CALL]],
+                        args=[self.holder, self.ttl_ms],
+                    )
+                )
         except redis.RedisError as exc:
             if not self.degraded:
                 logger.warning(

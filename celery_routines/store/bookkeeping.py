@@ -19,7 +19,7 @@ from datetime import datetime
 
 from sqlalchemy import Engine, text
 
-from .compiled import naive_utc
+from .compiled import naive_utc, naive_utc_many
 from .connections import connections_for
 from .routines import Advance
 
@@ -69,10 +69,10 @@ class BookkeepingQueries:
         on (those ``holder`` still claims), atomically; the routines moved."""
         params = {
             "ids": [run.run_id for run in runs],
-            "sent_ats": [naive_utc(run.sent_at) for run in runs],
-            "deadlines": [naive_utc(run.deadline_at) for run in runs],
+            "sent_ats": naive_utc_many([run.sent_at for run in runs]),
+            "deadlines": naive_utc_many([run.deadline_at for run in runs]),
             "rids": [advance.routine_id for advance in advances],
-            "nras": [naive_utc(advance.next_run_at) for advance in advances],
+            "nras": naive_utc_many([advance.next_run_at for advance in advances]),
             "holder": holder,
             "now": naive_utc(now),
         }

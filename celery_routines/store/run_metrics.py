@@ -89,12 +89,7 @@ class RunMetricsQueries:
         first (ids grow with time); how many went."""
         # The newest id to delete, found first: MySQL refuses a LIMIT inside
         # IN (...) and a subquery on the table being deleted from.
-        oldest = (
-            select(events.c.id)
-            .where(events.c.at < cutoff)
-            .order_by(events.c.id)
-            .limit(limit)
-        )
+        oldest = select(events.c.id).where(events.c.at < cutoff).order_by(events.c.id).limit(limit)
         with self.db.read() as conn:
             ids = list(conn.scalars(oldest))
         if not ids:

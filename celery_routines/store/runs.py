@@ -14,6 +14,7 @@ from sqlalchemy import (
     Integer,
     Select,
     String,
+    any_,
     bindparam,
     func,
     select,
@@ -25,7 +26,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 import celery_routines.store.mysql as mysql_json
 
-from .compiled import naive_utc
+from .compiled import naive_utc, naive_utc_many
 from .connections import connections_for
 from .dialects import is_mysql
 from .fingerprint import record_columns
@@ -79,12 +80,25 @@ class RunQueries(RunOutcomeQueries):
         self._postgres = engine.dialect.name == "postgresql"
         self._mysql = is_mysql(engine)
         # The tick's statements, built once: building them cost more than running them.
-        sent = update(table).where(c.id.in_(bindparam("ids", expanding=True)), c.state == "pending")
+        ids = (
+            # PostgreSQL: one array parameter, not an IN list of a parameter
+            # per run (500 per chunk, marked on a thread beside the publishing).
+            c.id == any_(bindparam("ids", type_=postgresql.ARRAY(String)))
+            if self._postgres
+            else c.id.in_(bindparam("ids", expanding=True))
+        )
+        sent = update(table).where(ids, c.state == "pending")
         self._mark_sent = sent.values(state="sent", sent_at=bindparam("now"))
         self._mark_sent_with_deadline = sent.values(
             state="sent", sent_at=bindparam("now"), deadline_at=bindparam("deadline")
         )
         self._open_runs = self.open_runs_select(bindparam("ids", expanding=True))
+        if self._postgres:
+            # One array parameter: an expanding IN renders and binds a
+            # parameter per routine (a thousand in a burst's tick).
+            self._open_runs = self.open_runs_select(
+                bindparam("ids", type_=postgresql.ARRAY(Integer)), any_of=True
+            )
         self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
 
     # -- beat ----------------------------------------------------------------
@@ -126,13 +140,13 @@ class RunQueries(RunOutcomeQueries):
             "routine_ids": [r.routine_id for r in runs],
             "keys": [r.idempotency_key for r in runs],
             "attempts": [r.attempt for r in runs],
-            "scheduled": [naive_utc(r.scheduled_for) for r in runs],
+            "scheduled": naive_utc_many([r.scheduled_for for r in runs]),
             "states": [r.state for r in runs],
             "reasons": [r.reason for r in runs],
             "counts": [r.skipped_count for r in runs],
-            "firsts": [naive_utc(r.skipped_first) for r in runs],
-            "lasts": [naive_utc(r.skipped_last) for r in runs],
-            "deadlines": [naive_utc(r.deadline_at) for r in runs],
+            "firsts": naive_utc_many([r.skipped_first for r in runs]),
+            "lasts": naive_utc_many([r.skipped_last for r in runs]),
+            "deadlines": naive_utc_many([r.deadline_at for r in runs]),
             "now": naive_utc(now),
         }
         with self.db.fast_write() as conn:
@@ -393,11 +407,15 @@ class RunQueries(RunOutcomeQueries):
 
     # -- overlap ---------------------------------------------------------------
 
-    def open_runs_select(self, routine_ids: Sequence[int] | Any) -> Select[Any]:
-        """The open runs of these routines (``ix_routine_runs_open``)."""
+    def open_runs_select(
+        self, routine_ids: Sequence[int] | Any, any_of: bool = False
+    ) -> Select[Any]:
+        """The open runs of these routines (``ix_routine_runs_open``);
+        ``any_of``: ``routine_ids`` is one PostgreSQL array parameter."""
         ids = routine_ids if isinstance(routine_ids, BindParameter) else list(routine_ids)
+        which = c.routine_id == any_(ids) if any_of else c.routine_id.in_(ids)
         return select(c.id, c.routine_id, c.idempotency_key, c.state, c.deadline_at).where(
-            OPEN, c.routine_id.in_(ids)
+            OPEN, which
         )
 
     def open_runs(self, routine_ids: Sequence[int]) -> dict[int, list[OpenRun]]:

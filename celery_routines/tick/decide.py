@@ -286,10 +286,10 @@ def written_key(decision: Decision) -> tuple[int, str, int] | None:
     """The due window's row to look up, for a decision that skips the due
     window (a beat that wrote it and died may have left it behind); None
     for the others, which cost no query."""
+    if decision.verdict != Verdict.FIRE or not decision.skips:
+        return None  # most decisions: no window skipped, nothing to compute
     due = decision.claimed.due
-    if decision.verdict != Verdict.FIRE or not any(
-        skip.skipped_first == due for skip in decision.skips
-    ):
+    if not any(skip.skipped_first == due for skip in decision.skips):
         return None
     claimed = decision.claimed
     return (claimed.record.id, window_key(claimed.routine.name, due, claimed.timezone), 1)

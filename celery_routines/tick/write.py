@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -28,6 +29,7 @@ from celery_routines.sending.revoke import Revoker
 from celery_routines.store import Advance, NewRun, Store
 from celery_routines.tick.decide import Decision, Verdict
 from celery_routines.tick.ledger import Unrecorded
+from celery_routines.tick.marking import MarkingBehind
 from celery_routines.tick.report import TickReport
 
 logger = logging.getLogger("celery_routines.beat")
@@ -64,6 +66,9 @@ class Writing:
     revoker: Revoker
     events: Events
     ledger: Unrecorded
+    # PostgreSQL: a chunk is marked sent on another connection while the
+    # next is published (see tick/marking.py); elsewhere None, marked here.
+    marking: MarkingBehind | None
     # time.monotonic() when beat was told to stop (SIGTERM), else None.
     stopping: float | None
     # The database's clock minus the beat's, for claims and run deadlines.
@@ -143,6 +148,19 @@ class Writing:
         the claims were taken or last renewed renews them first, so no other
         beat can take a routine over while its messages are going out.
         """
+        try:
+            held = self._publish_chunks(outgoing, now, report)
+        except BaseException:
+            if self.marking is not None:
+                # The error in flight wins; a failed marking's batches stay in the ledger.
+                with suppress(Exception):
+                    self.marking.finish()
+            raise
+        if self.marking is not None:
+            self.marking.finish()
+        return held
+
+    def _publish_chunks(self, outgoing: Outgoing, now: datetime, report: TickReport) -> set[int]:
         held = {d.claimed.record.id for d in outgoing.ready}
         confirmed = now
         trusted = timedelta(seconds=self.settings.lock_ttl * CLAIM_TRUSTED_SHARE)
@@ -170,7 +188,10 @@ class Writing:
                 # Marked sent before the next chunk, while the claims still
                 # hold: a beat that takes a routine over later finds the row
                 # sent. The last chunk's are written with the advance, next.
-                self._mark_published()
+                if self.marking is not None:
+                    self.marking.start()
+                else:
+                    self._mark_published()
         return held
 
     def _out_of_grace(self) -> bool:

@@ -281,3 +281,35 @@ def test_the_new_fields_round_trip_through_the_columns() -> None:
     columns = code.columns()
     assert columns["jitter_seconds"] == 30
     assert from_columns(_row(**{**columns, "cron": None})) == code
+
+
+def test_rows_that_differ_only_in_their_name_share_one_validation_and_keep_their_names() -> None:
+    first = from_columns(_row(name="burst-1", args="[1, 2]"))
+    second = from_columns(_row(name="burst-2", args="[1, 2]"))
+    assert (first.name, second.name) == ("burst-1", "burst-2")
+    assert second == Routine("burst-2", "tasks.noop", "* * * * *", None, None, args=[1, 2])
+    with pytest.raises(AttributeError):
+        second.name = "other"  # type: ignore[misc]
+
+
+def test_a_shared_validation_still_checks_each_rows_name() -> None:
+    from_columns(_row(name="fine"))
+    with pytest.raises(InvalidRoutine, match="control characters"):
+        from_columns(_row(name="two\nlines"))
+    with pytest.raises(InvalidRoutine, match="name must be a non-empty string"):
+        from_columns(_row(name="  "))
+
+
+def test_a_value_equal_to_a_validated_one_but_of_another_type_is_checked_again() -> None:
+    """True == 1 and 25 == 25.0 in Python: the cache is keyed by type too."""
+    from_columns(_row(enabled=True, catch_up_cap=25))
+    with pytest.raises(InvalidRoutine, match="enabled must be True or False"):
+        from_columns(_row(enabled=1))
+    with pytest.raises(InvalidRoutine, match="catch_up_cap must be a whole number"):
+        from_columns(_row(catch_up_cap=25.0))
+
+
+def test_a_row_that_fails_validation_is_refused_every_time_not_cached() -> None:
+    for name in ("bad-1", "bad-2"):
+        with pytest.raises(InvalidRoutine, match=f"routine {name!r}.*catch_up_cap"):
+            from_columns(_row(name=name, catch_up_cap=0))

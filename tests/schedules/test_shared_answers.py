@@ -47,3 +47,26 @@ def test_a_bad_expression_is_refused_every_time() -> None:
             parse_cron("61 * * * *")
     with pytest.raises(ScheduleError, match="expected a string"):
         parse_cron(["* * * * *"])  # type: ignore[arg-type]
+
+
+def test_rows_with_the_same_schedule_columns_share_one_schedule() -> None:
+    from types import SimpleNamespace
+
+    from celery_routines.schedules.parse import schedule_of
+
+    def row(**columns: object) -> SimpleNamespace:
+        return SimpleNamespace(**{"cron": None, "interval_seconds": None, **columns})
+
+    first = schedule_of(row(cron="*/5 * * * *"), "Europe/Rome")
+    assert schedule_of(row(cron="*/5 * * * *"), "Europe/Rome") is first
+    assert schedule_of(row(cron="*/5 * * * *"), "UTC") is not first
+    assert schedule_of(row(interval_seconds=60), "UTC") is not schedule_of(
+        row(interval_seconds=60.0), "UTC"
+    )
+    # A row bounded by instants gets a schedule of its own.
+    starts = datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
+    bounded = schedule_of(row(cron="*/5 * * * *", starts_at=starts), "Europe/Rome")
+    assert bounded is not first and bounded != first
+    for _ in range(2):  # an error is raised each time, never kept
+        with pytest.raises(ScheduleError):
+            schedule_of(row(cron="*/5 * * * *"), "Not/AZone")

@@ -116,3 +116,27 @@ def test_an_unreachable_gate_steps_aside_and_says_so_once(
         assert len(degraded) == 1
     finally:
         scheduler.close()
+
+
+def test_a_batch_longer_than_one_script_call_answers_each_key_in_order(redis_url: str) -> None:
+    from celery_routines.sending.gate import KEYS_PER_CALL
+
+    first = RedisGate(redis_url, "beat-1", ttl_seconds=60)
+    second = RedisGate(redis_url, "beat-2", ttl_seconds=60)
+    keys = [f"burst-{i}@2026-11-30T12:00:00+00:00#1" for i in range(2 * KEYS_PER_CALL + 7)]
+    # Another beat holds a few windows, on both sides of a call's boundary.
+    held = {3, KEYS_PER_CALL - 1, KEYS_PER_CALL, 2 * KEYS_PER_CALL + 6}
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert second.acquire([keys[i] for i in sorted(held)]) == [True] * len(held)
+        answers = first.acquire(keys)
+        assert answers == [i not in held for i in range(len(keys))]
+        assert client.get(KEY_PREFIX + keys[KEYS_PER_CALL]) == b"beat-2"
+        last = KEY_PREFIX + keys[2 * KEYS_PER_CALL + 5]
+        assert client.get(last) == b"beat-1"
+        assert 0 < client.pttl(last) <= 60_000
+        assert first.acquire(keys) == [False] * len(keys)
+    finally:
+        client.close()
+        first.close()
+        second.close()

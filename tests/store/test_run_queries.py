@@ -87,6 +87,28 @@ def test_the_overlap_check_uses_the_open_runs_index(planned: Store) -> None:
     assert "ix_routine_runs_open" in plan, plan
 
 
+def test_the_tick_s_overlap_check_on_postgresql_is_one_array_on_the_open_runs_index(
+    planned: Store,
+) -> None:
+    """The statement the tick runs: the routine ids as one array parameter
+    (``= ANY``), not a rendered IN list; the same partial index."""
+    store = planned
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("the array form is PostgreSQL's")
+    sql = str(store.runs._open_runs.compile(store.engine))
+    assert "ANY (" in sql and "POSTCOMPILE" not in sql, sql
+    # Marking a chunk sent takes its run ids the same way.
+    for marking in (store.runs._mark_sent, store.runs._mark_sent_with_deadline):
+        marked = str(marking.compile(store.engine))
+        assert "ANY (" in marked and "POSTCOMPILE" not in marked, marked
+    with store.engine.begin() as conn:
+        conn.execute(text("SET LOCAL enable_seqscan = off"))
+        rows = conn.exec_driver_sql(f"EXPLAIN {sql}", {"ids": [1, 2, 3]})
+        plan = "\n".join(row[0] for row in rows)
+    assert "ix_routine_runs_open" in plan, plan
+    assert store.runs.open_runs([]) == {}
+
+
 def test_runs_left_open_before_migration_0002_get_a_deadline(database_url: str) -> None:
     from alembic import command
 

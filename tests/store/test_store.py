@@ -193,6 +193,31 @@ def test_a_claim_excludes_other_beats_until_its_ttl_expires(store: Store) -> Non
     assert record.locked_by is None
 
 
+def test_a_claimed_row_reads_like_the_same_row_read_through_its_column_types(
+    store: Store,
+) -> None:
+    """PostgreSQL runs the claim through the driver (store/compiled.py): its
+    instants are bound and read as naive UTC by our code, not the column type."""
+    rid = add_routine(
+        store,
+        "claimed",
+        args="[1]",
+        ceiling='[{"limit": 3, "per": "day", "unit": "fires"}]',
+        suspended_until=datetime(2026, 10, 25, 1, 30),
+        starts_at=datetime(2026, 10, 24, 23, 0),
+        ends_at=datetime(2027, 1, 1),
+        max_lateness=12.5,
+    )
+    store.routines.adopt([Advance(rid, T0)], T0)
+    [claimed] = store.routines.claim_due(T0, "beat-1", 60, 10)
+    stored = store.routines.by_id(rid)
+    assert claimed == stored
+    assert claimed.locked_until == T0 + timedelta(seconds=60)
+    assert claimed.next_run_at == T0 and claimed.next_run_at.tzinfo is UTC
+    assert claimed.suspended_until == datetime(2026, 10, 25, 1, 30, tzinfo=UTC)
+    assert claimed.starts_at == datetime(2026, 10, 24, 23, 0, tzinfo=UTC)
+
+
 def test_due_rows_come_oldest_first_and_at_most_the_batch(store: Store) -> None:
     ids = [add_routine(store, f"r{i}") for i in range(5)]
     store.routines.adopt([Advance(rid, T0 - timedelta(minutes=i)) for i, rid in enumerate(ids)], T0)

@@ -169,3 +169,66 @@ def test_a_beat_claims_fewer_routines_while_its_ticks_outlast_a_quarter_of_the_t
         assert engine.claim_limit == 1000  # never above routines_batch_size
     finally:
         scheduler.close()
+
+
+def test_a_chunk_marked_sent_behind_the_next_one_was_published_first_and_a_failure_is_replayed(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    """PostgreSQL marks a published chunk sent on its own thread while the
+    next chunk goes out. Only published runs are ever marked; a marking that
+    fails stops the tick before another chunk goes out, its batch stays in the
+    ledger, and the next tick writes it: every run is published exactly once."""
+    import threading
+
+    for n in range(1200):
+        register("tasks.poll", timedelta(minutes=1), name=f"poll-{n:04d}")
+    folder = tmp_path / "broker"
+    scheduler = make(folder, database_url, clock, routines_batch_size=5000)
+    if scheduler.engine.marking is None:
+        scheduler.close()
+        pytest.skip("chunks are marked sent behind the next one on PostgreSQL only")
+    try:
+        scheduler.tick()  # adopts all: one grid
+        clock.advance(minutes=1)
+        engine = scheduler.engine
+        inner = engine.publisher
+        out: set[str] = set()
+        marked_on: list[str] = []
+
+        class Recording:
+            def publish_many(self, runs: Any) -> Any:
+                errors = inner.publish_many(runs)
+                out.update(run.run_id for run in runs)
+                return errors
+
+            def close(self) -> None:
+                inner.close()
+
+        runs = scheduler.store.runs
+        mark_sent = runs.mark_sent
+
+        def checked(run_ids: Any, *args: Any, **kwargs: Any) -> Any:
+            assert set(run_ids) <= out, "a run was marked sent before it was published"
+            marked_on.append(threading.current_thread().name)
+            if len(marked_on) == 1:
+                raise OperationalError("injected", {}, Exception("connection dropped"))
+            return mark_sent(run_ids, *args, **kwargs)
+
+        engine.publisher = Recording()  # type: ignore[assignment]
+        runs.mark_sent = checked  # type: ignore[method-assign]
+        scheduler.tick()  # chunk 1 out; its marking fails behind chunk 2; chunk 3 waits
+        assert marked_on == ["celery-routines-mark-sent"]
+        assert len(published(folder)) == 1000
+        assert sum(len(ids) for ids, _, _ in engine.ledger.sent) == 1000
+        for _ in range(3):  # the ledger first, then the pending rest
+            clock.advance(seconds=1)
+            scheduler.tick()
+        counts = Counter(m["id"] for m in published(folder))
+        assert len(counts) == 1200 and set(counts.values()) == {1}
+        assert not engine.ledger
+        states = Counter(
+            run["state"] for n in range(1200) for run in runs_of(scheduler.store, f"poll-{n:04d}")
+        )
+        assert states == {"sent": 1200}
+    finally:
+        scheduler.close()

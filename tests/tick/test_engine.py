@@ -458,3 +458,70 @@ def test_the_start_up_line_says_why_celery_backend_cleanup_is_there(
     else:
         assert names == {"report"}
         assert line == f"celery-routines: wrote 1 routine(s) declared in code to {sqlite_url}"
+
+
+def test_a_tick_that_acts_defers_cyclic_collection_until_it_ends(
+    database_url: str, broker_folder: Path, clock: FakeClock
+) -> None:
+    import gc
+
+    # No worker: overlap="overlap" sends each window although the last is open.
+    register("tasks.report", "*/5 * * * *", name="report", overlap="overlap")
+    scheduler = make_scheduler(broker_folder, database_url, clock)
+    seen: list[bool] = []
+    publisher = scheduler.engine.publisher
+    inner = publisher.publish_many
+
+    def publish_many(runs):  # type: ignore[no-untyped-def]
+        seen.append(gc.isenabled())
+        return inner(runs)
+
+    publisher.publish_many = publish_many  # type: ignore[method-assign]
+    try:
+        scheduler.tick()
+        clock.advance(minutes=5)
+        assert gc.isenabled()
+        scheduler.tick()
+        assert seen == [False]
+        assert gc.isenabled()
+        gc.disable()  # a host that turned collection off keeps it off
+        try:
+            clock.advance(minutes=5)
+            scheduler.tick()
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+        assert len(published(broker_folder)) == 2
+    finally:
+        scheduler.close()
+
+
+def test_a_tick_that_leaves_more_due_does_not_probe_again_before_the_next(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    for n in range(3):
+        register("tasks.report", "*/5 * * * *", name=f"report-{n}")
+    folder = tmp_path / "broker"
+    scheduler = Scheduler(filesystem_app(folder, database_url, routines_batch_size=2), clock=clock)
+    store = scheduler.store
+    probes: list[int] = []
+    inner = store.probe
+
+    def probe(*args, **kwargs):  # type: ignore[no-untyped-def]
+        probes.append(1)
+        return inner(*args, **kwargs)
+
+    store.probe = probe  # type: ignore[method-assign]
+    try:
+        scheduler.tick()  # adopts two at a time (and Celery's backend_cleanup)
+        scheduler.tick()
+        clock.advance(minutes=5)
+        probes.clear()
+        assert scheduler.tick() == 0.0  # claims 2 of 3: more due, tick again at once
+        assert scheduler.last_report.more_due and probes == [1]
+        assert scheduler.tick() > 0  # the last one; then the next wake-up is probed
+        assert not scheduler.last_report.more_due and probes == [1, 1, 1]
+        assert scheduler.last_report.next_wakeup == clock.now + timedelta(minutes=5)
+        assert len(published(folder)) == 3
+    finally:
+        scheduler.close()
