@@ -318,6 +318,7 @@ def hooks_in_process_ms(store: Any, pg_url: str, n: int = 500) -> tuple[float, f
     run when nothing else competes for the 2 cores (no pool sibling, no
     consumer process, no broker traffic); and the CPU time they took per run."""
     from celery_routines.worker import hooks
+    from celery_routines.worker.stores import forget_stores
 
     app = Celery("bench_hooks", set_as_current=False)
     app.conf.routines_database_url = pg_url
@@ -343,7 +344,7 @@ def hooks_in_process_ms(store: Any, pg_url: str, n: int = 500) -> tuple[float, f
                 spans.append((time.perf_counter() - started) * 1000)
                 cpu += time.thread_time() - cpu_started
     finally:
-        hooks.forget_stores()
+        forget_stores()
     return percentile(spans, 0.5), cpu * 1000 / len(spans)
 
 

@@ -2,8 +2,8 @@
 
 A routine reaches beat through two doors: declared in code (``routine()``,
 ``register()``, ``beat_schedule``: :func:`define`) and read from a ``routines``
-row, possibly typed in by hand (:func:`from_columns`). Both build the same
-:class:`Routine`, whose construction checks every limit once, with one set of
+row, possibly typed in by hand (``routine_rows.from_columns``). Both build the
+same :class:`Routine`, whose construction checks every limit once, with one set of
 messages: ``catch_up_cap=0`` is refused at declaration with the same words
 that mark a hand-written row with ``catch_up_cap = 0`` invalid. What differs
 between the doors is only how values arrive (Python objects, or JSON text and
@@ -19,11 +19,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import InitVar, dataclass, field
 from datetime import datetime
-from operator import attrgetter
 from typing import Any, TypeVar
 
 from celery_routines.errors import InvalidRoutine, ScheduleError
-from celery_routines.policy.ceilings import Ceiling, one_per_unit, parse_ceilings
+from celery_routines.policy.ceilings import Ceiling, one_per_unit
 from celery_routines.policy.states import CatchUp, Overlap, choices
 from celery_routines.schedules.base import NEVER
 from celery_routines.schedules.cron import CronSchedule
@@ -111,7 +110,7 @@ class Routine:
     from_json: InitVar[bool] = False
 
     def __post_init__(self, from_json: bool) -> None:
-        _check_name(self.name, self.task)
+        check_name(self.name, self.task)
         try:
             self._check(from_json)
         except ScheduleError as exc:
@@ -179,7 +178,7 @@ class Routine:
 def define(task_name: str, schedule: Any, **options: Any) -> Routine:
     """A routine declared in code; every error names the routine and the bad value."""
     name = options.get("name", task_name)
-    _check_name(name, task_name)
+    check_name(name, task_name)
     unknown = set(options) - OPTION_NAMES
     if unknown:
         raise InvalidRoutine(
@@ -242,108 +241,10 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
     )
 
 
-# The columns a Routine is built from, besides ``name``; a row's values of
-# these (and their types) key the cache below.
-SHARED_COLUMNS = (
-    "task",
-    "cron",
-    "interval_seconds",
-    "timezone",
-    "args",
-    "kwargs",
-    "options",
-    "ceiling",
-    "catch_up",
-    "catch_up_cap",
-    "max_lateness",
-    "overlap",
-    "max_retries",
-    "retry_base_seconds",
-    "enabled",
-    "run_timeout",
-)
-OPTIONAL_COLUMNS = ("at", "solar", "rrule", "starts_at", "ends_at", "jitter_seconds")
-# Distinct definitions (all columns but the name) kept validated; bounded, so
-# a million routines that all differ cost a miss each, never memory.
-VALIDATED_CACHE_SIZE = 1024
-_validated: dict[tuple[Any, ...], Routine] = {}
-_every_column = attrgetter(*SHARED_COLUMNS, *OPTIONAL_COLUMNS)
-
-
-def from_columns(row: Any) -> Routine:
-    """The routine a ``routines`` row describes (a ``RoutineRecord`` or any
-    object with the columns as attributes). Raises :class:`InvalidRoutine`
-    with the message a declaration with the same values would get; only the
-    JSON columns have errors of their own (text that is not JSON).
-
-    A tick builds one per claimed row, and a burst's thousands of rows differ
-    mostly in their name: a definition validated once (same values of the
-    same types in every other column) is copied with the row's name, which
-    is all that is checked again. Its ``args``, ``kwargs`` and ``options``
-    are then shared by those routines, like any frozen model's values:
-    readers copy before changing them (``sending.delivery.outgoing_run``).
-    """
-    try:
-        values = _every_column(row)
-    except AttributeError:  # a row without the newer, optional columns
-        values = tuple(getattr(row, column) for column in SHARED_COLUMNS) + tuple(
-            getattr(row, column, None) for column in OPTIONAL_COLUMNS
-        )
-    key = (values, tuple(map(type, values)))
-    template = _validated.get(key)
-    if template is None:
-        routine = _from_columns(row)
-        if len(_validated) >= VALIDATED_CACHE_SIZE:
-            _validated.clear()
-        _validated[key] = routine
-        return routine
-    _check_name(row.name, template.task)
-    routine = object.__new__(Routine)
-    routine.__dict__.update(template.__dict__)
-    routine.__dict__["name"] = row.name
-    return routine
-
-
-def _from_columns(row: Any) -> Routine:
-    try:
-        args = _json_column("args", row.args, [])
-        kwargs = _json_column("kwargs", row.kwargs, {})
-        options = _json_column("options", row.options, {})
-        ceilings = parse_ceilings(row.ceiling)
-    except ScheduleError as exc:
-        raise InvalidRoutine(row.name, str(exc)) from None
-    return Routine(
-        name=row.name,
-        task=row.task,
-        cron=row.cron,
-        interval_seconds=row.interval_seconds,
-        timezone=row.timezone,
-        args=args,
-        kwargs=kwargs,
-        catch_up=row.catch_up,
-        catch_up_cap=row.catch_up_cap,
-        max_lateness=row.max_lateness,
-        overlap=row.overlap,
-        max_retries=row.max_retries,
-        retry_base_seconds=row.retry_base_seconds,
-        ceilings=ceilings,
-        enabled=row.enabled,
-        options=options,
-        run_timeout=row.run_timeout,
-        at=getattr(row, "at", None),
-        solar=getattr(row, "solar", None),
-        rrule=getattr(row, "rrule", None),
-        starts_at=getattr(row, "starts_at", None),
-        ends_at=getattr(row, "ends_at", None),
-        jitter=getattr(row, "jitter_seconds", None),
-        from_json=True,
-    )
-
-
 # -- the limits ----------------------------------------------------------------------
 
 
-def _check_name(name: Any, task_name: Any) -> None:
+def check_name(name: Any, task_name: Any) -> None:
     if not isinstance(task_name, str) or not task_name.strip():
         raise InvalidRoutine(str(name), f"task name must be a non-empty string, got {task_name!r}")
     if not isinstance(name, str) or not name.strip():
@@ -396,15 +297,6 @@ def _ceilings(value: Any) -> tuple[Ceiling, ...]:
             raise ScheduleError(f"ceiling must be a Ceiling(...) or a list of them, got {item!r}")
     one_per_unit(items)
     return items
-
-
-def _json_column(label: str, raw: str | None, empty: Any) -> Any:
-    if not raw:
-        return empty
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise ScheduleError(f"{label} is not valid JSON ({exc}): {raw!r}") from None
 
 
 def _require_json(label: str, value: Any) -> None:

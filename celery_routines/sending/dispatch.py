@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from celery_routines.clock import Clock
-from celery_routines.policy.routine import from_columns
+from celery_routines.policy.routine_rows import from_columns
 from celery_routines.policy.runs import lost_deadline
 from celery_routines.policy.states import Reason
 from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -29,27 +28,21 @@ import celery_routines.store.mysql as mysql_json
 from .compiled import naive_utc, naive_utc_many
 from .connections import connections_for
 from .dialects import is_mysql
-from .fingerprint import record_columns
 from .models import Routine, RoutineRun
 from .records import (
-    ROUTINE_RECORD_FIELDS,
-    RUN_RECORD_FIELDS,
-    DueRetry,
     NewRun,
     OpenRun,
-    RoutineRecord,
     RunRecord,
 )
 from .run_outcomes import RunOutcomeQueries
+from .run_retries import RECORD_COLUMNS, RETRYING, RunRetryQueries, run_record
 
 table = RoutineRun.__table__
 c = table.c
 routines = Routine.__table__
-RECORD_COLUMNS = [c[name] for name in RUN_RECORD_FIELDS]
 # Spelled exactly like the partial indexes' predicates: SQLite uses a partial
 # index only for a query whose WHERE contains the same term.
 OPEN = text("routine_runs.state IN ('pending', 'sent', 'running')")
-RETRYING = text("routine_runs.state = 'retrying'")
 
 
 # Most (routine_id, idempotency_key, attempt) triples one SQLite query looks up.
@@ -69,11 +62,7 @@ UNNEST_INSERT = text(
 )
 
 
-def _record(row: Any) -> RunRecord:
-    return RunRecord(**{name: row._mapping[name] for name in RUN_RECORD_FIELDS})
-
-
-class RunQueries(RunOutcomeQueries):
+class RunQueries(RunRetryQueries, RunOutcomeQueries):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.db = connections_for(engine)
@@ -185,7 +174,7 @@ class RunQueries(RunOutcomeQueries):
                 )
             )
             with self.db.read() as conn:
-                found.extend(_record(row) for row in conn.execute(query))
+                found.extend(run_record(row) for row in conn.execute(query))
         return found
 
     def _find_windows_unnest(self, windows: Sequence[tuple[int, str, int]]) -> list[RunRecord]:
@@ -212,7 +201,7 @@ class RunQueries(RunOutcomeQueries):
             "attempts": [w[2] for w in windows],
         }
         with self.db.read() as conn:
-            return [_record(row) for row in conn.execute(query, params)]
+            return [run_record(row) for row in conn.execute(query, params)]
 
     def still_pending(self, run_ids: Sequence[str]) -> set[str]:
         """Which of these runs are still ``pending`` (written, not yet sent)."""
@@ -334,7 +323,7 @@ class RunQueries(RunOutcomeQueries):
 
     def overdue(self, now: datetime, limit: int) -> list[RunRecord]:
         with self.db.fast_read() as conn:
-            return [_record(row) for row in conn.execute(self.overdue_select(now, limit))]
+            return [run_record(row) for row in conn.execute(self.overdue_select(now, limit))]
 
     def instant_columns(self) -> list[Any]:
         """The earliest ``retry_at`` of a retry and the earliest deadline of an
@@ -343,67 +332,6 @@ class RunQueries(RunOutcomeQueries):
         retry = select(func.min(c.retry_at)).where(RETRYING).scalar_subquery()
         deadline = select(func.min(c.deadline_at)).where(OPEN).scalar_subquery()
         return [retry.label("retry_at"), deadline.label("deadline")]
-
-    # -- retries ---------------------------------------------------------------
-
-    def retries_due_select(self, now: datetime, limit: int) -> Select[Any]:
-        """``retrying`` attempts whose ``retry_at`` has come, oldest first, with
-        their routine: a range scan of ``ix_routine_runs_retry_due``."""
-        routine_columns = record_columns("r_")
-        return (
-            select(*RECORD_COLUMNS, *routine_columns)
-            .join(routines, routines.c.id == c.routine_id)
-            .where(RETRYING, c.retry_at <= now)
-            .order_by(c.retry_at)
-            .limit(limit)
-        )
-
-    def retries_due(self, now: datetime, limit: int) -> list[DueRetry]:
-        with self.db.fast_read() as conn:
-            rows = conn.execute(self.retries_due_select(now, limit)).all()
-        return [
-            DueRetry(
-                run=_record(row),
-                routine=RoutineRecord(
-                    **{name: row._mapping[f"r_{name}"] for name in ROUTINE_RECORD_FIELDS}
-                ),
-            )
-            for row in rows
-        ]
-
-    def take_retry(self, run_id: str, settled: str, next_attempt: NewRun, now: datetime) -> bool:
-        """Claim a due retry and write its next attempt, in one transaction.
-
-        The conditional UPDATE ``retrying`` -> ``failed``/``lost`` lets exactly
-        one beat through; the unique ``(routine_id, idempotency_key, attempt)``
-        backs it up. False: another beat took it (or the row changed).
-        """
-        claim = update(table).where(c.id == run_id, c.state == "retrying").values(state=settled)
-        if self._mysql:
-            with self.db.write() as conn:
-                if conn.execute(claim).rowcount != 1:
-                    return False
-                return bool(self._insert_new_mysql(conn, [next_attempt], now))
-        insert = (
-            self._insert(table)
-            .values([{**asdict(next_attempt), "created_at": now}])
-            .on_conflict_do_nothing(index_elements=["routine_id", "idempotency_key", "attempt"])
-            .returning(c.id)
-        )
-        with self.db.write() as conn:
-            if conn.execute(claim).rowcount != 1:
-                return False
-            return conn.execute(insert).first() is not None
-
-    def cancel_retry(self, run_id: str, settled: str, reason: str) -> bool:
-        """A due retry of a paused/suspended/disabled routine is dropped, visibly."""
-        stmt = (
-            update(table)
-            .where(c.id == run_id, c.state == "retrying")
-            .values(state=settled, reason=reason)
-        )
-        with self.db.write() as conn:
-            return conn.execute(stmt).rowcount == 1
 
     # -- overlap ---------------------------------------------------------------
 
@@ -458,4 +386,4 @@ class RunQueries(RunOutcomeQueries):
     def get(self, run_id: str) -> RunRecord | None:
         with self.db.read() as conn:
             row = conn.execute(select(*RECORD_COLUMNS).where(c.id == run_id)).first()
-        return _record(row) if row else None
+        return run_record(row) if row else None

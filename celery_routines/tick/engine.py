@@ -5,7 +5,8 @@ fact, what deciding needs (ceiling usage, open runs, a dead beat's rows);
 *decide*: :mod:`celery_routines.tick.decide`, pure; *write*: the decisions'
 rows, claims, suspensions and deferrals in the tick's one transaction; *send*:
 after the commit, then mark the runs sent and move the routines on, a
-statement each (:mod:`celery_routines.tick.ledger`). Lost runs and retries
+statement each (:mod:`celery_routines.tick.recording`, with
+:mod:`celery_routines.tick.ledger`). Lost runs and retries
 are swept by :mod:`celery_routines.tick.sweeps`.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
@@ -23,20 +24,20 @@ from celery_routines.config import Settings
 from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.observe.events import Events, NoEvents
 from celery_routines.policy.catch_up import FirePlan
-from celery_routines.policy.routine import from_columns
-from celery_routines.policy.runs import lost_deadline
+from celery_routines.policy.routine_rows import from_columns
 from celery_routines.schedules.base import Schedule, first_window, is_never
 from celery_routines.schedules.jitter import send_instant
 from celery_routines.schedules.parse import schedule_of
 from celery_routines.sending.gate import Gate
 from celery_routines.sending.publish import Publisher
 from celery_routines.sending.revoke import CeleryRevoker, NoRevoker, Revoker
-from celery_routines.store import Advance, Probe, Published, RoutineRecord, Store
+from celery_routines.store import Advance, Probe, RoutineRecord, Store
 from celery_routines.tick import decide
 from celery_routines.tick.contention import HeldElsewhere
 from celery_routines.tick.decide import Claimed, Decision, Facts
 from celery_routines.tick.ledger import Unrecorded
-from celery_routines.tick.marking import Batch, MarkingBehind
+from celery_routines.tick.marking import MarkingBehind
+from celery_routines.tick.recording import Recording
 from celery_routines.tick.refresh import Refresher
 from celery_routines.tick.report import TickReport
 from celery_routines.tick.sweeps import Sweeps
@@ -50,7 +51,7 @@ INVALID_RETRY = timedelta(minutes=1)
 MIN_CLAIM_LIMIT = 10
 
 
-class TickEngine(Writing):
+class TickEngine(Recording, Writing):
     def __init__(
         self,
         store: Store,
@@ -247,69 +248,6 @@ class TickEngine(Writing):
                 sum(len(d.sends) for d in taken),
             )
         return still
-
-    def _mark_published(self) -> None:
-        """The ledger's published runs -> ``sent``, oldest batch first."""
-        while self.ledger.sent:
-            run_ids, sent_at, timeout = self.ledger.sent[0]
-            deadline = self._sent_deadline(sent_at, timeout)
-            self.store.runs.mark_sent(run_ids, sent_at, deadline_at=deadline)
-            self.ledger.marked()
-
-    def _mark_batches(self, batches: Sequence[Batch]) -> None:
-        """Published batches -> ``sent`` (run by ``MarkingBehind``'s thread:
-        it leaves the ledger to the tick's thread)."""
-        for run_ids, sent_at, timeout in batches:
-            deadline = self._sent_deadline(sent_at, timeout)
-            self.store.runs.mark_sent(run_ids, sent_at, deadline_at=deadline)
-
-    def _record_published(self, now: datetime) -> None:
-        """Write down what went out: runs marked sent, then routines moved on.
-
-        Each is one statement of its own, after the messages: a failure of
-        one (a deadlock, a dropped connection, a failover) undoes neither the
-        other nor the publishing. What failed stays in the ledger; the next
-        tick writes it before doing anything else, and never publishes it again.
-        """
-        ledger = self.ledger
-        if ledger.sent and ledger.advances and self.store.bookkeeping.one_statement:
-            self._record_in_one_statement(now)
-            return
-        self._mark_published()
-        if ledger.advances:
-            advances = sorted(ledger.advances.values(), key=lambda a: a.routine_id)
-            advanced = self.store.routines.advance(advances, self.holder, now)
-            ledger.advances.clear()
-            self._say_taken_over(len(advances) - advanced)
-
-    def _say_taken_over(self, missed: int) -> None:
-        if missed > 0:
-            logger.warning(
-                "%d routine claim(s) expired before this beat advanced them; "
-                "another beat took over (raise routines_lock_ttl if ticks are slow)",
-                missed,
-            )
-
-    def _record_in_one_statement(self, now: datetime) -> None:
-        """PostgreSQL: the runs marked sent and the routines moved on in one
-        atomic statement (see :mod:`celery_routines.store.bookkeeping`): a
-        failure writes neither, and both stay in the ledger for the next tick."""
-        ledger = self.ledger
-        runs = []
-        for run_ids, sent_at, timeout in ledger.sent:
-            # One deadline per batch: its runs went out at one instant.
-            deadline = self._sent_deadline(sent_at, timeout)
-            runs.extend(Published(run_id, sent_at, deadline) for run_id in run_ids)
-        advances = sorted(ledger.advances.values(), key=lambda a: a.routine_id)
-        advanced = self.store.bookkeeping.record_published(runs, advances, self.holder, now)
-        ledger.sent.clear()
-        ledger.advances.clear()
-        self._say_taken_over(len(advances) - advanced)
-
-    def _sent_deadline(self, sent_at: datetime, timeout: float | None) -> datetime:
-        """A sent run's lost deadline, on the database's clock (``timeout``:
-        the routine's own ``run_timeout``, else ``routines_run_timeout``)."""
-        return lost_deadline(sent_at + self.offset, timeout or self.settings.run_timeout)
 
     def _next_wakeup(
         self, probe: Probe, now: datetime, held: datetime | None = None

@@ -19,7 +19,8 @@ from celery_routines.config import Settings
 from celery_routines.errors import InvalidRoutine
 from celery_routines.observe.events import Events, NoEvents
 from celery_routines.policy.ceilings import Ceiling, decide_before_send
-from celery_routines.policy.routine import Routine, from_columns
+from celery_routines.policy.routine import Routine
+from celery_routines.policy.routine_rows import from_columns
 from celery_routines.policy.runs import (
     after_failure,
     blocked_reason,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import weakref
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -33,7 +32,6 @@ from celery.app.task import Task
 from celery.exceptions import Ignore, WorkerLostError
 
 from celery_routines.clock import Clock, utc_now
-from celery_routines.config import Settings, settings_from
 from celery_routines.policy.runs import (
     after_failure,
     celery_retry_wait,
@@ -46,9 +44,14 @@ from celery_routines.sending.publish import ROUTINE_HEADER
 from celery_routines.store import Store
 from celery_routines.worker import counting, heartbeat
 from celery_routines.worker.ceiling import check_after_run
-from celery_routines.worker.connection import PING_AFTER_IDLE, close_kept, run_statement
+from celery_routines.worker.connection import run_statement
 from celery_routines.worker.expiry import record_expired
 from celery_routines.worker.spend import begin_run, end_run
+from celery_routines.worker.stores import (
+    forget_inherited_connections,
+    settings_for,
+    store_for,
+)
 from celery_routines.worker.timeouts import hard_time_limit, run_timeout_of
 
 logger = logging.getLogger("celery_routines.worker")
@@ -59,11 +62,7 @@ clock: Clock = utc_now
 
 HOOK_MARK = "_celery_routines_claim"
 
-_stores: dict[str, Store] = {}
-# Weak: an app that goes away (tests build many) must not hand its settings to
-# a new app that happens to get the same id().
-_settings: weakref.WeakKeyDictionary[Celery, Settings] = weakref.WeakKeyDictionary()
-_stores_lock = threading.Lock()
+_refused_lock = threading.Lock()
 _connected = False
 _refused = 0
 _unhooked_warned: set[str] = set()
@@ -73,26 +72,6 @@ def refused_deliveries() -> int:
     """Deliveries this process refused to run because their run had already
     started or finished (each is also counted on the run row's ``duplicates``)."""
     return _refused
-
-
-def settings_for(app: Celery) -> Settings:
-    settings = _settings.get(app)
-    if settings is None:
-        settings = _settings[app] = settings_from(app)
-    return settings
-
-
-def store_for(app: Celery) -> Store:
-    """One store per database per process (engines are not shared across a fork)."""
-    url = settings_for(app).database_url
-    store = _stores.get(url)
-    if store is None:
-        with _stores_lock:
-            store = _stores.get(url)
-            if store is None:
-                store = Store.from_url(url, ping_after_idle=PING_AFTER_IDLE)
-                _stores[url] = store
-    return store
 
 
 def routine_name_of(task: Any) -> str | None:
@@ -181,7 +160,7 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
         return
     end_run()
     global _refused
-    with _stores_lock:
+    with _refused_lock:
         _refused += 1
     counting.refused(store, task_id, now)
     try:
@@ -404,23 +383,8 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
     logger.debug("run claim installed on %d task class(es)", count)
 
 
-def forget_stores() -> None:
-    """Close this process's stores and their kept connections (tests,
-    benchmarks: a store per throwaway database)."""
-    with _stores_lock:
-        stores = list(_stores.values())
-        _stores.clear()
-    for store in stores:
-        close_kept(store)
-        store.dispose()
-    _settings.clear()
-
-
 def after_fork(**_: Any) -> None:
-    # Connections inherited from the parent must not be used in the child.
-    with _stores_lock:
-        for store in _stores.values():
-            store.engine.dispose(close=False)
+    forget_inherited_connections()
     heartbeat.forget_all()
     counting.forget_all()
     install_in_pool_process()

@@ -25,8 +25,8 @@ from celery_routines.policy.routine import (
     SECONDS_LIMIT,
     Routine,
     define,
-    from_columns,
 )
+from celery_routines.policy.routine_rows import from_columns
 from celery_routines.policy.states import CatchUp, Overlap
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app, insert_routine, published

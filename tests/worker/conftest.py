@@ -9,7 +9,7 @@ import pytest
 from celery import Celery
 
 from celery_routines.store import Store
-from celery_routines.worker import hooks as worker
+from celery_routines.worker.stores import forget_stores
 
 
 @pytest.fixture
@@ -22,4 +22,4 @@ def app(database_url: str, store: Store) -> Celery:
 @pytest.fixture(autouse=True)
 def _forget_worker_stores() -> Iterator[None]:
     yield
-    worker.forget_stores()
+    forget_stores()

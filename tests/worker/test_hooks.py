@@ -24,6 +24,7 @@ from celery_routines.store import NewRun, Store
 from celery_routines.worker import counting
 from celery_routines.worker import hooks as worker
 from celery_routines.worker.ceiling import check_after_run
+from celery_routines.worker.stores import forget_stores
 from tests.conftest import FakeClock
 from tests.harness import insert_routine
 
@@ -280,7 +281,7 @@ def test_a_delivery_that_cannot_reach_the_database_does_not_run_the_body(
         calls.append("job")
 
     app.conf.routines_database_url = "postgresql://nobody@127.0.0.1:1/none"
-    worker._settings.clear()
+    forget_stores()  # the new URL is read again
     result = deliver(job, str(uuid.uuid4()), "job")
     assert calls == []
     assert result.failed()

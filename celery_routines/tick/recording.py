@@ -1,0 +1,97 @@
+"""Phase two of a tick: writing down what went out.
+
+The runs published are marked ``sent`` (each with its lost deadline on the
+database's clock) and the claimed routines moved on and released, after the
+messages. On PostgreSQL both go in one atomic statement; elsewhere a statement
+each, so a failure of one undoes neither the other nor the publishing. What is
+not yet written stays in the beat's ledger (:mod:`celery_routines.tick.ledger`)
+and the next tick writes it before anything else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from celery_routines.config import Settings
+from celery_routines.policy.runs import lost_deadline
+from celery_routines.store import Published, Store
+from celery_routines.tick.ledger import Unrecorded
+from celery_routines.tick.marking import Batch
+
+logger = logging.getLogger("celery_routines.beat")
+
+
+class Recording:
+    """What the engine provides to this half."""
+
+    store: Store
+    settings: Settings
+    holder: str
+    ledger: Unrecorded
+    # The database's clock minus the beat's, for run deadlines.
+    offset: timedelta
+
+    def _mark_published(self) -> None:
+        """The ledger's published runs -> ``sent``, oldest batch first."""
+        while self.ledger.sent:
+            run_ids, sent_at, timeout = self.ledger.sent[0]
+            deadline = self._sent_deadline(sent_at, timeout)
+            self.store.runs.mark_sent(run_ids, sent_at, deadline_at=deadline)
+            self.ledger.marked()
+
+    def _mark_batches(self, batches: Sequence[Batch]) -> None:
+        """Published batches -> ``sent`` (run by ``MarkingBehind``'s thread:
+        it leaves the ledger to the tick's thread)."""
+        for run_ids, sent_at, timeout in batches:
+            deadline = self._sent_deadline(sent_at, timeout)
+            self.store.runs.mark_sent(run_ids, sent_at, deadline_at=deadline)
+
+    def _record_published(self, now: datetime) -> None:
+        """Write down what went out: runs marked sent, then routines moved on.
+
+        Each is one statement of its own, after the messages: a failure of
+        one (a deadlock, a dropped connection, a failover) undoes neither the
+        other nor the publishing. What failed stays in the ledger; the next
+        tick writes it before doing anything else, and never publishes it again.
+        """
+        ledger = self.ledger
+        if ledger.sent and ledger.advances and self.store.bookkeeping.one_statement:
+            self._record_in_one_statement(now)
+            return
+        self._mark_published()
+        if ledger.advances:
+            advances = sorted(ledger.advances.values(), key=lambda a: a.routine_id)
+            advanced = self.store.routines.advance(advances, self.holder, now)
+            ledger.advances.clear()
+            self._say_taken_over(len(advances) - advanced)
+
+    def _say_taken_over(self, missed: int) -> None:
+        if missed > 0:
+            logger.warning(
+                "%d routine claim(s) expired before this beat advanced them; "
+                "another beat took over (raise routines_lock_ttl if ticks are slow)",
+                missed,
+            )
+
+    def _record_in_one_statement(self, now: datetime) -> None:
+        """PostgreSQL: the runs marked sent and the routines moved on in one
+        atomic statement (see :mod:`celery_routines.store.bookkeeping`): a
+        failure writes neither, and both stay in the ledger for the next tick."""
+        ledger = self.ledger
+        runs = []
+        for run_ids, sent_at, timeout in ledger.sent:
+            # One deadline per batch: its runs went out at one instant.
+            deadline = self._sent_deadline(sent_at, timeout)
+            runs.extend(Published(run_id, sent_at, deadline) for run_id in run_ids)
+        advances = sorted(ledger.advances.values(), key=lambda a: a.routine_id)
+        advanced = self.store.bookkeeping.record_published(runs, advances, self.holder, now)
+        ledger.sent.clear()
+        ledger.advances.clear()
+        self._say_taken_over(len(advances) - advanced)
+
+    def _sent_deadline(self, sent_at: datetime, timeout: float | None) -> datetime:
+        """A sent run's lost deadline, on the database's clock (``timeout``:
+        the routine's own ``run_timeout``, else ``routines_run_timeout``)."""
+        return lost_deadline(sent_at + self.offset, timeout or self.settings.run_timeout)
