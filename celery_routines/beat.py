@@ -131,7 +131,9 @@ class Scheduler(CeleryScheduler):
             if self._store is None:
                 self.setup_schedule()
             assert self._store is not None and self._gate is not None
-            publisher: Publisher = publisher_for(self.app, self.settings)
+            publisher: Publisher = publisher_for(
+                self.app, self.settings, subscribe_to_results=False
+            )
             if self.metrics is not None:
                 publisher = MeasuredPublisher(publisher, self.metrics, self._clock)
             self._engine = TickEngine(

@@ -13,9 +13,10 @@ routine options, until the publisher is closed. That, and no per-message
 ``tests/sending/test_direct_publish.py`` publishes the same runs both ways to
 a real Redis and compares every header, property and body field.
 
-Like the default path (``publish.results_never_awaited``), it does not call the
-result backend's ``on_task_call``: with a Redis backend that subscribes the
-sender to every task's result channel; beat never reads a result. Runs this
+It does not call the result backend's ``on_task_call`` (beat's ``send_task``
+path does not either: ``publish.results_never_awaited``): with a Redis backend
+that subscribes the sender to every task's result channel, for results a
+scheduler never reads. Runs this
 path does not mirror go through ``send_task`` instead: ``countdown``/``eta`` (native delayed
 delivery may reroute them), a router, connection or producer given in a
 routine's options, a send from inside a worker task (parent ids, inherited
@@ -96,12 +97,14 @@ _OMITTED = object()
 _callback_retry = getattr(celery_amqp, "_callback_publish_retry", None)
 
 
-def publisher_for(app: Celery, settings: Settings) -> Publisher:
+def publisher_for(
+    app: Celery, settings: Settings, *, subscribe_to_results: bool = True
+) -> Publisher:
     """The publisher ``routines_publish`` names, for beat and the operator's
-    sends alike."""
+    sends alike (beat's: ``subscribe_to_results=False``, it never reads one)."""
     if settings.publish == "direct":
-        return DirectPublisher(app)
-    return CeleryPublisher(app)
+        return DirectPublisher(app, subscribe_to_results=subscribe_to_results)
+    return CeleryPublisher(app, subscribe_to_results=subscribe_to_results)
 
 
 @dataclass
@@ -131,8 +134,8 @@ class _Plan:
 class DirectPublisher(BatchingPublisher):
     """Celery's message, published without ``send_task`` around each one."""
 
-    def __init__(self, app: Celery) -> None:
-        super().__init__(app)
+    def __init__(self, app: Celery, *, subscribe_to_results: bool = True) -> None:
+        super().__init__(app, subscribe_to_results=subscribe_to_results)
         self._plans: dict[tuple[str, str], _Plan] = {}
 
     def close(self) -> None:
@@ -147,7 +150,7 @@ class DirectPublisher(BatchingPublisher):
             or app.current_worker_task is not None
             or (_callback_retry is not None and _callback_retry.get())
         ):
-            send_with_celery(app, self.producer, run, options, headers)
+            send_with_celery(app, self.producer, run, options, headers, self.subscribe_to_results)
             return
         kwargsrepr = options.pop("kwargsrepr")
         expires = options.pop("expires", _OMITTED)

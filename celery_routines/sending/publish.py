@@ -17,8 +17,9 @@ literal, so Flower's search finds a routine's runs exactly with
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -106,8 +107,10 @@ class BatchingPublisher:
     mean the broker is down, and the runs after it are not attempted.
     """
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, *, subscribe_to_results: bool = True) -> None:
         self.app = app
+        # False for beat, which never reads a result (see results_never_awaited).
+        self.subscribe_to_results = subscribe_to_results
         self._connection: Any = None
         self._producer: Any = None
 
@@ -214,7 +217,7 @@ class CeleryPublisher(BatchingPublisher):
 
     def _send(self, run: OutgoingRun, batched: bool = False) -> None:
         options, headers = message_options(run, batched, self._repr_limits)
-        send_with_celery(self.app, self.producer, run, options, headers)
+        send_with_celery(self.app, self.producer, run, options, headers, self.subscribe_to_results)
 
 
 def message_options(
@@ -246,9 +249,14 @@ def message_options(
 
 
 def send_with_celery(
-    app: Celery, producer: Any, run: OutgoingRun, options: dict[str, Any], headers: dict[str, Any]
+    app: Celery,
+    producer: Any,
+    run: OutgoingRun,
+    options: dict[str, Any],
+    headers: dict[str, Any],
+    subscribe_to_results: bool = True,
 ) -> None:
-    with results_never_awaited():
+    with nullcontext() if subscribe_to_results else results_never_awaited():
         app.send_task(
             run.task,
             args=run.args,
@@ -261,25 +269,41 @@ def send_with_celery(
         )
 
 
+# Senders inside results_never_awaited() now, and Celery's flag before the first.
+_not_awaiting = 0
+_flag_before = False
+_not_awaiting_lock = threading.Lock()
+
+
 @contextmanager
 def results_never_awaited() -> Iterator[None]:
-    """Send without ``send_task`` subscribing this process to the task's result.
+    """Beat's sends: without ``send_task`` subscribing beat to each result.
 
     With a Redis result backend, ``send_task`` subscribes the sender to every
     task's result channel in case it waits on the result (celery/celery#3808,
-    #5320). A scheduler never does: in a long-lived beat or panel process the
-    subscriptions pile up, the results pushed to them fill Redis's output
-    buffer for a connection nobody reads, and a reconnect re-subscribes to
-    every one of them. Celery's worker processes skip the subscription through
-    the same flag; the message itself is unchanged (the worker still stores the
-    result), and ``AsyncResult.get()`` elsewhere still subscribes for itself.
+    #5320): a SUBSCRIBE per message and, on Celery 5.7, an UNSUBSCRIBE when the
+    result object is collected; before 5.7 the subscriptions pile up for the
+    life of the process. Beat never reads a result, so it sends as Celery's own
+    pool processes do, under Celery's flag that a result is never waited on;
+    the message is unchanged (the worker still stores the result). The flag is
+    process-wide: it is raised while any thread sends this way and lowered
+    back to what it was when the last one is done. Only beat's publisher uses
+    it; a process that may wait on results in another thread (the panel, the
+    Python API in an application) sends as ``send_task`` always does.
     """
-    before = task_join_will_block()
-    _set_task_join_will_block(True)
+    global _not_awaiting, _flag_before
+    with _not_awaiting_lock:
+        if _not_awaiting == 0:
+            _flag_before = task_join_will_block()
+            _set_task_join_will_block(True)
+        _not_awaiting += 1
     try:
         yield
     finally:
-        _set_task_join_will_block(before)
+        with _not_awaiting_lock:
+            _not_awaiting -= 1
+            if _not_awaiting == 0:
+                _set_task_join_will_block(_flag_before)
 
 
 def shown_kwargs(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +13,7 @@ import kombu.messaging
 import pytest
 import redis
 from celery import Celery
+from celery._state import task_join_will_block
 
 from celery_routines.sending.direct import DirectPublisher
 from celery_routines.sending.publish import (
@@ -20,6 +22,7 @@ from celery_routines.sending.publish import (
     CeleryPublisher,
     NotSent,
     OutgoingRun,
+    results_never_awaited,
 )
 
 # Both publish paths share the batching and the error bookkeeping; each is pinned.
@@ -127,15 +130,15 @@ def test_a_broker_that_is_down_fails_the_first_send_and_skips_the_rest(
 
 @each_publisher
 @pytest.mark.parametrize("batched", [True, False], ids=["batched", "one_by_one"])
-def test_sending_with_a_redis_result_backend_subscribes_to_no_result_channel(
+def test_beats_sends_with_a_redis_result_backend_subscribe_to_no_result_channel(
     redis_url: str, publisher_class: type[BatchingPublisher], batched: bool
 ) -> None:
     # send_task subscribes its caller to each task's result channel (Celery
     # before 5.7 keeps every subscription; 5.7 drops it when the result object
-    # is collected): two Redis round trips per run that a scheduler never reads.
+    # is collected): two Redis round trips per run that beat never reads.
     app = app_for(redis_url)
     app.conf.result_backend = redis_url
-    publisher = publisher_class(app)
+    publisher = publisher_class(app, subscribe_to_results=False)
     runs = [run(i) for i in range(3)]
     try:
         if batched:
@@ -153,7 +156,46 @@ def test_sending_with_a_redis_result_backend_subscribes_to_no_result_channel(
     # The messages are unchanged: the worker still stores each result.
     messages = queued(redis_url)
     assert len(messages) == 3 and not any(m["headers"]["ignore_result"] for m in messages)
-    # The flag is the send's only: the caller may still wait on results.
-    from celery._state import task_join_will_block
+    # Celery's flag is lowered again: this process may still wait on results.
+    assert task_join_will_block() is False
 
+
+def test_the_operators_send_task_path_is_celerys_own(redis_url: str) -> None:
+    # The panel or an application's Python API may wait on results in another
+    # thread: their sends leave Celery's flag alone.
+    app = app_for(redis_url)
+    app.conf.result_backend = redis_url
+    publisher = CeleryPublisher(app)
+    try:
+        publisher.publish(run(1))
+        subscribed = app.backend.result_consumer._pubsub is not None
+    finally:
+        publisher.close()
+        app.close()
+    assert subscribed
+
+
+def test_concurrent_senders_leave_celerys_flag_as_they_found_it() -> None:
+    # Two beats in one process (the tests run them in threads): the flag is
+    # lowered when the last sender is done, the one that found it raised.
+    first_in, second_in = threading.Event(), threading.Event()
+    first_out, second_out = threading.Event(), threading.Event()
+
+    def send(inside: threading.Event, leave: threading.Event) -> None:
+        with results_never_awaited():
+            inside.set()
+            leave.wait(10)
+
+    first = threading.Thread(target=send, args=(first_in, first_out))
+    second = threading.Thread(target=send, args=(second_in, second_out))
+    first.start()
+    assert first_in.wait(10)
+    second.start()
+    assert second_in.wait(10)
+    assert task_join_will_block() is True
+    first_out.set()
+    first.join()
+    assert task_join_will_block() is True  # the second is still sending
+    second_out.set()
+    second.join()
     assert task_join_will_block() is False
