@@ -136,8 +136,9 @@ def redis_url(redis_db: int) -> Iterator[str]:
     url = f"redis://{services.REDIS_HOST}:{services.REDIS_PORT}/{redis_db}"
     yield url
     client = redis.Redis.from_url(url)
-    client.flushdb()
-    client.set("celery_routines:test-owner", "1")
+    # One MULTI: between a bare FLUSHDB and the SET, another test run could
+    # find the database empty and claim it (services.free_redis_db).
+    client.pipeline(transaction=True).flushdb().set("celery_routines:test-owner", "1").execute()
     client.close()
 
 
