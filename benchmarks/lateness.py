@@ -324,18 +324,28 @@ def consume(args: argparse.Namespace) -> None:
 
 def _finish(engine: Any, run_ids: list[str]) -> None:
     from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
 
     if not run_ids:
         return
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "UPDATE routine_runs SET state = 'succeeded',"
-                " finished_at = now() AT TIME ZONE 'UTC'"
-                " WHERE id = ANY(:ids) AND state IN ('pending', 'sent', 'running')"
-            ),
-            {"ids": run_ids},
-        )
+    # Many runs at once, unlike a worker's one: this UPDATE and a beat's
+    # marking of a chunk may lock the same rows in different orders, and
+    # PostgreSQL then aborts one of them. The consumer tries again.
+    for attempt in range(5):
+        try:
+            with engine.begin() as conn:
+                conn.execute(
+                    text(
+                        "UPDATE routine_runs SET state = 'succeeded',"
+                        " finished_at = now() AT TIME ZONE 'UTC'"
+                        " WHERE id = ANY(:ids) AND state IN ('pending', 'sent', 'running')"
+                    ),
+                    {"ids": sorted(run_ids)},
+                )
+            return
+        except OperationalError as exc:
+            if "deadlock" not in str(exc) or attempt == 4:
+                raise
 
 
 def main(argv: list[str] | None = None) -> None:
