@@ -108,8 +108,14 @@ class RunOutcomeQueries:
         with self._one_statement(on) as conn:
             return conn.execute(stmt, params).rowcount == 1
 
-    def _one_statement(self, on: Connection | None) -> AbstractContextManager[Connection]:
-        return nullcontext(on) if on is not None else self.db.fast_write()
+    def _one_statement(
+        self, on: Connection | None, transaction: bool = False
+    ) -> AbstractContextManager[Connection]:
+        """``on`` when given, else a connection of the store's: autocommitted
+        for one statement, or in a ``transaction`` (MySQL's outcome)."""
+        if on is not None:
+            return nullcontext(on)
+        return self.db.write() if transaction else self.db.fast_write()
 
     # Built once: building a statement cost the worker more than running it.
     @cached_property
@@ -255,7 +261,7 @@ class RunOutcomeQueries:
         params = _outcome_params(run_id, now, None, spend)
         if is_mysql(self.db.engine):
             stmt = self._outcome_statement("succeeded")
-            with nullcontext(on) if on is not None else self.db.write() as conn:
+            with self._one_statement(on, transaction=True) as conn:
                 return Finished(done=conn.execute(stmt, params).rowcount == 1, check_ceiling=True)
         with self._one_statement(on) as conn:
             if self._postgres:
