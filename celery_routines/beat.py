@@ -293,6 +293,8 @@ class Scheduler(CeleryScheduler):
         self._closed = True
         if self.metrics is not None:
             self.metrics.close()
+        if self._engine is not None:
+            self._engine.settle()  # no claim taken after they are released
         self._release_claims()
         if self._gate is not None:
             self._gate.close()

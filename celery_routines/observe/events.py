@@ -12,6 +12,7 @@ or an operator command. A failure is logged once until a send works again.
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -78,6 +79,7 @@ class RoutineEvents:
         self._connection: Any = None
         self._dispatcher: Any = None
         self._failing = False
+        self._lock = threading.RLock()
 
     def skipped(
         self,
@@ -111,6 +113,12 @@ class RoutineEvents:
         )
 
     def send(self, event_type: str, **fields: Any) -> None:
+        # A burst's next batch is written (its skips reported) on another
+        # thread while the tick's thread reports late skips (tick/ahead.py).
+        with self._lock:
+            self._send(event_type, fields)
+
+    def _send(self, event_type: str, fields: dict[str, Any]) -> None:
         try:
             dispatcher = self._get_dispatcher()
             dispatcher.send(event_type, **{k: _field(v) for k, v in fields.items()})
@@ -144,8 +152,9 @@ class RoutineEvents:
         return self._dispatcher
 
     def close(self) -> None:
-        dispatcher, connection = self._dispatcher, self._connection
-        self._dispatcher = self._connection = None
+        with self._lock:
+            dispatcher, connection = self._dispatcher, self._connection
+            self._dispatcher = self._connection = None
         for closing in (dispatcher, connection):
             if closing is None:
                 continue

@@ -10,15 +10,19 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Engine,
+    Integer,
     Select,
     and_,
+    any_,
     bindparam,
     func,
+    not_,
     or_,
     select,
     text,
     update,
 )
+from sqlalchemy.dialects import postgresql
 
 import celery_routines.store.mysql as mysql_json
 
@@ -171,12 +175,15 @@ class RoutineQueries:
         ttl_seconds: float,
         limit: int,
         arbitration: datetime | None = None,
+        excluding: Sequence[int] = (),
     ) -> list[RoutineRecord]:
         """Claim up to ``limit`` due routines, oldest first, for ``ttl_seconds``.
 
         One conditional UPDATE: a row claimed by a live beat is not due for
         another until its claim expires, and on PostgreSQL concurrent beats
         skip each other's locked rows instead of queueing behind them.
+        ``excluding`` (PostgreSQL only): routines this beat holds and must not
+        take back, the batch it is still sending (see tick/ahead.py).
         """
         at = now if arbitration is None else arbitration
         params = {
@@ -186,6 +193,10 @@ class RoutineQueries:
             "until": at + timedelta(seconds=ttl_seconds),
             "limit": limit,
         }
+        if self._claim_driver is not None:
+            params["excluding"] = list(excluding)
+        elif excluding:
+            raise ValueError("claiming around routines still being sent is PostgreSQL's only")
         if self._claim_driver is not None:
             rows = self._claim_due_driver(params)
         elif self._mysql:
@@ -230,6 +241,9 @@ class RoutineQueries:
         now, holder, arb = bindparam("now"), bindparam("holder"), bindparam("arb")
         due = self.due_select(now, bindparam("limit"), holder, arb)
         if self._postgres:
+            # Never the routines this beat is still sending (empty: none).
+            excluding = bindparam("excluding", type_=postgresql.ARRAY(Integer))
+            due = due.where(not_(c.id == any_(excluding)))
             # A materialised CTE runs the locking select exactly once; as a
             # plain IN subquery PostgreSQL may re-run it per outer row, and a
             # re-run that skips the rows it just locked claims past the LIMIT.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
@@ -33,6 +33,7 @@ from celery_routines.sending.publish import Publisher
 from celery_routines.sending.revoke import CeleryRevoker, NoRevoker, Revoker
 from celery_routines.store import Advance, Probe, RoutineRecord, Store
 from celery_routines.tick import decide
+from celery_routines.tick.ahead import Ahead, Batch
 from celery_routines.tick.contention import HeldElsewhere
 from celery_routines.tick.decide import Claimed, Decision, Facts
 from celery_routines.tick.ledger import Unrecorded
@@ -83,11 +84,10 @@ class TickEngine(Recording, Writing):
         self.held_elsewhere = HeldElsewhere()
         # What this beat published and has not yet written down.
         self.ledger = Unrecorded()
-        self.marking = (
-            MarkingBehind(self.ledger, self._mark_batches)
-            if store.engine.dialect.name == "postgresql"
-            else None
-        )
+        on_postgres = store.engine.dialect.name == "postgresql"
+        self.marking = MarkingBehind(self.ledger, self._mark_batches) if on_postgres else None
+        # A burst's next batch written while this one publishes (PostgreSQL).
+        self.ahead = Ahead() if on_postgres else None
         # Set by the beat when told to stop mid-tick: publishing is bounded.
         self.stopping: float | None = None
         # The most routines one tick claims: routines_batch_size, less while
@@ -122,6 +122,9 @@ class TickEngine(Recording, Writing):
             if self.ledger:
                 logger.info("writing down %s before anything else", self.ledger.describe())
                 self._record_published(now)
+            # The batch the previous tick of a burst claimed and wrote while it
+            # published (tick/ahead.py): published by this one.
+            prepared = self.ahead.take() if self.ahead is not None else None
             probe = self.store.probe(
                 now,
                 self.holder,
@@ -132,9 +135,9 @@ class TickEngine(Recording, Writing):
             if probe.clock is not None:
                 self._set_offset(probe.clock - now)
             claimed_at = None
-            if self._work(probe, now):
+            if prepared is not None or self._work(probe, now):
                 with _collection_deferred():
-                    self._act(probe, now, report)
+                    self._act(probe, now, report, prepared)
                 claimed_at = now
                 if report.more_due:
                     # More is due than one tick claims: beat ticks again at
@@ -168,7 +171,9 @@ class TickEngine(Recording, Writing):
             or (_due(probe.deadline, now) and self.sweeps.lost_sweep_due(now))
         )
 
-    def _act(self, probe: Probe, now: datetime, report: TickReport) -> None:
+    def _act(
+        self, probe: Probe, now: datetime, report: TickReport, prepared: Batch | None = None
+    ) -> None:
         # Lost runs first: a run declared lost now no longer holds back its
         # routine's due window (overlap) and its retry is scheduled. Each is
         # one conditional UPDATE of a run, outside the transaction below, so
@@ -177,33 +182,69 @@ class TickEngine(Recording, Writing):
             self.sweeps.sweep_lost(now, report)
         if probe.changed or self.refresher.baselining:
             self.refresher.refresh(now, now + self.offset, report)
-        started = time.monotonic()
-        with self.store.transaction():
-            if probe.unscheduled:
-                report.adopted = self._adopt(now)
-            retries = self.sweeps.retries_due(now, report) if _due(probe.retry_at, now) else []
-            claimed = self.store.routines.claim_due(
-                now, self.holder, self.settings.lock_ttl, self.claim_limit, now + self.offset
-            )
-            report.claimed = len(claimed)
-            self._lift_ended_suspensions(claimed, now)
-            if len(claimed) >= self.claim_limit:
-                report.more_due = True
-            decisions = self._decide(claimed, now, report)
-            outgoing = self._write(decisions, now, report)
+        retries = []
+        batch = prepared
+        if batch is None or probe.unscheduled or _due(probe.retry_at, now):
+            with self.store.transaction():
+                if probe.unscheduled:
+                    report.adopted = self._adopt(now)
+                if _due(probe.retry_at, now):
+                    retries = self.sweeps.retries_due(now, report)
+                if batch is None:
+                    batch = self._claim_and_write(now)
+        report.add(batch.report)
+        if batch.full:
+            report.more_due = True
+            if self.ahead is not None and self.stopping is None:
+                excluding = batch.claimed_ids
+                self.ahead.start(lambda: self._prepare(excluding))
         self.sweeps.send_retries(retries, now, report, self.ledger)
-        if outgoing is not None:
-            held = self._send(outgoing, now, report)
+        if batch.outgoing is not None:
+            held = self._send(batch.outgoing, batch.claimed_at, report)
             self.ledger.advanced(
                 [
                     Advance(d.claimed.record.id, d.next_run_at)
-                    for d in outgoing.ready
+                    for d in batch.outgoing.ready
                     if d.claimed.record.id in held
                 ]
             )
         self._record_published(now)
-        if report.claimed:
-            self._fit_claims_to_ttl(time.monotonic() - started, report.claimed)
+        if batch.claimed_ids:
+            self._fit_claims_to_ttl(time.monotonic() - batch.started, len(batch.claimed_ids))
+
+    def _claim_and_write(self, now: datetime, excluding: Sequence[int] = ()) -> Batch:
+        """Claim due routines, decide them and write their rows, in the
+        caller's transaction; what to publish once it commits."""
+        report = TickReport()
+        started = time.monotonic()
+        limit = self.claim_limit
+        claimed = self.store.routines.claim_due(
+            now, self.holder, self.settings.lock_ttl, limit, now + self.offset, excluding
+        )
+        report.claimed = len(claimed)
+        self._lift_ended_suspensions(claimed, now)
+        decisions = self._decide(claimed, now, report)
+        outgoing = self._write(decisions, now, report)
+        ids = [record.id for record in claimed]
+        return Batch(now, started, ids, outgoing, len(claimed) >= limit, report)
+
+    def _prepare(self, excluding: Sequence[int]) -> Batch:
+        """The burst's next batch, on the Ahead thread (its own connection and
+        transaction), never one of ``excluding``: the batch being published."""
+        now = self.clock()
+        with self.store.session(), self.store.transaction():
+            return self._claim_and_write(now, excluding)
+
+    def settle(self) -> None:
+        """Wait for a batch in preparation (beat stopping: before its claims
+        are released); a prepared batch is left ``pending`` for the next holder."""
+        if self.ahead is None:
+            return
+        try:
+            if self.ahead.take() is not None:
+                logger.info("stopping: the next batch was written but not sent; left pending")
+        except Exception:
+            logger.warning("stopping: preparing the next batch failed", exc_info=True)
 
     def _fit_claims_to_ttl(self, took: float, claimed: int) -> None:
         """Claim no more routines than this beat carries out well within

@@ -34,3 +34,15 @@ class TickReport:
     more_due: bool = False
     duration: float = 0.0
     next_wakeup: datetime | None = None
+
+    def add(self, other: TickReport) -> None:
+        """Count in what ``other`` did: a batch prepared in an earlier tick
+        (see tick/ahead.py) is reported by the tick that publishes it."""
+        for name in (
+            "adopted", "claimed", "sent", "skipped_windows", "send_failures", "invalid",
+            "conflicts", "deferred", "queued", "replaced", "lost", "retries_sent",
+            "retries_cancelled", "rescheduled",
+        ):  # fmt: skip
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for reason, count in other.skipped_by_reason.items():
+            self.skipped_by_reason[reason] = self.skipped_by_reason.get(reason, 0) + count
