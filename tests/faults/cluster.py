@@ -140,6 +140,12 @@ def check_every_window_once(cluster: Cluster, until: datetime) -> dict[str, int]
     assert len(keys) == len(set(keys)), "a window has two run rows"
     sent = covered = 0
     for name, rows in by_routine.items():
+        if rows[0].interval_seconds is None:
+            # Not a grid under test: Celery's own cron entry (celery.backend_cleanup,
+            # daily at 04:00 with a result backend), fired when the clock crosses
+            # 04:00; its runs still count in the broker check below.
+            sent += len(rows)
+            continue
         step = timedelta(seconds=rows[0].interval_seconds)
         instants: list[datetime] = []
         for row in rows:
