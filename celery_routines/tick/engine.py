@@ -4,10 +4,10 @@
 fact, what deciding needs (ceiling usage, open runs, a dead beat's rows);
 *decide*: :mod:`celery_routines.tick.decide`, pure; *write*: the decisions'
 rows, claims, suspensions and deferrals in the tick's one transaction; *send*:
-after the commit, then mark the runs sent and move the routines on, a
-statement each (:mod:`celery_routines.tick.recording`, with
-:mod:`celery_routines.tick.ledger`). Lost runs and retries
-are swept by :mod:`celery_routines.tick.sweeps`.
+after the commit, then mark the runs sent and move the routines on
+(:mod:`~celery_routines.tick.recording`, :mod:`~celery_routines.tick.ledger`).
+A burst's next batch is written while one publishes (:mod:`~celery_routines.tick.ahead`);
+lost runs and retries are swept by :mod:`~celery_routines.tick.sweeps`.
 """
 
 from __future__ import annotations
@@ -174,10 +174,9 @@ class TickEngine(Recording, Writing):
     def _act(
         self, probe: Probe, now: datetime, report: TickReport, prepared: Batch | None = None
     ) -> None:
-        # Lost runs first: a run declared lost now no longer holds back its
-        # routine's due window (overlap) and its retry is scheduled. Each is
-        # one conditional UPDATE of a run, outside the transaction below, so
-        # that transaction locks routines before runs, like every other.
+        # Lost runs first (a run declared lost no longer holds back its
+        # routine's window), each an UPDATE outside the transaction below, so
+        # that one locks routines before runs, like every other.
         if _due(probe.deadline, now):
             self.sweeps.sweep_lost(now, report)
         if probe.changed or self.refresher.baselining:
@@ -199,6 +198,12 @@ class TickEngine(Recording, Writing):
                 excluding = batch.claimed_ids
                 self.ahead.start(lambda: self._prepare(excluding))
         self.sweeps.send_retries(retries, now, report, self.ledger)
+        self._publish(batch, now, report)
+        if batch.claimed_ids:
+            self._fit_claims_to_ttl(time.monotonic() - batch.started, len(batch.claimed_ids))
+
+    def _publish(self, batch: Batch, now: datetime, report: TickReport) -> None:
+        """Send a written batch, then write down what went out."""
         if batch.outgoing is not None:
             held = self._send(batch.outgoing, batch.claimed_at, report)
             self.ledger.advanced(
@@ -209,8 +214,6 @@ class TickEngine(Recording, Writing):
                 ]
             )
         self._record_published(now)
-        if batch.claimed_ids:
-            self._fit_claims_to_ttl(time.monotonic() - batch.started, len(batch.claimed_ids))
 
     def _claim_and_write(self, now: datetime, excluding: Sequence[int] = ()) -> Batch:
         """Claim due routines, decide them and write their rows, in the
@@ -236,15 +239,20 @@ class TickEngine(Recording, Writing):
             return self._claim_and_write(now, excluding)
 
     def settle(self) -> None:
-        """Wait for a batch in preparation (beat stopping: before its claims
-        are released); a prepared batch is left ``pending`` for the next holder."""
+        """Beat stopping, before its claims are released: publish the batch
+        in preparation, as a tick told to stop does (within the same grace,
+        the rest left ``pending`` for the next holder)."""
         if self.ahead is None:
             return
         try:
-            if self.ahead.take() is not None:
-                logger.info("stopping: the next batch was written but not sent; left pending")
+            batch = self.ahead.take()
+            if batch is not None:
+                report = TickReport()
+                with self.store.session():
+                    self._publish(batch, self.clock(), report)
+                logger.info("stopping: sent %d run(s) of the batch written last", report.sent)
         except Exception:
-            logger.warning("stopping: preparing the next batch failed", exc_info=True)
+            logger.warning("stopping: the batch written last was not all sent", exc_info=True)
 
     def _fit_claims_to_ttl(self, took: float, claimed: int) -> None:
         """Claim no more routines than this beat carries out well within
@@ -421,17 +429,13 @@ class TickEngine(Recording, Writing):
         logger.error("%s; marked invalid, looking again at %s", message, retry_at.isoformat())
         self.store.routines.mark_invalid(record.id, message, retry_at, holder, now)
 
-    # -- carrying the plan out -----------------------------------------------
-
 
 @contextmanager
 def _collection_deferred() -> Iterator[None]:
-    """No cyclic garbage collection while a tick acts: a burst allocates
-    objects by the hundred thousand (rows, decisions, messages), freed by
-    reference counting, yet they set off hundreds of collections, a few of
-    them over the whole heap (0.9 s of an 8 s burst of 10,000, measured).
-    A tick's claims are bounded by ``routines_batch_size``, so what waits is
-    bounded too; collection resumes as before when the tick ends."""
+    """No cyclic garbage collection while a tick acts: a burst's objects
+    (rows, decisions, messages), freed by reference counting, set off hundreds
+    of collections (0.9 s of an 8 s burst of 10,000). What waits is bounded by
+    ``routines_batch_size``; collection resumes when the tick ends."""
     if not gc.isenabled():
         yield
         return

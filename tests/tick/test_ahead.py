@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from celery_routines import Scheduler, register
+from celery_routines.tick.write import STOP_GRACE_SECONDS
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app, published, runs_of
 
@@ -129,20 +131,24 @@ def test_a_tick_that_fails_after_the_next_batch_was_written_leaves_it_to_the_nex
         scheduler.close()
 
 
-def test_a_beat_stopped_with_a_written_batch_leaves_it_pending_for_the_next_beat(
-    tmp_path: Path, database_url: str, clock: FakeClock
+@pytest.mark.parametrize("out_of_grace", [False, True])
+def test_a_beat_stopping_publishes_the_batch_it_wrote_within_its_grace_else_leaves_it_pending(
+    tmp_path: Path, database_url: str, clock: FakeClock, out_of_grace: bool
 ) -> None:
     declare()
     folder = tmp_path / "broker"
     first = make(folder, database_url, clock)
     adopt_all(first, clock)
     first.tick()  # publishes the first batch; the second is written meanwhile
-    first.close()  # waits for it, then hands its claims back
-    assert len(published(folder)) == BATCH
-    pending = Counter(
+    if out_of_grace:  # told to stop (SIGTERM) longer ago than the grace
+        first.engine.stopping = time.monotonic() - STOP_GRACE_SECONDS
+    first.close()  # waits for the second batch, sends it (or not), hands the claims back
+    out = BATCH if out_of_grace else 2 * BATCH
+    assert len(published(folder)) == out
+    states = Counter(
         run["state"] for n in range(ROUTINES) for run in runs_of(first.store, f"poll-{n:04d}")
     )
-    assert pending == {"sent": BATCH, "pending": BATCH}
+    assert states == ({"sent": BATCH, "pending": BATCH} if out_of_grace else {"sent": out})
     second = make(folder, database_url, clock)
     try:
         for _ in range(6):
