@@ -78,3 +78,19 @@ def test_instants_are_written_as_the_column_type_stores_them(read_back) -> None:
 def test_a_naive_instant_is_refused_like_the_column_type_refuses_it() -> None:
     with pytest.raises(ValueError, match="naive datetime"):
         timestamp_array([datetime(2026, 1, 1)])
+
+
+def test_the_run_statements_bind_their_array_literals_untyped() -> None:
+    # A literal bound as ``%(ids)s::VARCHAR`` and cast to an array is an
+    # expression PostgreSQL evaluates per row (a burst's overlap check went
+    # from 6 ms to 430 ms a tick); untyped, it is read once as the array.
+    from sqlalchemy.dialects.postgresql import psycopg
+
+    from celery_routines.store.runs import RunQueries
+
+    engine = create_engine("postgresql+psycopg://", module=__import__("psycopg"))
+    queries = RunQueries(engine)
+    dialect = psycopg.dialect()
+    for statement in (queries._open_runs, queries._mark_sent, queries._mark_sent_with_deadline):
+        sql = str(statement.compile(dialect=dialect))
+        assert "CAST(%(ids)s AS" in sql, sql
