@@ -153,7 +153,8 @@ class RunQueries(RunRetryQueries, RunOutcomeQueries):
             "now": naive_utc(now),
         }
         with self.db.fast_write() as conn:
-            return {row.id for row in conn.execute(UNNEST_INSERT, columns)}
+            # Fetched at once: row by row cost more than the arrays above.
+            return set(conn.execute(UNNEST_INSERT, columns).scalars().all())
 
     def _insert_new_mysql(self, conn: Any, runs: Sequence[NewRun], now: datetime) -> set[str]:
         """MySQL: insert what is new and learn which rows went in.

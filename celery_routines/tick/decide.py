@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from celery_routines.policy.catch_up import FirePlan, SkippedWindows, plan_due
@@ -89,13 +90,15 @@ class Claimed:
     timezone: str
     """The routine's zone, or the configured default."""
 
-    @property
+    # Both read several times per routine in a tick, computed once each
+    # (cached_property writes the instance's __dict__: frozen allows it).
+    @cached_property
     def due(self) -> datetime:
         """The due window (the stored ``next_run_at`` is its send instant)."""
         assert self.record.next_run_at is not None  # claim_due returns scheduled rows only
         return window_of(self.record.next_run_at, self.routine.name, self.routine.jitter)
 
-    @property
+    @cached_property
     def offset(self) -> timedelta:
         """How long after its window each window goes out (``jitter``)."""
         return jitter_offset(self.routine.name, self.routine.jitter)
