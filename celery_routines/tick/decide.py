@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from functools import cached_property
 from typing import Any
 
 from celery_routines.policy.catch_up import FirePlan, SkippedWindows, plan_due
@@ -63,6 +62,7 @@ def random_id() -> str:
 SHARED_ANSWERS = 4096
 _local_windows: dict[tuple[datetime, str], str] = {}
 _plans: dict[tuple[Any, ...], tuple[Schedule, FirePlan]] = {}
+_deadlines: dict[tuple[datetime, timedelta, float], datetime] = {}
 
 
 def _window_key(name: str, window: datetime, timezone: str) -> str:
@@ -90,18 +90,28 @@ class Claimed:
     timezone: str
     """The routine's zone, or the configured default."""
 
-    # Both read several times per routine in a tick, computed once each
-    # (cached_property writes the instance's __dict__: frozen allows it).
-    @cached_property
+    # Both are read several times per routine in a tick and computed once,
+    # kept in the instance's __dict__ beside the fields (not compared or
+    # shown). functools.cached_property takes a lock per read on Python 3.11:
+    # it cost more than computing them.
+    @property
     def due(self) -> datetime:
         """The due window (the stored ``next_run_at`` is its send instant)."""
-        assert self.record.next_run_at is not None  # claim_due returns scheduled rows only
-        return window_of(self.record.next_run_at, self.routine.name, self.routine.jitter)
+        found: datetime | None = self.__dict__.get("_due")
+        if found is None:
+            assert self.record.next_run_at is not None  # claim_due returns scheduled rows only
+            found = self.__dict__["_due"] = window_of(
+                self.record.next_run_at, self.routine.name, self.routine.jitter
+            )
+        return found
 
-    @cached_property
+    @property
     def offset(self) -> timedelta:
         """How long after its window each window goes out (``jitter``)."""
-        return jitter_offset(self.routine.name, self.routine.jitter)
+        found: timedelta | None = self.__dict__.get("_offset")
+        if found is None:
+            found = self.__dict__["_offset"] = jitter_offset(self.routine.name, self.routine.jitter)
+        return found
 
     def send_at(self, window: datetime) -> datetime:
         """The send instant of ``window``: what ``next_run_at`` stores."""
@@ -150,6 +160,20 @@ class Decision:
     """The open runs that held the windows back (skip, queue, replace)."""
     resent: RunRecord | None = None
     """A dead beat's row of the due window, taken over by :func:`take_over`."""
+
+
+def _lost_deadline(now: datetime, offset: timedelta, run_timeout: float) -> datetime:
+    """:func:`lost_deadline` on the database's clock, once per tick and timeout
+    (the same for a burst's thousands of runs); UTC only, as in _window_key."""
+    if now.tzinfo is not UTC:
+        return lost_deadline(now + offset, run_timeout)
+    key = (now, offset, run_timeout)
+    found = _deadlines.get(key)
+    if found is None:
+        if len(_deadlines) >= SHARED_ANSWERS:
+            _deadlines.clear()
+        found = _deadlines[key] = lost_deadline(now + offset, run_timeout)
+    return found
 
 
 # -- 1. the plan ---------------------------------------------------------------------
@@ -228,7 +252,7 @@ def decide(
     if claimed.offset:
         planned = replace(planned, next_run_at=claimed.send_at(planned.next_run_at))
     record, name, timezone = claimed.record, claimed.routine.name, claimed.timezone
-    deadline = lost_deadline(now + facts.offset, claimed.routine.run_timeout or run_timeout)
+    deadline = _lost_deadline(now, facts.offset, claimed.routine.run_timeout or run_timeout)
     sends = [
         NewRun(
             id=new_id(),
