@@ -19,8 +19,9 @@ from datetime import datetime
 
 from sqlalchemy import Engine, text
 
-from .compiled import naive_utc, naive_utc_many
+from .compiled import naive_utc
 from .connections import connections_for
+from .pg_arrays import int_array, text_array, timestamp_array
 from .routines import Advance
 
 # The advance locks the routines it moves in id order (the SELECT ... FOR
@@ -68,11 +69,12 @@ class BookkeepingQueries:
         """Mark ``runs`` sent (those still ``pending``) and move ``advances``
         on (those ``holder`` still claims), atomically; the routines moved."""
         params = {
-            "ids": [run.run_id for run in runs],
-            "sent_ats": naive_utc_many([run.sent_at for run in runs]),
-            "deadlines": naive_utc_many([run.deadline_at for run in runs]),
-            "rids": [advance.routine_id for advance in advances],
-            "nras": naive_utc_many([advance.next_run_at for advance in advances]),
+            # Arrays as literals the statement casts (see store/pg_arrays.py).
+            "ids": text_array([run.run_id for run in runs]),
+            "sent_ats": timestamp_array([run.sent_at for run in runs]),
+            "deadlines": timestamp_array([run.deadline_at for run in runs]),
+            "rids": int_array([advance.routine_id for advance in advances]),
+            "nras": timestamp_array([advance.next_run_at for advance in advances]),
             "holder": holder,
             "now": naive_utc(now),
         }

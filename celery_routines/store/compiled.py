@@ -11,9 +11,9 @@ driver takes as they are (naive UTC datetimes, see :func:`naive_utc`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, CursorResult
@@ -46,26 +46,3 @@ class DriverStatement:
 def naive_utc(instant: datetime | None) -> datetime | None:
     """What ``UTCDateTime`` stores, for a statement that bypasses the column type."""
     return _UTC_DATETIME.process_bind_param(instant, None)  # type: ignore[arg-type]
-
-
-def naive_utc_many(instants: Iterable[datetime | None]) -> list[datetime | None]:
-    """:func:`naive_utc` of each, for a statement's array parameter.
-
-    A burst's arrays repeat a few instants (one deadline, one send instant per
-    batch) a thousand times: each distinct UTC instant is converted once. An
-    instant in another zone is converted on its own: within one zone, the two
-    readings of a repeated hour compare (and hash) equal, an hour apart.
-    The same check as the column type: a naive instant is refused."""
-    converted: dict[datetime, datetime] = {}
-    out: list[datetime | None] = []
-    for instant in instants:
-        if instant is None:
-            out.append(None)
-        elif instant.tzinfo is UTC:
-            naive = converted.get(instant)
-            if naive is None:
-                naive = converted[instant] = instant.replace(tzinfo=None)
-            out.append(naive)
-        else:
-            out.append(naive_utc(instant))
-    return out

@@ -20,11 +20,12 @@ Catch-up, lateness, ceilings, overlap and takeover meet here, in this order:
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from celery_routines.policy.catch_up import FirePlan, SkippedWindows, plan_due
 from celery_routines.policy.ceilings import (
@@ -44,8 +45,39 @@ from celery_routines.store.records import NewRun, OpenRun, RoutineRecord, RunRec
 IdFactory = Callable[[], str]
 
 
+# The RFC 4122 variant digit of a version 4 UUID, from a random hex digit.
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+
+
 def random_id() -> str:
-    return str(uuid.uuid4())
+    """A random version 4 UUID, as ``str(uuid.uuid4())`` writes it: 122
+    random bits from ``os.urandom``, like ``uuid4``, formatted directly
+    (a burst draws one per run; ``uuid.UUID``'s checks cost four times this)."""
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
+
+
+# Answers shared by the thousands of routines of a burst, which differ
+# mostly in their names: bounded, cleared when full (a miss only recomputes).
+SHARED_ANSWERS = 4096
+_local_windows: dict[tuple[datetime, str], str] = {}
+_plans: dict[tuple[Any, ...], tuple[Schedule, FirePlan]] = {}
+_deadlines: dict[tuple[datetime, timedelta, float], datetime] = {}
+
+
+def _window_key(name: str, window: datetime, timezone: str) -> str:
+    """:func:`window_key`, its ``@<window in timezone>`` part computed once per
+    (window, zone). Only UTC instants are looked up: in another zone, two
+    readings of a repeated hour compare (and hash) equal, an hour apart."""
+    if window.tzinfo is not UTC:
+        return window_key(name, window, timezone)
+    local = _local_windows.get((window, timezone))
+    if local is None:
+        local = window_key("", window, timezone)
+        if len(_local_windows) >= SHARED_ANSWERS:
+            _local_windows.clear()
+        _local_windows[(window, timezone)] = local
+    return name + local
 
 
 @dataclass(frozen=True)
@@ -58,16 +90,28 @@ class Claimed:
     timezone: str
     """The routine's zone, or the configured default."""
 
+    # Both are read several times per routine in a tick and computed once,
+    # kept in the instance's __dict__ beside the fields (not compared or
+    # shown). functools.cached_property takes a lock per read on Python 3.11:
+    # it cost more than computing them.
     @property
     def due(self) -> datetime:
         """The due window (the stored ``next_run_at`` is its send instant)."""
-        assert self.record.next_run_at is not None  # claim_due returns scheduled rows only
-        return window_of(self.record.next_run_at, self.routine.name, self.routine.jitter)
+        found: datetime | None = self.__dict__.get("_due")
+        if found is None:
+            assert self.record.next_run_at is not None  # claim_due returns scheduled rows only
+            found = self.__dict__["_due"] = window_of(
+                self.record.next_run_at, self.routine.name, self.routine.jitter
+            )
+        return found
 
     @property
     def offset(self) -> timedelta:
         """How long after its window each window goes out (``jitter``)."""
-        return jitter_offset(self.routine.name, self.routine.jitter)
+        found: timedelta | None = self.__dict__.get("_offset")
+        if found is None:
+            found = self.__dict__["_offset"] = jitter_offset(self.routine.name, self.routine.jitter)
+        return found
 
     def send_at(self, window: datetime) -> datetime:
         """The send instant of ``window``: what ``next_run_at`` stores."""
@@ -118,6 +162,20 @@ class Decision:
     """A dead beat's row of the due window, taken over by :func:`take_over`."""
 
 
+def _lost_deadline(now: datetime, offset: timedelta, run_timeout: float) -> datetime:
+    """:func:`lost_deadline` on the database's clock, once per tick and timeout
+    (the same for a burst's thousands of runs); UTC only, as in _window_key."""
+    if now.tzinfo is not UTC:
+        return lost_deadline(now + offset, run_timeout)
+    key = (now, offset, run_timeout)
+    found = _deadlines.get(key)
+    if found is None:
+        if len(_deadlines) >= SHARED_ANSWERS:
+            _deadlines.clear()
+        found = _deadlines[key] = lost_deadline(now + offset, run_timeout)
+    return found
+
+
 # -- 1. the plan ---------------------------------------------------------------------
 
 
@@ -130,14 +188,33 @@ def plan(claimed: Claimed, now: datetime) -> FirePlan:
         return suspended.as_fire_plan()
     # A jittered routine's windows go out `offset` after them: planning them
     # at `now - offset` measures due-ness and lateness from the send instants.
-    return plan_due(
-        claimed.schedule,
-        claimed.due,
-        now - claimed.offset,
+    due, at = claimed.due, now - claimed.offset
+    schedule = claimed.schedule
+    options = (routine.catch_up, routine.catch_up_cap, routine.max_lateness)
+    # plan_due is pure: routines that share a schedule object (schedule_of
+    # shares them), a due window, an instant and the options share a plan
+    # (frozen). The key holds the schedule by identity, checked on a hit (the
+    # answer holds it, so its id cannot be reused meanwhile); only UTC
+    # instants are looked up (see _window_key).
+    key = (id(schedule), due, at, *options)
+    cacheable = due.tzinfo is UTC and at.tzinfo is UTC
+    if cacheable:
+        found = _plans.get(key)
+        if found is not None and found[0] is schedule:
+            return found[1]
+    planned = plan_due(
+        schedule,
+        due,
+        at,
         catch_up=routine.catch_up,
         catch_up_cap=routine.catch_up_cap,
         max_lateness=routine.max_lateness,
     )
+    if cacheable:
+        if len(_plans) >= SHARED_ANSWERS:
+            _plans.clear()
+        _plans[key] = (schedule, planned)
+    return planned
 
 
 def needs_usage(claimed: Claimed, planned: FirePlan) -> bool:
@@ -175,12 +252,12 @@ def decide(
     if claimed.offset:
         planned = replace(planned, next_run_at=claimed.send_at(planned.next_run_at))
     record, name, timezone = claimed.record, claimed.routine.name, claimed.timezone
-    deadline = lost_deadline(now + facts.offset, claimed.routine.run_timeout or run_timeout)
+    deadline = _lost_deadline(now, facts.offset, claimed.routine.run_timeout or run_timeout)
     sends = [
         NewRun(
             id=new_id(),
             routine_id=record.id,
-            idempotency_key=window_key(name, window, timezone),
+            idempotency_key=_window_key(name, window, timezone),
             attempt=1,
             scheduled_for=window,
             deadline_at=deadline,
