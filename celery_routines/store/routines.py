@@ -50,18 +50,16 @@ _new_object = object.__new__
 
 
 def _record(row: Any) -> RoutineRecord:
-    """A row of ``RECORD_COLUMNS``, which follow the record's fields: built
-    positionally (a burst decodes thousands of claimed rows)."""
+    """A row of ``RECORD_COLUMNS`` (the record's fields, in order)."""
     return RoutineRecord(*row)
 
 
 def _record_from_driver(row: Any) -> RoutineRecord:
     """A driver's row of ``RECORD_COLUMNS``: its naive UTC instants made aware.
 
-    Its fields are filled in directly: a frozen dataclass's ``__init__`` sets
-    its 36 fields one ``object.__setattr__`` at a time, which cost three
-    times the rest (a burst's tick builds a thousand). A row that does not
-    hold every field goes through the constructor and its defaults."""
+    Fields filled in directly: a frozen dataclass's ``__init__`` sets its 36
+    fields one ``object.__setattr__`` at a time, three times the rest's cost.
+    A row without every field goes through the constructor and its defaults."""
     values = list(row)
     for i in INSTANT_POSITIONS:
         instant = values[i]
@@ -82,9 +80,8 @@ def _aware(instant: datetime) -> datetime:
 
 
 def _claimable(now: Any, holder: Any = None, arbitration: Any = None) -> ColumnElement[bool]:
-    """Due (``next_run_at <= now``, the beat's clock) and free to claim (no
-    claim, or one expired by ``arbitration``, the database's clock; ``now``
-    when not given); values or bound parameters."""
+    """Due (``next_run_at <= now``, beat's clock) and free to claim (no claim,
+    or one expired by ``arbitration``, the database's clock, else ``now``)."""
     at = now if arbitration is None else arbitration
     free = or_(c.locked_until.is_(None), c.locked_until < at)
     if holder is not None:
@@ -192,8 +189,7 @@ class RoutineQueries:
         One conditional UPDATE: a row claimed by a live beat is not due for
         another until its claim expires, and on PostgreSQL concurrent beats
         skip each other's locked rows instead of queueing behind them.
-        ``excluding`` (PostgreSQL only): routines this beat holds and must not
-        take back, the batch it is still sending (see tick/ahead.py).
+        ``excluding`` (PostgreSQL): routines held here not to take back (tick/ahead.py).
         """
         at = now if arbitration is None else arbitration
         params = {
@@ -204,11 +200,9 @@ class RoutineQueries:
             "limit": limit,
         }
         if self._claim_driver is not None:
-            params["excluding"] = list(excluding)
+            rows = self._claim_due_driver({**params, "excluding": list(excluding)})
         elif excluding:
             raise ValueError("claiming around routines still being sent is PostgreSQL's only")
-        if self._claim_driver is not None:
-            rows = self._claim_due_driver(params)
         elif self._mysql:
             rows = self._claim_due_mysql(params)
         else:
