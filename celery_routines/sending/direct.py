@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -42,9 +43,12 @@ from celery_routines.sending.publish import (
     CeleryPublisher,
     OutgoingRun,
     Publisher,
+    _message_local,
     message_options,
     send_with_celery,
 )
+from celery_routines.sending.redis_push import RedisPushes, redis_channel
+from celery_routines.sending.task_template import TaskTemplate
 
 if TYPE_CHECKING:
     from celery_routines.config import Settings
@@ -93,6 +97,8 @@ SEND_MESSAGE_KEYWORDS = (
     "confirm_timeout",
 )
 _OMITTED = object()
+# Run options that vary per run and do not change the plan (see _plan).
+_PER_RUN_OPTIONS = frozenset({"expires", "kwargsrepr"})
 # Set by Celery around a worker callback's publish, which it retries its own way.
 _callback_retry = getattr(celery_amqp, "_callback_publish_retry", None)
 
@@ -129,6 +135,11 @@ class _Plan:
     retry_policy: dict[str, Any]
     publish_options: dict[str, Any]
     event_dispatcher: Any
+    # create_task_message's message, made once (None: made for every message).
+    template: TaskTemplate | None = None
+    # Can go in a Redis batch's LPUSH (redis_push): the nameless exchange, no compression.
+    pushable: bool = False
+    delivery_mode: Any = None  # as Producer.publish resolves it
 
 
 class DirectPublisher(BatchingPublisher):
@@ -142,19 +153,61 @@ class DirectPublisher(BatchingPublisher):
         super().close()
         self._plans.clear()
 
-    def _send(self, run: OutgoingRun, batched: bool = False) -> None:
+    def _publish_batch(self, runs: Sequence[OutgoingRun]) -> list[Exception | None]:
+        """BatchingPublisher's batch, but on Redis one ``LPUSH`` per list
+        (``redis_push``) instead of kombu's publish batch; the same errors."""
+        channel = redis_channel(self.producer)
+        if (
+            channel is None
+            # Checked once per batch (one thread publishes it) instead of per message.
+            or self.app.current_worker_task is not None
+            or (_callback_retry is not None and _callback_retry.get())
+        ):
+            return super()._publish_batch(runs)
+        errors: list[Exception | None] = []
+        pushes = RedisPushes(channel)
+        try:
+            for run in runs:
+                try:
+                    self._send(run, batched=True, pushes=pushes)
+                except Exception as exc:
+                    if not _message_local(exc):
+                        raise
+                    errors.append(exc)
+                else:
+                    errors.append(None)
+            pushes.flush()
+        except Exception as exc:
+            # As BatchingPublisher: nobody knows which messages Redis took, so
+            # each is sent again on its own with the retry policy (a message
+            # that arrives twice is refused by the worker's claim on its run).
+            logger.warning(
+                "batched publish of %d run(s) failed (%s: %s); sending them one by one",
+                len(runs),
+                type(exc).__name__,
+                exc,
+            )
+            self.close()
+            return self._one_by_one(runs, known=errors)
+        return errors
+
+    def _send(
+        self, run: OutgoingRun, batched: bool = False, pushes: RedisPushes | None = None
+    ) -> None:
         app = self.app
         options, headers = message_options(run, batched, self._repr_limits)
-        if (
-            not NOT_MIRRORED.isdisjoint(options)
-            or app.current_worker_task is not None
-            or (_callback_retry is not None and _callback_retry.get())
+        if not NOT_MIRRORED.isdisjoint(options) or (
+            pushes is None  # a batch of pushes has checked these once
+            and (
+                app.current_worker_task is not None
+                or (_callback_retry is not None and _callback_retry.get())
+            )
         ):
             send_with_celery(app, self.producer, run, options, headers, self.subscribe_to_results)
             return
         kwargsrepr = options.pop("kwargsrepr")
         expires = options.pop("expires", _OMITTED)
-        plan = self._plan(run, options)
+        plan = self._plan(run, options, batched)
         if expires is _OMITTED:
             expires = plan.default_expires
         name = run.task
@@ -162,27 +215,14 @@ class DirectPublisher(BatchingPublisher):
         properties = dict(plan.properties, kwargsrepr=kwargsrepr)
         if expires is not None:
             properties["expiration"] = self._expiration(run.run_id, expires)
-        if not run.args and plan.argsrepr_free:
-            # Celery's saferepr of no arguments, without the walk (empty args become ()).
-            create_options = dict(plan.create_options, argsrepr="()")
+        if plan.template is not None:
+            headers2, message_properties, body = plan.template.message(
+                app, run, expires, kwargsrepr, plan.reply_to or app.thread_oid
+            )
         else:
-            create_options = plan.create_options
-        headers2, message_properties, body, sent_event = app.amqp.create_task_message(
-            run.run_id,
-            name,
-            run.args,
-            run.kwargs,
-            None,
-            None,
-            *plan.create_args[:2],
-            expires,
-            plan.retries,
-            *plan.create_args[2:5],
-            plan.reply_to or app.thread_oid,  # per thread, as in send_task
-            *plan.create_args[5:],
-            **create_options,
-            kwargsrepr=kwargsrepr,
-        )
+            headers2, message_properties, body, sent_event = self._created(
+                run, plan, expires, kwargsrepr
+            )
         headers2.update(headers)
         message_properties.update(properties)
         exchange, routing_key, retry = plan.exchange, plan.routing_key, plan.retry
@@ -197,15 +237,33 @@ class DirectPublisher(BatchingPublisher):
                 properties=message_properties,
                 retry_policy=retry_policy,
             )
-            producer.publish(
-                body,
-                **plan.publish_options,
-                retry=retry,
-                retry_policy=retry_policy,
-                declare=self._still_to_declare(plan),
-                headers=headers2,
-                **message_properties,
-            )
+            to_declare = self._still_to_declare(plan)
+            if pushes is not None and plan.pushable:
+                for entity in to_declare or ():  # as kombu: declared at once, not batched
+                    producer.maybe_declare(entity, retry=retry, **retry_policy)
+                pushed = pushes.put(
+                    body,
+                    plan.publish_options["serializer"],
+                    headers2,
+                    message_properties,
+                    plan.delivery_mode,
+                    routing_key,
+                )
+                to_declare = None
+            else:
+                pushed = False
+            if not pushed:
+                if pushes is not None:
+                    pushes.flush()  # what came before goes first
+                producer.publish(
+                    body,
+                    **plan.publish_options,
+                    retry=retry,
+                    retry_policy=retry_policy,
+                    declare=to_declare,
+                    headers=headers2,
+                    **message_properties,
+                )
             signals.after_task_publish.send(**where, headers=headers2)
             if signals.task_sent.receivers:  # Celery's deprecated signal, kept while it is
                 signals.task_sent.send(
@@ -217,7 +275,7 @@ class DirectPublisher(BatchingPublisher):
                     eta=headers2["eta"],
                     taskset=headers2["group"],
                 )
-            if sent_event:
+            if plan.template is None and sent_event:
                 dispatcher = plan.event_dispatcher or app.amqp._event_dispatcher
                 sent_event.update(
                     {
@@ -229,6 +287,33 @@ class DirectPublisher(BatchingPublisher):
                 dispatcher.publish(
                     "task-sent", sent_event, producer, retry=retry, retry_policy=retry_policy
                 )
+
+    def _created(
+        self, run: OutgoingRun, plan: _Plan, expires: Any, kwargsrepr: str
+    ) -> tuple[dict[str, Any], dict[str, Any], Any, Any]:
+        """create_task_message for this run, as send_task calls it."""
+        app = self.app
+        if not run.args and plan.argsrepr_free:
+            # Celery's saferepr of no arguments, without the walk (empty args become ()).
+            create_options = dict(plan.create_options, argsrepr="()")
+        else:
+            create_options = plan.create_options
+        return app.amqp.create_task_message(
+            run.run_id,
+            run.task,
+            run.args,
+            run.kwargs,
+            None,
+            None,
+            *plan.create_args[:2],
+            expires,
+            plan.retries,
+            *plan.create_args[2:5],
+            plan.reply_to or app.thread_oid,  # per thread, as in send_task
+            *plan.create_args[5:],
+            **create_options,
+            kwargsrepr=kwargsrepr,
+        )
 
     def _still_to_declare(self, plan: _Plan) -> list[Any] | None:
         """``plan.declare``, or None once kombu has them in this connection's
@@ -254,9 +339,17 @@ class DirectPublisher(BatchingPublisher):
             seconds = 0
         return seconds
 
-    def _plan(self, run: OutgoingRun, options: dict[str, Any]) -> _Plan:
-        # Dict items sort by key alone (keys are unique), whatever the values.
-        key = (run.task, repr(sorted(options.items())))
+    def _plan(self, run: OutgoingRun, options: dict[str, Any], batched: bool) -> _Plan:
+        # ``options`` follow from the run's options but its expires and
+        # kwargsrepr (taken out of them) and ``batched``: key on those, which
+        # is cheaper than on ``options`` (most runs have no options at all).
+        given = run.options
+        if not given:
+            key: tuple[Any, ...] = (run.task, batched)
+        else:
+            # Dict items sort by key alone (keys are unique), whatever the values.
+            kept = sorted((k, v) for k, v in given.items() if k not in _PER_RUN_OPTIONS)
+            key = (run.task, batched, repr(kept))
         plan = self._plans.get(key)
         if plan is None:
             plan = self._make_plan(run, dict(options))
@@ -321,7 +414,7 @@ class DirectPublisher(BatchingPublisher):
         retry = sent.get("retry")
         policy = sent.get("retry_policy")
         default_policy = conf.task_publish_retry_policy
-        return _Plan(
+        plan = _Plan(
             create_args=(
                 given.get("group_id"),
                 given.get("group_index"),
@@ -363,3 +456,12 @@ class DirectPublisher(BatchingPublisher):
             },
             event_dispatcher=sent.get("event_dispatcher"),
         )
+        plan.template = TaskTemplate.for_plan(
+            app, name, plan.create_args, plan.retries, plan.reply_to, plan.create_options
+        )
+        producer = self.producer
+        exchange_name, plan.delivery_mode = producer._delivery_details(
+            exchange or producer.exchange, delivery_mode
+        )
+        plan.pushable = exchange_name == "" and not plan.publish_options["compression"]
+        return plan
