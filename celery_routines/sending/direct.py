@@ -25,19 +25,17 @@ priority) and a worker callback's retried publish.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from contextlib import nullcontext
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery, signals
 from celery.app import amqp as celery_amqp
 from celery.app.routes import MapRoute
-from celery.utils.functional import maybe_list
-from kombu.common import Broadcast
 
+from celery_routines.sending.direct_plan import Plan, make_plan
 from celery_routines.sending.publish import (
     BatchingPublisher,
     CeleryPublisher,
@@ -48,53 +46,17 @@ from celery_routines.sending.publish import (
     send_with_celery,
 )
 from celery_routines.sending.redis_push import RedisPushes, redis_channel
-from celery_routines.sending.task_template import TaskTemplate
 
 if TYPE_CHECKING:
     from celery_routines.config import Settings
 
 logger = logging.getLogger("celery_routines.beat")
 
-# send_task's own keywords, which a routine's options may carry (apply_async's).
-SEND_TASK_KEYWORDS = (
-    "link",
-    "link_error",
-    "group_id",
-    "group_index",
-    "retries",
-    "chord",
-    "reply_to",
-    "time_limit",
-    "soft_time_limit",
-    "root_id",
-    "parent_id",
-    "route_name",
-    "shadow",
-    "chain",
-    "replaced_task_nesting",
-)
 # Options this path leaves to send_task (see the module's docstring); the last
 # four clash with send_task's own arguments, so Celery refuses them too.
 NOT_MIRRORED = frozenset(
     {"countdown", "eta", "router", "connection", "producer", "publisher", "result_cls"}
     | {"task_type", "task_id", "add_to_parent", "args", "kwargs"}
-)
-# send_task_message's named parameters: every other option becomes a property.
-SEND_MESSAGE_KEYWORDS = (
-    "exchange",
-    "routing_key",
-    "queue",
-    "event_dispatcher",
-    "retry",
-    "retry_policy",
-    "serializer",
-    "delivery_mode",
-    "compression",
-    "declare",
-    "headers",
-    "exchange_type",
-    "timeout",
-    "confirm_timeout",
 )
 _OMITTED = object()
 # Run options that vary per run and do not change the plan (see _plan).
@@ -113,41 +75,12 @@ def publisher_for(
     return CeleryPublisher(app, subscribe_to_results=subscribe_to_results)
 
 
-@dataclass
-class _Plan:
-    """What send_task works out for one task with one set of routine options."""
-
-    # create_task_message's arguments but the run's own, ``expires`` and ``reply_to``.
-    create_args: tuple[Any, ...]
-    create_options: dict[str, Any]
-    argsrepr_free: bool  # the options set no argsrepr
-    reply_to: str | None
-    default_expires: Any
-    retries: int
-    properties: dict[str, Any]  # options send_task_message makes message properties
-    exchange: Any
-    routing_key: Any
-    qname: Any
-    declare: list[Any] | None
-    # kombu's declaration-cache keys of ``declare``; None: not cacheable.
-    declared_keys: list[int] | None
-    retry: Any
-    retry_policy: dict[str, Any]
-    publish_options: dict[str, Any]
-    event_dispatcher: Any
-    # create_task_message's message, made once (None: made for every message).
-    template: TaskTemplate | None = None
-    # Can go in a Redis batch's LPUSH (redis_push): the nameless exchange, no compression.
-    pushable: bool = False
-    delivery_mode: Any = None  # as Producer.publish resolves it
-
-
 class DirectPublisher(BatchingPublisher):
     """Celery's message, published without ``send_task`` around each one."""
 
     def __init__(self, app: Celery, *, subscribe_to_results: bool = True) -> None:
         super().__init__(app, subscribe_to_results=subscribe_to_results)
-        self._plans: dict[tuple[str, str], _Plan] = {}
+        self._plans: dict[tuple[str, str], Plan] = {}
 
     def close(self) -> None:
         super().close()
@@ -156,7 +89,10 @@ class DirectPublisher(BatchingPublisher):
     def _publish_batch(self, runs: Sequence[OutgoingRun]) -> list[Exception | None]:
         """BatchingPublisher's batch, but on Redis one ``LPUSH`` per list
         (``redis_push``) instead of kombu's publish batch; the same errors."""
-        channel = redis_channel(self.producer)
+        try:
+            channel = redis_channel(self.producer)
+        except Exception:
+            channel = None  # unreachable: kombu's batch fails and falls back as ever
         if (
             channel is None
             # Checked once per batch (one thread publishes it) instead of per message.
@@ -228,7 +164,12 @@ class DirectPublisher(BatchingPublisher):
         exchange, routing_key, retry = plan.exchange, plan.routing_key, plan.retry
         retry_policy = dict(plan.retry_policy)
         declare = plan.declare
-        with producer.connection._reraise_as_library_errors():
+        if pushes is not None and not plan.pushable:
+            pushes.flush()  # what came before goes first; this one goes through kombu
+            pushes = None
+        # kombu's errors as Celery raises them; a push does no I/O until the flush.
+        reraise = producer.connection._reraise_as_library_errors
+        with nullcontext() if pushes is not None else reraise():
             where = {"sender": name, "body": body, "exchange": exchange, "routing_key": routing_key}
             signals.before_task_publish.send(
                 **where,
@@ -237,10 +178,12 @@ class DirectPublisher(BatchingPublisher):
                 properties=message_properties,
                 retry_policy=retry_policy,
             )
-            to_declare = self._still_to_declare(plan)
-            if pushes is not None and plan.pushable:
-                for entity in to_declare or ():  # as kombu: declared at once, not batched
-                    producer.maybe_declare(entity, retry=retry, **retry_policy)
+            if pushes is not None:
+                if pushes.to_declare(plan):
+                    with reraise():
+                        # As kombu's batch: declared at once, not batched.
+                        for entity in self._still_to_declare(plan) or ():
+                            producer.maybe_declare(entity, retry=retry, **retry_policy)
                 pushed = pushes.put(
                     body,
                     plan.publish_options["serializer"],
@@ -249,7 +192,6 @@ class DirectPublisher(BatchingPublisher):
                     plan.delivery_mode,
                     routing_key,
                 )
-                to_declare = None
             else:
                 pushed = False
             if not pushed:
@@ -260,7 +202,7 @@ class DirectPublisher(BatchingPublisher):
                     **plan.publish_options,
                     retry=retry,
                     retry_policy=retry_policy,
-                    declare=to_declare,
+                    declare=self._still_to_declare(plan),
                     headers=headers2,
                     **message_properties,
                 )
@@ -289,7 +231,7 @@ class DirectPublisher(BatchingPublisher):
                 )
 
     def _created(
-        self, run: OutgoingRun, plan: _Plan, expires: Any, kwargsrepr: str
+        self, run: OutgoingRun, plan: Plan, expires: Any, kwargsrepr: str
     ) -> tuple[dict[str, Any], dict[str, Any], Any, Any]:
         """create_task_message for this run, as send_task calls it."""
         app = self.app
@@ -315,7 +257,7 @@ class DirectPublisher(BatchingPublisher):
             kwargsrepr=kwargsrepr,
         )
 
-    def _still_to_declare(self, plan: _Plan) -> list[Any] | None:
+    def _still_to_declare(self, plan: Plan) -> list[Any] | None:
         """``plan.declare``, or None once kombu has them in this connection's
         declaration cache: kombu would skip them, after copying each entity."""
         if not plan.declare or plan.declared_keys is None:
@@ -339,7 +281,7 @@ class DirectPublisher(BatchingPublisher):
             seconds = 0
         return seconds
 
-    def _plan(self, run: OutgoingRun, options: dict[str, Any], batched: bool) -> _Plan:
+    def _plan(self, run: OutgoingRun, options: dict[str, Any], batched: bool) -> Plan:
         # ``options`` follow from the run's options but its expires and
         # kwargsrepr (taken out of them) and ``batched``: key on those, which
         # is cheaper than on ``options`` (most runs have no options at all).
@@ -352,116 +294,8 @@ class DirectPublisher(BatchingPublisher):
             key = (run.task, batched, repr(kept))
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._make_plan(run, dict(options))
+            plan = make_plan(self.app, self.producer, run, dict(options))
             if all(isinstance(route, MapRoute) for route in self.app.amqp.router.routes):
                 # A router function may route on the arguments: not cached.
                 self._plans[key] = plan
-        return plan
-
-    def _make_plan(self, run: OutgoingRun, options: dict[str, Any]) -> _Plan:
-        """send_task and send_task_message, up to the message (celery/app/base.py,
-        celery/app/amqp.py), for one task and one set of routine options."""
-        app, amqp, conf, name = self.app, self.app.amqp, self.app.conf, run.task
-        given = {k: options.pop(k) for k in SEND_TASK_KEYWORDS if k in options}
-        task_type = app._tasks.get(name)
-        get_exec_options = getattr(task_type, "_get_exec_options", None)
-        if get_exec_options is not None and inspect.ismethod(get_exec_options):
-            task_options = {k: v for k, v in (get_exec_options() or {}).items() if v is not None}
-            options = dict(task_options, **options)
-        limits = []
-        for limit in ("time_limit", "soft_time_limit"):
-            from_task = options.pop(limit, None)
-            limits.append(given.get(limit, from_task))
-        default_expires = options.pop("expires", None)
-        ignore_result = options.pop("ignore_result", None)
-        options = amqp.router.route(
-            options, given.get("route_name") or name, run.args, run.kwargs, task_type
-        )
-        create_options = dict(options, ignore_result=ignore_result)
-        create_options["replaced_task_nesting"] = given.get("replaced_task_nesting", 0)
-        for stamp in options.pop("stamped_headers", None) or []:
-            options.pop(stamp)
-        sent = {k: options.pop(k) for k in SEND_MESSAGE_KEYWORDS if k in options}
-        sent.pop("headers", None)  # the run's own headers win, as in send_task
-        exchange, routing_key, queue = (
-            sent.get("exchange"),
-            sent.get("routing_key"),
-            sent.get("queue"),
-        )
-        qname = queue
-        if queue is None and exchange is None:
-            queue = amqp.default_queue
-        if queue is not None:
-            if isinstance(queue, str):
-                qname, queue = queue, amqp.queues[queue]
-            else:
-                qname = queue.name
-        delivery_mode = sent.get("delivery_mode")
-        if delivery_mode is None:
-            delivery_mode = getattr(getattr(queue, "exchange", None), "delivery_mode", None)
-            delivery_mode = delivery_mode or conf.task_default_delivery_mode
-        exchange_type = sent.get("exchange_type")
-        if exchange_type is None:
-            exchange_type = getattr(getattr(queue, "exchange", None), "type", "direct")
-        if (not exchange or not routing_key) and exchange_type == "direct":
-            exchange, routing_key = "", qname
-        elif exchange is None:
-            exchange = queue.exchange.name or amqp.default_exchange
-            routing_key = routing_key or queue.routing_key or conf.task_default_routing_key
-        declare = sent.get("declare")
-        if declare is None and queue and not isinstance(queue, Broadcast):
-            declare = [queue]
-        retry = sent.get("retry")
-        policy = sent.get("retry_policy")
-        default_policy = conf.task_publish_retry_policy
-        plan = _Plan(
-            create_args=(
-                given.get("group_id"),
-                given.get("group_index"),
-                given.get("chord"),
-                maybe_list(given.get("link")),
-                maybe_list(given.get("link_error")),
-                *limits,
-                conf.task_send_sent_event,
-                given.get("root_id"),
-                given.get("parent_id"),
-                given.get("shadow"),
-                given.get("chain"),
-            ),
-            create_options=create_options,
-            argsrepr_free="argsrepr" not in create_options,
-            reply_to=given.get("reply_to"),
-            default_expires=default_expires,
-            retries=given.get("retries", 0),
-            properties=options,
-            exchange=exchange,
-            routing_key=routing_key,
-            qname=qname,
-            declare=declare,
-            declared_keys=(
-                [hash(entity) for entity in declare]
-                if declare and all(getattr(e, "can_cache_declaration", False) for e in declare)
-                else None
-            ),
-            retry=conf.task_publish_retry if retry is None else retry,
-            retry_policy=dict(default_policy, **policy) if policy else dict(default_policy),
-            publish_options={
-                "exchange": exchange,
-                "routing_key": routing_key,
-                "serializer": sent.get("serializer") or conf.task_serializer,
-                "compression": sent.get("compression") or conf.task_compression,
-                "delivery_mode": delivery_mode,
-                "timeout": sent.get("timeout"),
-                "confirm_timeout": sent.get("confirm_timeout"),
-            },
-            event_dispatcher=sent.get("event_dispatcher"),
-        )
-        plan.template = TaskTemplate.for_plan(
-            app, name, plan.create_args, plan.retries, plan.reply_to, plan.create_options
-        )
-        producer = self.producer
-        exchange_name, plan.delivery_mode = producer._delivery_details(
-            exchange or producer.exchange, delivery_mode
-        )
-        plan.pushable = exchange_name == "" and not plan.publish_options["compression"]
         return plan

@@ -15,6 +15,7 @@ through ``create_task_message`` for every message.
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -103,7 +104,7 @@ class TaskTemplate:
             maxsize, maxlevels = self.argsrepr_limits
             headers["argsrepr"] = saferepr(args, maxsize, maxlevels=maxlevels) if args else "()"
         headers["kwargsrepr"] = kwargsrepr
-        headers["origin"] = anon_nodename()  # per process, as Celery reads it each time
+        headers["origin"] = _origin()
         properties = {"correlation_id": task_id, "reply_to": reply_to or ""}
         return headers, properties, (args, kwargs, dict(self.embed))
 
@@ -116,3 +117,15 @@ def _expires_iso(app: Celery, expires: Any) -> Any:
     if not isinstance(expires, str):
         expires = expires and expires.isoformat()
     return expires
+
+
+_origins: dict[int, str] = {}
+
+
+def _origin() -> str:
+    """as_task_v2's ``origin``: this process's anonymous node name (read once per process)."""
+    pid = os.getpid()
+    found = _origins.get(pid)
+    if found is None:
+        found = _origins[pid] = anon_nodename()
+    return found
