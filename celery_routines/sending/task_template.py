@@ -91,7 +91,7 @@ class TaskTemplate:
         kwargs = run.kwargs or {}
         if not isinstance(args, list | tuple):
             raise TypeError("task args must be a list or tuple")
-        if not isinstance(kwargs, Mapping):
+        if not isinstance(kwargs, dict | Mapping):  # dict first: the common, quick case
             raise TypeError("task keyword arguments must be a mapping")
         task_id = run.run_id
         headers = dict(self.headers)  # Celery's order of keys, kept
