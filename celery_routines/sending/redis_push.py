@@ -73,7 +73,7 @@ class RedisPushes:
 
     def put(
         self,
-        body: tuple[Any, Any, dict[str, Any]],
+        body: Any,
         serializer: str,
         headers: dict[str, Any],
         properties: dict[str, Any],
@@ -118,11 +118,13 @@ class RedisPushes:
             pushed.append(envelope)
         return True
 
-    def _serialised(self, body: tuple[Any, Any, dict[str, Any]], serializer: str) -> Any:
+    def _serialised(self, body: Any, serializer: str) -> Any:
         """content type, content encoding, payload and the payload encoded
         for the channel (base64), as Producer._prepare and the channel make them."""
+        if not isinstance(body, tuple) or len(body) != 3 or serializer != "json":
+            return self._encoded(body, serializer)  # task protocol 1: a dict
         args, kwargs, embed = body
-        if args or kwargs or serializer != "json":
+        if args or kwargs or not isinstance(embed, dict):
             return self._encoded(body, serializer)
         # Most runs have neither: one body per batch and embed (the callbacks, chain, chord).
         key = tuple(embed.items())
