@@ -179,7 +179,7 @@ class DirectPublisher(BatchingPublisher):
                 retry_policy=retry_policy,
             )
             if pushes is not None:
-                if pushes.to_declare(plan):
+                if pushes.to_declare(plan.declared_keys):
                     with reraise():
                         # As kombu's batch: declared at once, not batched.
                         for entity in self._still_to_declare(plan) or ():

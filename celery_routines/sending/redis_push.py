@@ -60,15 +60,19 @@ class RedisPushes:
         )
         self._body_encoding = channel.body_encoding
         self._tags = _DeliveryTags()
-        self._declared: set[int] = set()
+        self._asked: set[tuple[int, ...]] = set()
 
-    def to_declare(self, plan: object) -> bool:
-        """True the first time a plan is seen in this batch: its queue may
-        need declaring. kombu declares once per connection, so once per batch
-        is enough to ask."""
-        if id(plan) in self._declared:
+    def to_declare(self, declared_keys: list[int] | None) -> bool:
+        """Whether to ask kombu's declaration cache about these entities:
+        the first time in this batch (kombu caches a declaration for the
+        connection, so once per batch is enough), always for entities kombu
+        does not cache (``declared_keys`` None)."""
+        if declared_keys is None:
+            return True
+        keys = tuple(declared_keys)
+        if keys in self._asked:
             return False
-        self._declared.add(id(plan))
+        self._asked.add(keys)
         return True
 
     def put(

@@ -182,3 +182,32 @@ def test_messages_celery_builds_its_other_ways_are_built_per_message(
         runs.append(outgoing("tasks.unknown", {"expires": 60}, run_id="run-x"))
     by_celery, direct = publish_both_ways(redis_url, app, runs, many=True)
     assert_same_messages(by_celery, direct)
+
+
+def take_bindings(url: str) -> dict[str, set[bytes]]:
+    """kombu's bindings (made when a queue is declared) on the test's database; deleted."""
+    client = redis.Redis.from_url(url)
+    try:
+        found = {}
+        for key in client.scan_iter(match="_kombu.binding.*"):
+            found[key.decode()] = set(client.smembers(key))
+            client.delete(key)
+        return found
+    finally:
+        client.close()
+
+
+def test_the_queue_is_declared_as_send_task_declares_it(redis_url: str) -> None:
+    app = app_for(redis_url)
+    runs = several(3, {"queue": "fresh"})
+    found = []
+    for publisher in (CeleryPublisher(app), DirectPublisher(app)):
+        take_bindings(redis_url)
+        try:
+            assert publisher.publish_many(runs) == [None] * 3
+        finally:
+            publisher.close()
+        found.append(take_bindings(redis_url))
+        take_messages(redis_url)
+    assert "_kombu.binding.fresh" in found[0]
+    assert found[1] == found[0]
