@@ -2,25 +2,33 @@
 
 Each message is still Celery's own: built by ``app.amqp.create_task_message``,
 routed by ``app.amqp.router`` (``task_routes``, the registered task's options),
-given the fields Celery's ``send_task_message`` gives it, published by the
-reused kombu producer between ``before_task_publish`` and ``after_task_publish``.
-What ``send_task`` works out again for every message (the task's options, the
-route, the queue, the exchange, the delivery mode, the serializer, the retry
-policy, whether the queue was declared) is worked out here once per task and
-routine options, until the publisher is closed. That, and no per-message
-``send_task`` bookkeeping, is where the time goes.
+given the fields Celery's ``send_task_message`` gives it, published between
+``before_task_publish`` and ``after_task_publish``. What ``send_task`` works
+out again for every message (the task's options, the route, the queue, the
+exchange, the delivery mode, the serializer, the retry policy, whether the
+queue was declared, and the message itself but for its per-run fields) is
+worked out once per task and routine options (``direct_plan``,
+``task_template``), until the publisher is closed.
+
+On Redis a batch (``publish_many``) does not go through kombu's publish batch:
+each envelope is built by kombu's own channel methods and the batch is pushed
+with one ``LPUSH`` per list in one round trip (``redis_push``); a message to
+a named exchange or to a queue with ``x-expires`` goes through kombu between
+them, after what came before it. A task-sent event (``task_send_sent_event``)
+goes out as its message is buffered, not after the batch's push.
 
 ``tests/sending/test_direct_publish.py`` publishes the same runs both ways to
-a real Redis and compares every header, property and body field.
+a real Redis and compares every header, property and body field;
+``test_direct_push.py`` the raw envelopes and the batch's failures.
 
 It does not call the result backend's ``on_task_call`` (beat's ``send_task``
 path does not either: ``publish.results_never_awaited``): with a Redis backend
 that subscribes the sender to every task's result channel, for results a
-scheduler never reads. Runs this
-path does not mirror go through ``send_task`` instead: ``countdown``/``eta`` (native delayed
-delivery may reroute them), a router, connection or producer given in a
-routine's options, a send from inside a worker task (parent ids, inherited
-priority) and a worker callback's retried publish.
+scheduler never reads. Runs this path does not mirror go through
+``send_task`` instead: ``countdown``/``eta`` (native delayed delivery may
+reroute them), a router, connection or producer given in a routine's options,
+a send from inside a worker task (parent ids, inherited priority) and a worker
+callback's retried publish.
 """
 
 from __future__ import annotations
@@ -139,6 +147,8 @@ class DirectPublisher(BatchingPublisher):
                 or (_callback_retry is not None and _callback_retry.get())
             )
         ):
+            if pushes is not None:
+                pushes.flush()  # what came before goes first
             send_with_celery(app, self.producer, run, options, headers, self.subscribe_to_results)
             return
         kwargsrepr = options.pop("kwargsrepr")
@@ -294,8 +304,10 @@ class DirectPublisher(BatchingPublisher):
             key = (run.task, batched, repr(kept))
         plan = self._plans.get(key)
         if plan is None:
-            plan = make_plan(self.app, self.producer, run, dict(options))
-            if all(isinstance(route, MapRoute) for route in self.app.amqp.router.routes):
-                # A router function may route on the arguments: not cached.
+            # A router function may route on the arguments: not cached, and
+            # then not worth a template either (made for one message).
+            cached = all(isinstance(route, MapRoute) for route in self.app.amqp.router.routes)
+            plan = make_plan(self.app, self.producer, run, dict(options), templated=cached)
+            if cached:
                 self._plans[key] = plan
         return plan

@@ -82,9 +82,12 @@ class Plan:
     delivery_mode: Any = None  # as Producer.publish resolves it
 
 
-def make_plan(app: Celery, producer: Any, run: OutgoingRun, options: dict[str, Any]) -> Plan:
+def make_plan(
+    app: Celery, producer: Any, run: OutgoingRun, options: dict[str, Any], templated: bool = True
+) -> Plan:
     """send_task and send_task_message, up to the message (celery/app/base.py,
-    celery/app/amqp.py), for one task and one set of routine options."""
+    celery/app/amqp.py), for one task and one set of routine options; with
+    ``templated``, Celery's message too (``task_template``)."""
     amqp, conf, name = app.amqp, app.conf, run.task
     given = {k: options.pop(k) for k in SEND_TASK_KEYWORDS if k in options}
     task_type = app._tasks.get(name)
@@ -180,9 +183,10 @@ def make_plan(app: Celery, producer: Any, run: OutgoingRun, options: dict[str, A
         },
         event_dispatcher=sent.get("event_dispatcher"),
     )
-    plan.template = TaskTemplate.for_plan(
-        app, name, plan.create_args, plan.retries, plan.reply_to, plan.create_options
-    )
+    if templated:
+        plan.template = TaskTemplate.for_plan(
+            app, name, plan.create_args, plan.retries, plan.reply_to, plan.create_options
+        )
     exchange_name, plan.delivery_mode = producer._delivery_details(
         exchange or producer.exchange, delivery_mode
     )

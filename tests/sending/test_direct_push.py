@@ -211,3 +211,18 @@ def test_the_queue_is_declared_as_send_task_declares_it(redis_url: str) -> None:
         take_messages(redis_url)
     assert "_kombu.binding.fresh" in found[0]
     assert found[1] == found[0]
+
+
+def test_a_run_left_to_send_task_keeps_its_place_in_the_batch(redis_url: str) -> None:
+    app = app_for(redis_url)
+    runs = several(3)
+    # countdown is one of the options the direct path leaves to send_task.
+    runs.insert(1, outgoing("tasks.unknown", {"countdown": 0}, run_id="run-celery"))
+    by_celery, direct = publish_both_ways(redis_url, app, runs, many=True)
+    assert [m["headers"]["id"] for m in direct["celery"]] == [
+        "run-0",
+        "run-celery",
+        "run-1",
+        "run-2",
+    ]
+    assert_same_messages(by_celery, direct)
