@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -226,3 +228,49 @@ def test_a_run_left_to_send_task_keeps_its_place_in_the_batch(redis_url: str) ->
         "run-2",
     ]
     assert_same_messages(by_celery, direct)
+
+
+def test_a_real_worker_takes_and_acks_every_pushed_message(redis_url: str, tmp_path: Path) -> None:
+    from celery.contrib.testing.worker import start_worker
+
+    app = app_for(redis_url)
+    app.conf.update(
+        worker_hijack_root_logger=False,
+        # The worker's hooks look for run rows there (none: each run is refused, then acked).
+        routines_database_url=f"sqlite:///{tmp_path / 'routines.db'}",
+    )
+
+    @app.task(name="tasks.record", shared=False)
+    def record(*args: Any, **kwargs: Any) -> None: ...
+
+    app.finalize()
+    priorities: list[int | None] = [None, 9, 0, 5, None, 3]
+    runs = [
+        outgoing("tasks.record", {} if p is None else {"priority": p}, run_id=f"run-{i}")
+        for i, p in enumerate(priorities)
+    ]
+    publisher = DirectPublisher(app)
+    try:
+        assert publisher.publish_many(runs) == [None] * len(runs)
+    finally:
+        publisher.close()
+    received: list[str] = []
+
+    def on_received(request: Any, **kwargs: Any) -> None:
+        received.append(request.id)
+
+    signals.task_received.connect(on_received, weak=False)
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+            deadline = time.monotonic() + 30
+            while len(received) < len(runs) and time.monotonic() < deadline:
+                time.sleep(0.05)
+    finally:
+        signals.task_received.disconnect(on_received)
+    assert sorted(received) == sorted(r.run_id for r in runs)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert client.hlen("unacked") == 0  # each acked by its delivery tag
+        assert not take_messages(redis_url)
+    finally:
+        client.close()
