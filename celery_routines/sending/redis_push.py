@@ -29,10 +29,14 @@ from kombu.utils.json import JSONEncoder
 # kombu.utils.json.dumps makes a new encoder per call; its defaults, made once.
 _encode = JSONEncoder().encode
 
-# Producer.publish's named arguments the direct path does not set itself and
-# that kombu would take out of the message properties (priority, expiration:
-# handled in ``put``).
-_PUBLISH_ARGUMENTS = frozenset({"mandatory", "immediate", "content_type", "content_encoding"})
+# Producer.publish's named arguments but priority and expiration (handled in
+# ``put``): kombu would take them out of the message properties, or refuse
+# them twice. A message whose properties hold one goes through kombu.
+_PUBLISH_ARGUMENTS = frozenset(
+    {"body", "routing_key", "delivery_mode", "mandatory", "immediate", "content_type"}
+    | {"content_encoding", "serializer", "headers", "compression", "exchange", "retry"}
+    | {"retry_policy", "declare", "timeout", "confirm_timeout"}
+)
 
 
 def redis_channel(producer: Any) -> Any:
@@ -51,7 +55,7 @@ class RedisPushes:
         self.channel = channel
         self._lists: dict[str, list[str]] = {}
         # Per batch: the serialised body of a message with no args and no kwargs.
-        self._bodies: dict[tuple[Any, ...], tuple[str, str, Any, Any]] = {}
+        self._bodies: dict[tuple[str, ...], tuple[str, str, Any, Any]] = {}
         # kombu's own augmenting (every Redis channel but a subclass that
         # changes it) is done here, the body's encoding once per batch.
         self._own_augment = (
@@ -128,14 +132,11 @@ class RedisPushes:
         if not isinstance(body, tuple) or len(body) != 3 or serializer != "json":
             return self._encoded(body, serializer)  # task protocol 1: a dict
         args, kwargs, embed = body
-        if args or kwargs or not isinstance(embed, dict):
+        if args or kwargs or not isinstance(embed, dict) or _any_set(embed):
             return self._encoded(body, serializer)
-        # Most runs have neither: one body per batch and embed (the callbacks, chain, chord).
-        key = tuple(embed.items())
-        try:
-            found = self._bodies.get(key)
-        except TypeError:  # an unhashable callback signature
-            return self._encoded(body, serializer)
+        # Most runs have no arguments, no callbacks, no chain, no chord: one body per batch.
+        key = tuple(embed)
+        found = self._bodies.get(key)
         if found is None:
             found = self._bodies[key] = self._encoded(body, serializer)
         return found
@@ -160,6 +161,10 @@ class RedisPushes:
             for key, values in lists.items():
                 pipe.lpush(key, *values)
             pipe.execute()
+
+
+def _any_set(embed: dict[str, Any]) -> bool:
+    return any(value is not None for value in embed.values())
 
 
 class _DeliveryTags:

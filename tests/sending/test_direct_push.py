@@ -274,3 +274,20 @@ def test_a_real_worker_takes_and_acks_every_pushed_message(redis_url: str, tmp_p
         assert not take_messages(redis_url)
     finally:
         client.close()
+
+
+def test_runs_with_callbacks_amid_plain_runs_keep_their_own_bodies(redis_url: str) -> None:
+    # The direct batch serialises the body of a run without arguments once;
+    # a run with a callback (or an empty callback list) has a body of its own.
+    app = app_for(redis_url)
+    plain = {"args": [], "kwargs": {}}
+    runs = [
+        outgoing("tasks.unknown", run_id="run-0", **plain),
+        outgoing("tasks.unknown", {"link": app.signature("tasks.after")}, run_id="run-1", **plain),
+        outgoing("tasks.unknown", {"link": []}, run_id="run-2", **plain),
+        outgoing("tasks.unknown", run_id="run-3", **plain),
+    ]
+    by_celery, direct = publish_both_ways(redis_url, app, runs, many=True)
+    assert_same_messages(by_celery, direct)
+    bodies = [m["body"] for m in direct["celery"]]
+    assert bodies[0] == bodies[3] != bodies[1] != bodies[2]
