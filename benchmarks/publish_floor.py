@@ -1,6 +1,6 @@
 """What publishing N Celery task messages costs before any scheduler work.
 
-    python -m benchmarks.publish_floor [--n 10]
+    python -m benchmarks.publish_floor [--n 10] [--publishers [--baseline DIR]]
 
 Prints the median time to put N task messages on a Redis broker, by the ways
 a scheduler could: Celery's ``send_task`` one by one (what RedBeat and Celery
@@ -9,15 +9,26 @@ does), and, for reference, the pieces underneath (``create_task_message``
 alone; ``create_task_message`` + ``send_task_message`` batched, which skips
 ``send_task``'s routing and option handling). It is the floor under any
 "tick with N due" figure of a scheduler that publishes through Celery.
+
+``--publishers`` adds, after the floors, ``publish_many`` of N runs by
+celery-routines' two publishers (``CeleryPublisher``: ``send_task`` in a
+batch; ``DirectPublisher``: ``routines_publish = "direct"``), best of two
+each, and ``--baseline DIR`` the same for the code checked out in DIR (say
+``git worktree add /tmp/base main``), run in a subprocess that imports DIR's
+``celery_routines``, alternated with this tree's ``--rounds`` times.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from celery import Celery
@@ -131,10 +142,54 @@ def publishers_ms(db: int, n: int) -> dict[str, float]:
     return found
 
 
+# Runs the other tree's own publishers_ms with that tree first on sys.path.
+_IN_TREE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from benchmarks.publish_floor import publishers_ms
+import celery_routines.sending.direct as direct
+assert direct.__file__.startswith(sys.argv[1]), direct.__file__
+print(json.dumps(publishers_ms(int(sys.argv[2]), int(sys.argv[3]))))
+"""
+
+
+def publishers_in(tree: Path, db: int, n: int) -> dict[str, float]:
+    """``publishers_ms`` of the checkout in ``tree``, in a subprocess."""
+    done = subprocess.run(
+        [sys.executable, "-c", _IN_TREE, str(tree), str(db), str(n)],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    found: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def print_publishers(db: int, n: int, baseline: str | None, rounds: int) -> None:
+    here = Path(__file__).resolve().parent.parent
+    trees = [("this tree", here)]
+    if baseline:
+        trees.append(("baseline", Path(baseline).resolve()))
+    print(f"publish_many of {n} runs (one task, no args), ms, best of two; one round a line:")
+    for _ in range(rounds):
+        cells = []
+        for label, tree in trees:
+            found = publishers_in(tree, db, n)
+            cells.append(
+                f"{label}: CeleryPublisher {found['CeleryPublisher']:8.1f}"
+                f"  DirectPublisher {found['DirectPublisher']:8.1f}"
+            )
+        print("  " + "  |  ".join(cells), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--publishers", action="store_true", help="celery-routines' publishers")
+    parser.add_argument("--baseline", help="another checkout's publishers, in the same run")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of --publishers")
     args = parser.parse_args()
 
     db = claim_redis_db()
@@ -171,8 +226,10 @@ def main() -> None:
     try:
         print(f"{args.n} task messages to Redis db {db}, median of {args.repeat}:")
         for label, action in rows:
-            print(f"  {median_ms(action, args.repeat):8.3f} ms  {label}")
+            print(f"  {median_ms(action, args.repeat):8.3f} ms  {label}", flush=True)
             clear_redis_db(db)
+        if args.publishers:
+            print_publishers(db, args.n, args.baseline, args.rounds)
     finally:
         connection.release()
         clear_redis_db(db, keep_owner=False)

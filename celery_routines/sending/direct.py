@@ -2,97 +2,73 @@
 
 Each message is still Celery's own: built by ``app.amqp.create_task_message``,
 routed by ``app.amqp.router`` (``task_routes``, the registered task's options),
-given the fields Celery's ``send_task_message`` gives it, published by the
-reused kombu producer between ``before_task_publish`` and ``after_task_publish``.
-What ``send_task`` works out again for every message (the task's options, the
-route, the queue, the exchange, the delivery mode, the serializer, the retry
-policy, whether the queue was declared) is worked out here once per task and
-routine options, until the publisher is closed. That, and no per-message
-``send_task`` bookkeeping, is where the time goes.
+given the fields Celery's ``send_task_message`` gives it, published between
+``before_task_publish`` and ``after_task_publish``. What ``send_task`` works
+out again for every message (the task's options, the route, the queue, the
+exchange, the delivery mode, the serializer, the retry policy, whether the
+queue was declared, and the message itself but for its per-run fields) is
+worked out once per task and routine options (``direct_plan``,
+``task_template``), until the publisher is closed.
+
+On Redis a batch (``publish_many``) does not go through kombu's publish batch:
+each envelope is built by kombu's own channel methods and the batch is pushed
+with one ``LPUSH`` per list in one round trip (``redis_push``); a message to
+a named exchange or to a queue with ``x-expires`` goes through kombu between
+them, after what came before it. A task-sent event (``task_send_sent_event``)
+goes out as its message is buffered, not after the batch's push.
 
 ``tests/sending/test_direct_publish.py`` publishes the same runs both ways to
-a real Redis and compares every header, property and body field.
+a real Redis and compares every header, property and body field;
+``test_direct_push.py`` the raw envelopes and the batch's failures.
 
 It does not call the result backend's ``on_task_call`` (beat's ``send_task``
 path does not either: ``publish.results_never_awaited``): with a Redis backend
 that subscribes the sender to every task's result channel, for results a
-scheduler never reads. Runs this
-path does not mirror go through ``send_task`` instead: ``countdown``/``eta`` (native delayed
-delivery may reroute them), a router, connection or producer given in a
-routine's options, a send from inside a worker task (parent ids, inherited
-priority) and a worker callback's retried publish.
+scheduler never reads. Runs this path does not mirror go through
+``send_task`` instead: ``countdown``/``eta`` (native delayed delivery may
+reroute them), a router, connection or producer given in a routine's options,
+a send from inside a worker task (parent ids, inherited priority) and a worker
+callback's retried publish.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
-from dataclasses import dataclass
+from collections.abc import Sequence
+from contextlib import nullcontext
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery, signals
 from celery.app import amqp as celery_amqp
 from celery.app.routes import MapRoute
-from celery.utils.functional import maybe_list
-from kombu.common import Broadcast
 
+from celery_routines.sending.direct_plan import Plan, make_plan
 from celery_routines.sending.publish import (
     BatchingPublisher,
     CeleryPublisher,
     OutgoingRun,
     Publisher,
+    _message_local,
     message_options,
     send_with_celery,
 )
+from celery_routines.sending.redis_push import RedisPushes, redis_channel
 
 if TYPE_CHECKING:
     from celery_routines.config import Settings
 
 logger = logging.getLogger("celery_routines.beat")
 
-# send_task's own keywords, which a routine's options may carry (apply_async's).
-SEND_TASK_KEYWORDS = (
-    "link",
-    "link_error",
-    "group_id",
-    "group_index",
-    "retries",
-    "chord",
-    "reply_to",
-    "time_limit",
-    "soft_time_limit",
-    "root_id",
-    "parent_id",
-    "route_name",
-    "shadow",
-    "chain",
-    "replaced_task_nesting",
-)
 # Options this path leaves to send_task (see the module's docstring); the last
 # four clash with send_task's own arguments, so Celery refuses them too.
 NOT_MIRRORED = frozenset(
     {"countdown", "eta", "router", "connection", "producer", "publisher", "result_cls"}
     | {"task_type", "task_id", "add_to_parent", "args", "kwargs"}
 )
-# send_task_message's named parameters: every other option becomes a property.
-SEND_MESSAGE_KEYWORDS = (
-    "exchange",
-    "routing_key",
-    "queue",
-    "event_dispatcher",
-    "retry",
-    "retry_policy",
-    "serializer",
-    "delivery_mode",
-    "compression",
-    "declare",
-    "headers",
-    "exchange_type",
-    "timeout",
-    "confirm_timeout",
-)
 _OMITTED = object()
+# Run options that vary per run and do not change the plan (see _plan).
+_PER_RUN_OPTIONS = frozenset({"expires", "kwargsrepr"})
 # Set by Celery around a worker callback's publish, which it retries its own way.
 _callback_retry = getattr(celery_amqp, "_callback_publish_retry", None)
 
@@ -107,54 +83,77 @@ def publisher_for(
     return CeleryPublisher(app, subscribe_to_results=subscribe_to_results)
 
 
-@dataclass
-class _Plan:
-    """What send_task works out for one task with one set of routine options."""
-
-    # create_task_message's arguments but the run's own, ``expires`` and ``reply_to``.
-    create_args: tuple[Any, ...]
-    create_options: dict[str, Any]
-    argsrepr_free: bool  # the options set no argsrepr
-    reply_to: str | None
-    default_expires: Any
-    retries: int
-    properties: dict[str, Any]  # options send_task_message makes message properties
-    exchange: Any
-    routing_key: Any
-    qname: Any
-    declare: list[Any] | None
-    # kombu's declaration-cache keys of ``declare``; None: not cacheable.
-    declared_keys: list[int] | None
-    retry: Any
-    retry_policy: dict[str, Any]
-    publish_options: dict[str, Any]
-    event_dispatcher: Any
-
-
 class DirectPublisher(BatchingPublisher):
     """Celery's message, published without ``send_task`` around each one."""
 
     def __init__(self, app: Celery, *, subscribe_to_results: bool = True) -> None:
         super().__init__(app, subscribe_to_results=subscribe_to_results)
-        self._plans: dict[tuple[str, str], _Plan] = {}
+        self._plans: dict[tuple[str, str], Plan] = {}
 
     def close(self) -> None:
         super().close()
         self._plans.clear()
 
-    def _send(self, run: OutgoingRun, batched: bool = False) -> None:
-        app = self.app
-        options, headers = message_options(run, batched, self._repr_limits)
+    def _publish_batch(self, runs: Sequence[OutgoingRun]) -> list[Exception | None]:
+        """BatchingPublisher's batch, but on Redis one ``LPUSH`` per list
+        (``redis_push``) instead of kombu's publish batch; the same errors."""
+        try:
+            channel = redis_channel(self.producer)
+        except Exception:
+            channel = None  # unreachable: kombu's batch fails and falls back as ever
         if (
-            not NOT_MIRRORED.isdisjoint(options)
-            or app.current_worker_task is not None
+            channel is None
+            # Checked once per batch (one thread publishes it) instead of per message.
+            or self.app.current_worker_task is not None
             or (_callback_retry is not None and _callback_retry.get())
         ):
+            return super()._publish_batch(runs)
+        errors: list[Exception | None] = []
+        pushes = RedisPushes(channel)
+        try:
+            for run in runs:
+                try:
+                    self._send(run, batched=True, pushes=pushes)
+                except Exception as exc:
+                    if not _message_local(exc):
+                        raise
+                    errors.append(exc)
+                else:
+                    errors.append(None)
+            pushes.flush()
+        except Exception as exc:
+            # As BatchingPublisher: nobody knows which messages Redis took, so
+            # each is sent again on its own with the retry policy (a message
+            # that arrives twice is refused by the worker's claim on its run).
+            logger.warning(
+                "batched publish of %d run(s) failed (%s: %s); sending them one by one",
+                len(runs),
+                type(exc).__name__,
+                exc,
+            )
+            self.close()
+            return self._one_by_one(runs, known=errors)
+        return errors
+
+    def _send(
+        self, run: OutgoingRun, batched: bool = False, pushes: RedisPushes | None = None
+    ) -> None:
+        app = self.app
+        options, headers = message_options(run, batched, self._repr_limits)
+        if not NOT_MIRRORED.isdisjoint(options) or (
+            pushes is None  # a batch of pushes has checked these once
+            and (
+                app.current_worker_task is not None
+                or (_callback_retry is not None and _callback_retry.get())
+            )
+        ):
+            if pushes is not None:
+                pushes.flush()  # what came before goes first
             send_with_celery(app, self.producer, run, options, headers, self.subscribe_to_results)
             return
         kwargsrepr = options.pop("kwargsrepr")
         expires = options.pop("expires", _OMITTED)
-        plan = self._plan(run, options)
+        plan = self._plan(run, options, batched)
         if expires is _OMITTED:
             expires = plan.default_expires
         name = run.task
@@ -162,14 +161,98 @@ class DirectPublisher(BatchingPublisher):
         properties = dict(plan.properties, kwargsrepr=kwargsrepr)
         if expires is not None:
             properties["expiration"] = self._expiration(run.run_id, expires)
+        if plan.template is not None:
+            headers2, message_properties, body = plan.template.message(
+                app, run, expires, kwargsrepr, plan.reply_to or app.thread_oid
+            )
+        else:
+            headers2, message_properties, body, sent_event = self._created(
+                run, plan, expires, kwargsrepr
+            )
+        headers2.update(headers)
+        message_properties.update(properties)
+        exchange, routing_key, retry = plan.exchange, plan.routing_key, plan.retry
+        retry_policy = dict(plan.retry_policy)
+        declare = plan.declare
+        if pushes is not None and not plan.pushable:
+            pushes.flush()  # what came before goes first; this one goes through kombu
+            pushes = None
+        # kombu's errors as Celery raises them; a push does no I/O until the flush.
+        reraise = producer.connection._reraise_as_library_errors
+        with nullcontext() if pushes is not None else reraise():
+            where = {"sender": name, "body": body, "exchange": exchange, "routing_key": routing_key}
+            signals.before_task_publish.send(
+                **where,
+                declare=declare,
+                headers=headers2,
+                properties=message_properties,
+                retry_policy=retry_policy,
+            )
+            if pushes is not None:
+                if pushes.to_declare(plan.declared_keys):
+                    with reraise():
+                        # As kombu's batch: declared at once, not batched.
+                        for entity in self._still_to_declare(plan) or ():
+                            producer.maybe_declare(entity, retry=retry, **retry_policy)
+                pushed = pushes.put(
+                    body,
+                    plan.publish_options["serializer"],
+                    headers2,
+                    message_properties,
+                    plan.delivery_mode,
+                    routing_key,
+                )
+            else:
+                pushed = False
+            if not pushed:
+                if pushes is not None:
+                    pushes.flush()  # what came before goes first
+                producer.publish(
+                    body,
+                    **plan.publish_options,
+                    retry=retry,
+                    retry_policy=retry_policy,
+                    declare=self._still_to_declare(plan),
+                    headers=headers2,
+                    **message_properties,
+                )
+            signals.after_task_publish.send(**where, headers=headers2)
+            if signals.task_sent.receivers:  # Celery's deprecated signal, kept while it is
+                signals.task_sent.send(
+                    sender=name,
+                    task_id=headers2["id"],
+                    task=name,
+                    args=body[0],
+                    kwargs=body[1],
+                    eta=headers2["eta"],
+                    taskset=headers2["group"],
+                )
+            if plan.template is None and sent_event:
+                dispatcher = plan.event_dispatcher or app.amqp._event_dispatcher
+                sent_event.update(
+                    {
+                        "queue": plan.qname,
+                        "exchange": getattr(exchange, "name", exchange),
+                        "routing_key": routing_key,
+                    }
+                )
+                dispatcher.publish(
+                    "task-sent", sent_event, producer, retry=retry, retry_policy=retry_policy
+                )
+
+    def _created(
+        self, run: OutgoingRun, plan: Plan, expires: Any, kwargsrepr: str
+    ) -> tuple[dict[str, Any], dict[str, Any], Any, Any]:
+        """create_task_message for this run, as send_task calls it."""
+        app = self.app
         if not run.args and plan.argsrepr_free:
             # Celery's saferepr of no arguments, without the walk (empty args become ()).
             create_options = dict(plan.create_options, argsrepr="()")
         else:
             create_options = plan.create_options
-        headers2, message_properties, body, sent_event = app.amqp.create_task_message(
+        return app.amqp.create_task_message(
             run.run_id,
-            name,
+            run.task,
             run.args,
             run.kwargs,
             None,
@@ -183,54 +266,8 @@ class DirectPublisher(BatchingPublisher):
             **create_options,
             kwargsrepr=kwargsrepr,
         )
-        headers2.update(headers)
-        message_properties.update(properties)
-        exchange, routing_key, retry = plan.exchange, plan.routing_key, plan.retry
-        retry_policy = dict(plan.retry_policy)
-        declare = plan.declare
-        with producer.connection._reraise_as_library_errors():
-            where = {"sender": name, "body": body, "exchange": exchange, "routing_key": routing_key}
-            signals.before_task_publish.send(
-                **where,
-                declare=declare,
-                headers=headers2,
-                properties=message_properties,
-                retry_policy=retry_policy,
-            )
-            producer.publish(
-                body,
-                **plan.publish_options,
-                retry=retry,
-                retry_policy=retry_policy,
-                declare=self._still_to_declare(plan),
-                headers=headers2,
-                **message_properties,
-            )
-            signals.after_task_publish.send(**where, headers=headers2)
-            if signals.task_sent.receivers:  # Celery's deprecated signal, kept while it is
-                signals.task_sent.send(
-                    sender=name,
-                    task_id=headers2["id"],
-                    task=name,
-                    args=body[0],
-                    kwargs=body[1],
-                    eta=headers2["eta"],
-                    taskset=headers2["group"],
-                )
-            if sent_event:
-                dispatcher = plan.event_dispatcher or app.amqp._event_dispatcher
-                sent_event.update(
-                    {
-                        "queue": plan.qname,
-                        "exchange": getattr(exchange, "name", exchange),
-                        "routing_key": routing_key,
-                    }
-                )
-                dispatcher.publish(
-                    "task-sent", sent_event, producer, retry=retry, retry_policy=retry_policy
-                )
 
-    def _still_to_declare(self, plan: _Plan) -> list[Any] | None:
+    def _still_to_declare(self, plan: Plan) -> list[Any] | None:
         """``plan.declare``, or None once kombu has them in this connection's
         declaration cache: kombu would skip them, after copying each entity."""
         if not plan.declare or plan.declared_keys is None:
@@ -254,112 +291,23 @@ class DirectPublisher(BatchingPublisher):
             seconds = 0
         return seconds
 
-    def _plan(self, run: OutgoingRun, options: dict[str, Any]) -> _Plan:
-        # Dict items sort by key alone (keys are unique), whatever the values.
-        key = (run.task, repr(sorted(options.items())))
+    def _plan(self, run: OutgoingRun, options: dict[str, Any], batched: bool) -> Plan:
+        # ``options`` follow from the run's options but its expires and
+        # kwargsrepr (taken out of them) and ``batched``: key on those, which
+        # is cheaper than on ``options`` (most runs have no options at all).
+        given = run.options
+        if not given:
+            key: tuple[Any, ...] = (run.task, batched)
+        else:
+            # Dict items sort by key alone (keys are unique), whatever the values.
+            kept = sorted((k, v) for k, v in given.items() if k not in _PER_RUN_OPTIONS)
+            key = (run.task, batched, repr(kept))
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._make_plan(run, dict(options))
-            if all(isinstance(route, MapRoute) for route in self.app.amqp.router.routes):
-                # A router function may route on the arguments: not cached.
+            # A router function may route on the arguments: not cached, and
+            # then not worth a template either (made for one message).
+            cached = all(isinstance(route, MapRoute) for route in self.app.amqp.router.routes)
+            plan = make_plan(self.app, self.producer, run, dict(options), templated=cached)
+            if cached:
                 self._plans[key] = plan
         return plan
-
-    def _make_plan(self, run: OutgoingRun, options: dict[str, Any]) -> _Plan:
-        """send_task and send_task_message, up to the message (celery/app/base.py,
-        celery/app/amqp.py), for one task and one set of routine options."""
-        app, amqp, conf, name = self.app, self.app.amqp, self.app.conf, run.task
-        given = {k: options.pop(k) for k in SEND_TASK_KEYWORDS if k in options}
-        task_type = app._tasks.get(name)
-        get_exec_options = getattr(task_type, "_get_exec_options", None)
-        if get_exec_options is not None and inspect.ismethod(get_exec_options):
-            task_options = {k: v for k, v in (get_exec_options() or {}).items() if v is not None}
-            options = dict(task_options, **options)
-        limits = []
-        for limit in ("time_limit", "soft_time_limit"):
-            from_task = options.pop(limit, None)
-            limits.append(given.get(limit, from_task))
-        default_expires = options.pop("expires", None)
-        ignore_result = options.pop("ignore_result", None)
-        options = amqp.router.route(
-            options, given.get("route_name") or name, run.args, run.kwargs, task_type
-        )
-        create_options = dict(options, ignore_result=ignore_result)
-        create_options["replaced_task_nesting"] = given.get("replaced_task_nesting", 0)
-        for stamp in options.pop("stamped_headers", None) or []:
-            options.pop(stamp)
-        sent = {k: options.pop(k) for k in SEND_MESSAGE_KEYWORDS if k in options}
-        sent.pop("headers", None)  # the run's own headers win, as in send_task
-        exchange, routing_key, queue = (
-            sent.get("exchange"),
-            sent.get("routing_key"),
-            sent.get("queue"),
-        )
-        qname = queue
-        if queue is None and exchange is None:
-            queue = amqp.default_queue
-        if queue is not None:
-            if isinstance(queue, str):
-                qname, queue = queue, amqp.queues[queue]
-            else:
-                qname = queue.name
-        delivery_mode = sent.get("delivery_mode")
-        if delivery_mode is None:
-            delivery_mode = getattr(getattr(queue, "exchange", None), "delivery_mode", None)
-            delivery_mode = delivery_mode or conf.task_default_delivery_mode
-        exchange_type = sent.get("exchange_type")
-        if exchange_type is None:
-            exchange_type = getattr(getattr(queue, "exchange", None), "type", "direct")
-        if (not exchange or not routing_key) and exchange_type == "direct":
-            exchange, routing_key = "", qname
-        elif exchange is None:
-            exchange = queue.exchange.name or amqp.default_exchange
-            routing_key = routing_key or queue.routing_key or conf.task_default_routing_key
-        declare = sent.get("declare")
-        if declare is None and queue and not isinstance(queue, Broadcast):
-            declare = [queue]
-        retry = sent.get("retry")
-        policy = sent.get("retry_policy")
-        default_policy = conf.task_publish_retry_policy
-        return _Plan(
-            create_args=(
-                given.get("group_id"),
-                given.get("group_index"),
-                given.get("chord"),
-                maybe_list(given.get("link")),
-                maybe_list(given.get("link_error")),
-                *limits,
-                conf.task_send_sent_event,
-                given.get("root_id"),
-                given.get("parent_id"),
-                given.get("shadow"),
-                given.get("chain"),
-            ),
-            create_options=create_options,
-            argsrepr_free="argsrepr" not in create_options,
-            reply_to=given.get("reply_to"),
-            default_expires=default_expires,
-            retries=given.get("retries", 0),
-            properties=options,
-            exchange=exchange,
-            routing_key=routing_key,
-            qname=qname,
-            declare=declare,
-            declared_keys=(
-                [hash(entity) for entity in declare]
-                if declare and all(getattr(e, "can_cache_declaration", False) for e in declare)
-                else None
-            ),
-            retry=conf.task_publish_retry if retry is None else retry,
-            retry_policy=dict(default_policy, **policy) if policy else dict(default_policy),
-            publish_options={
-                "exchange": exchange,
-                "routing_key": routing_key,
-                "serializer": sent.get("serializer") or conf.task_serializer,
-                "compression": sent.get("compression") or conf.task_compression,
-                "delivery_mode": delivery_mode,
-                "timeout": sent.get("timeout"),
-                "confirm_timeout": sent.get("confirm_timeout"),
-            },
-            event_dispatcher=sent.get("event_dispatcher"),
-        )

@@ -233,6 +233,35 @@ def _topic_exchange(app: Celery) -> list[OutgoingRun]:
     return [outgoing("tasks.unknown", {"queue": "topical", "routing_key": "reports.daily"})]
 
 
+def _priorities(app: Celery) -> list[OutgoingRun]:
+    # kombu's Redis transport keeps a list per priority step: "celery", "celery\x06\x163", ...
+    priorities = [None, 0, 1, 3, 4, 6, 9, 12, 2]
+    runs = [
+        outgoing("tasks.unknown", {} if p is None else {"priority": p}, run_id=f"run-p{i}")
+        for i, p in enumerate(priorities)
+    ]
+    runs.insert(3, outgoing("tasks.unknown", {"queue": "second", "priority": 5}, run_id="run-q"))
+    return runs
+
+
+def _several_queues(app: Celery) -> list[OutgoingRun]:
+    # Interleaved: each list must keep its runs' order (one LPUSH per list on the direct path).
+    queues = ["a", "b", "a", "celery", "b", "a"]
+    return [
+        outgoing("tasks.unknown", {"queue": q}, run_id=f"run-{i}") for i, q in enumerate(queues)
+    ]
+
+
+def _exchanges_mixed(app: Celery) -> list[OutgoingRun]:
+    # A named exchange goes through kombu; the runs around it keep their order.
+    runs = _topic_exchange(app)
+    return [
+        outgoing("tasks.unknown", run_id="run-before"),
+        *runs,
+        outgoing("tasks.unknown", run_id="run-after"),
+    ]
+
+
 CASES: dict[str, Callable[[Celery], list[OutgoingRun]]] = {
     "unknown_task": _plain,
     "registered_task": _registered,
@@ -244,6 +273,9 @@ CASES: dict[str, Callable[[Celery], list[OutgoingRun]]] = {
     "expires": _expires,
     "custom_headers_and_reprs": _headers_and_reprs,
     "topic_exchange": _topic_exchange,
+    "priorities": _priorities,
+    "several_queues": _several_queues,
+    "exchanges_mixed": _exchanges_mixed,
 }
 
 
@@ -261,6 +293,8 @@ def test_direct_message_equals_send_tasks(
         monkeypatch.delattr(kombu.messaging.Producer, "supports_batch_publish", raising=False)
     app = app_for(redis_url, backend=backend)
     runs = CASES[case](app)
+    if many and len(runs) < 2:  # one run is sent on its own: make it a batch
+        runs.append(outgoing("tasks.unknown", run_id="run-batch"))
     app.finalize()  # as in beat: the tasks declared above are in the registry
     by_celery, direct = publish_both_ways(redis_url, app, runs, many=many)
     assert_same_messages(by_celery, direct)

@@ -19,7 +19,8 @@ import pytest
 import redis
 from kombu import Connection, Queue
 
-from celery_routines.sending.publish import MESSAGES_PER_BATCH, CeleryPublisher
+from celery_routines.sending.direct import DirectPublisher
+from celery_routines.sending.publish import MESSAGES_PER_BATCH, BatchingPublisher, CeleryPublisher
 from tests import services
 from tests.sending.test_publish import app_for, queued, run
 
@@ -29,8 +30,11 @@ def _no_fallback_warning(caplog: pytest.LogCaptureFixture) -> None:
 
 
 @pytest.mark.rabbitmq
+@pytest.mark.parametrize(
+    "publisher_class", [CeleryPublisher, DirectPublisher], ids=["send_task", "direct"]
+)
 def test_rabbitmq_sends_one_by_one_every_message_once_in_order(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, publisher_class: type[BatchingPublisher]
 ) -> None:
     if not services.port_open("127.0.0.1", 5672):
         services.unavailable("RabbitMQ", "nothing listens on 127.0.0.1:5672")
@@ -42,7 +46,7 @@ def test_rabbitmq_sends_one_by_one_every_message_once_in_order(
     with Connection(services.RABBITMQ_URL) as connection:
         queue = Queue(queue_name, channel=connection.default_channel)
         queue.declare()
-        publisher = CeleryPublisher(app)
+        publisher = publisher_class(app)
         try:
             with caplog.at_level(logging.WARNING, logger="celery_routines.beat"):
                 assert not publisher._can_batch()  # py-amqp has no publish batches
