@@ -49,7 +49,6 @@ from celery_routines.sending.publish import (
     CeleryPublisher,
     OutgoingRun,
     Publisher,
-    _message_local,
     message_options,
     send_with_celery,
 )
@@ -111,28 +110,10 @@ class DirectPublisher(BatchingPublisher):
         errors: list[Exception | None] = []
         pushes = RedisPushes(channel)
         try:
-            for run in runs:
-                try:
-                    self._send(run, batched=True, pushes=pushes)
-                except Exception as exc:
-                    if not _message_local(exc):
-                        raise
-                    errors.append(exc)
-                else:
-                    errors.append(None)
+            self._send_each(runs, lambda run: self._send(run, batched=True, pushes=pushes), errors)
             pushes.flush()
         except Exception as exc:
-            # As BatchingPublisher: nobody knows which messages Redis took, so
-            # each is sent again on its own with the retry policy (a message
-            # that arrives twice is refused by the worker's claim on its run).
-            logger.warning(
-                "batched publish of %d run(s) failed (%s: %s); sending them one by one",
-                len(runs),
-                type(exc).__name__,
-                exc,
-            )
-            self.close()
-            return self._one_by_one(runs, known=errors)
+            return self._resend_one_by_one(runs, errors, exc)
         return errors
 
     def _send(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
@@ -154,31 +154,46 @@ class BatchingPublisher:
         try:
             # max_size counts Redis commands; room for all so it flushes once, at the end.
             with self.producer.batch(max_size=4 * len(runs) + 16):
-                for run in runs:
-                    try:
-                        self._send(run, batched=True)
-                    except Exception as exc:
-                        if not _message_local(exc):
-                            raise
-                        errors.append(exc)  # this message only (say, an unserialisable kwarg)
-                    else:
-                        errors.append(None)
+                self._send_each(runs, lambda run: self._send(run, batched=True), errors)
         except Exception as exc:
-            # The batch was discarded, or its pipeline failed part way so
-            # nobody knows which messages Redis took: send each on its own,
-            # with the retry policy. A message that arrives twice is refused
-            # by the worker's claim on its run row.
-            logger.warning(
-                "batched publish of %d run(s) failed (%s: %s); sending them one by one",
-                len(runs),
-                type(exc).__name__,
-                exc,
-            )
-            # A failed batch can leave the producer without a channel; start
-            # the one-by-one sends on a fresh connection.
-            self.close()
-            return self._one_by_one(runs, known=errors)
+            return self._resend_one_by_one(runs, errors, exc)
         return errors
+
+    @staticmethod
+    def _send_each(
+        runs: Sequence[OutgoingRun],
+        send: Callable[[OutgoingRun], None],
+        errors: list[Exception | None],
+    ) -> None:
+        """Each run into the batch, its error (or None) appended to ``errors``;
+        an error that is not the message's own stops the batch."""
+        for run in runs:
+            try:
+                send(run)
+            except Exception as exc:
+                if not _message_local(exc):
+                    raise
+                errors.append(exc)  # this message only (say, an unserialisable kwarg)
+            else:
+                errors.append(None)
+
+    def _resend_one_by_one(
+        self, runs: Sequence[OutgoingRun], errors: list[Exception | None], exc: Exception
+    ) -> list[Exception | None]:
+        """The batch was discarded, or it failed part way so nobody knows
+        which messages the broker took: send each on its own, with the retry
+        policy. A message that arrives twice is refused by the worker's claim
+        on its run row."""
+        logger.warning(
+            "batched publish of %d run(s) failed (%s: %s); sending them one by one",
+            len(runs),
+            type(exc).__name__,
+            exc,
+        )
+        # A failed batch can leave the producer without a channel; start
+        # the one-by-one sends on a fresh connection.
+        self.close()
+        return self._one_by_one(runs, known=errors)
 
     def _one_by_one(
         self, runs: Sequence[OutgoingRun], known: Sequence[Exception | None] = ()
