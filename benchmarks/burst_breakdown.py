@@ -7,9 +7,12 @@ store, Redis broker and gate, every guarantee on), run in this process with
 wall-time wrappers around the tick's phases: the claim, deciding (with the
 overlap check's query), the Redis gate, the run rows, publishing, the
 bookkeeping, the probes; statements and driver time at the cursor; and the
-cyclic garbage collector's time (``gc.callbacks``). ``mark_sent`` is timed on
-whichever thread runs it: on PostgreSQL a chunk is marked sent on its own
-thread while the next is published, so its time overlaps ``publish_many``.
+cyclic garbage collector's time (``gc.callbacks``). Every phase is timed on
+whichever thread runs it, so on PostgreSQL the shares add up to more than the
+whole: a chunk is marked sent on its own thread while the next is published,
+and from the second tick of the burst on, the claim, deciding and the run
+rows are the next batch's, written on its own thread while this one publishes
+(tick/ahead.py), their time stretched by sharing the interpreter with it.
 Run it under the exclusive benchmark lock on a shared machine.
 """
 
