@@ -14,8 +14,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import bindparam, cast
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.types import NullType
 
 from .compiled import naive_utc
+
+
+def array_param(name: str, element: Any) -> Any:
+    """An array parameter bound as one of the literals below, cast in the statement.
+
+    The parameter has no type on purpose: SQLAlchemy would render a String's
+    as ``%(ids)s::VARCHAR``, and a varchar cast to an array is an expression
+    PostgreSQL evaluates per row (the overlap check went from 6 ms to 430 ms
+    a tick); an untyped literal is read as the array once, when bound."""
+    return cast(bindparam(name, type_=NullType()), postgresql.ARRAY(element))
 
 
 def text_array(values: Iterable[str | None]) -> str:

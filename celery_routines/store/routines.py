@@ -22,7 +22,6 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects import postgresql
 
 import celery_routines.store.mysql as mysql_json
 
@@ -32,6 +31,7 @@ from .declarations import DeclarationQueries, Declared
 from .dialects import is_mysql
 from .fingerprint import current_fingerprint, record_columns
 from .models import Routine
+from .pg_arrays import array_param, int_array
 from .records import ROUTINE_RECORD_FIELDS, RoutineRecord
 from .types import UTCDateTime
 
@@ -200,7 +200,7 @@ class RoutineQueries:
             "limit": limit,
         }
         if self._claim_driver is not None:
-            rows = self._claim_due_driver({**params, "excluding": list(excluding)})
+            rows = self._claim_due_driver({**params, "excluding": int_array(excluding)})
         elif excluding:
             raise ValueError("claiming around routines still being sent is PostgreSQL's only")
         elif self._mysql:
@@ -246,8 +246,7 @@ class RoutineQueries:
         due = self.due_select(now, bindparam("limit"), holder, arb)
         if self._postgres:
             # Never the routines this beat is still sending (empty: none).
-            excluding = bindparam("excluding", type_=postgresql.ARRAY(Integer))
-            due = due.where(not_(c.id == any_(excluding)))
+            due = due.where(not_(c.id == any_(array_param("excluding", Integer))))
             # A materialised CTE runs the locking select exactly once; as a
             # plain IN subquery PostgreSQL may re-run it per outer row, and a
             # re-run that skips the rows it just locked claims past the LIMIT.

@@ -15,7 +15,6 @@ from sqlalchemy import (
     String,
     any_,
     bindparam,
-    cast,
     func,
     select,
     text,
@@ -23,7 +22,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.types import NullType
 
 import celery_routines.store.mysql as mysql_json
 
@@ -31,7 +29,7 @@ from .compiled import naive_utc
 from .connections import connections_for
 from .dialects import is_mysql
 from .models import Routine, RoutineRun
-from .pg_arrays import int_array, text_array, timestamp_array
+from .pg_arrays import array_param, int_array, text_array, timestamp_array
 from .records import (
     NewRun,
     OpenRun,
@@ -65,16 +63,6 @@ UNNEST_INSERT = text(
 )
 
 
-def _array(name: str, element: Any) -> Any:
-    """A PostgreSQL array parameter bound as one literal (store/pg_arrays.py).
-
-    The parameter has no type on purpose: SQLAlchemy would render a String's
-    as ``%(ids)s::VARCHAR``, and a varchar cast to an array is an expression
-    PostgreSQL evaluates per row (the overlap check went from 6 ms to 430 ms
-    a tick); an untyped literal is read as the array once, when bound."""
-    return cast(bindparam(name, type_=NullType()), postgresql.ARRAY(element))
-
-
 class RunQueries(RunRetryQueries, RunOutcomeQueries):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -86,7 +74,7 @@ class RunQueries(RunRetryQueries, RunOutcomeQueries):
             # PostgreSQL: one array parameter, not an IN list of a parameter
             # per run (500 per chunk, marked on a thread beside the publishing).
             # (a literal cast to varchar[]: see store/pg_arrays.py).
-            c.id == any_(_array("ids", String))
+            c.id == any_(array_param("ids", String))
             if self._postgres
             else c.id.in_(bindparam("ids", expanding=True))
         )
@@ -99,7 +87,7 @@ class RunQueries(RunRetryQueries, RunOutcomeQueries):
         if self._postgres:
             # One array parameter: an expanding IN renders and binds a
             # parameter per routine (a thousand in a burst's tick).
-            self._open_runs = self.open_runs_select(_array("ids", Integer), any_of=True)
+            self._open_runs = self.open_runs_select(array_param("ids", Integer), any_of=True)
         self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
 
     # -- beat ----------------------------------------------------------------
@@ -199,9 +187,9 @@ class RunQueries(RunRetryQueries, RunOutcomeQueries):
         planned as one index probe per triple."""
         wanted = (
             select(
-                func.unnest(_array("rids", Integer)).label("rid"),
-                func.unnest(_array("keys", String)).label("key"),
-                func.unnest(_array("attempts", Integer)).label("att"),
+                func.unnest(array_param("rids", Integer)).label("rid"),
+                func.unnest(array_param("keys", String)).label("key"),
+                func.unnest(array_param("attempts", Integer)).label("att"),
             )
         ).subquery("wanted")
         query = select(*RECORD_COLUMNS).join(

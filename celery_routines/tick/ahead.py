@@ -62,7 +62,8 @@ class Ahead:
         self._error: BaseException | None = None
 
     def start(self, prepare: Callable[[], Batch]) -> None:
-        self.take()  # never two in flight (one is taken before the next starts)
+        if self._thread is not None:  # each tick takes the batch before starting the next
+            raise RuntimeError("a batch is already being prepared")
         self._thread = threading.Thread(
             target=self._run, args=(prepare,), name="celery-routines-next-batch", daemon=True
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 
@@ -38,11 +38,10 @@ class TickReport:
     def add(self, other: TickReport) -> None:
         """Count in what ``other`` did: a batch prepared in an earlier tick
         (see tick/ahead.py) is reported by the tick that publishes it."""
-        for name in (
-            "adopted", "claimed", "sent", "skipped_windows", "send_failures", "invalid",
-            "conflicts", "deferred", "queued", "replaced", "lost", "retries_sent",
-            "retries_cancelled", "rescheduled",
-        ):  # fmt: skip
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for counter in fields(self):
+            if counter.type == "int":
+                setattr(
+                    self, counter.name, getattr(self, counter.name) + getattr(other, counter.name)
+                )
         for reason, count in other.skipped_by_reason.items():
             self.skipped_by_reason[reason] = self.skipped_by_reason.get(reason, 0) + count
