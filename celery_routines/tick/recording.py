@@ -16,9 +16,11 @@ from datetime import datetime, timedelta
 
 from celery_routines.config import Settings
 from celery_routines.policy.runs import lost_deadline
-from celery_routines.store import Published, Store
+from celery_routines.store import Probe, Published, Store
+from celery_routines.tick.ahead import Ahead, Batch
 from celery_routines.tick.ledger import Unrecorded
-from celery_routines.tick.marking import Batch
+from celery_routines.tick.marking import SentBatch
+from celery_routines.tick.refresh import Refresher
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -32,35 +34,70 @@ class Recording:
     ledger: Unrecorded
     # The database's clock minus the beat's, for run deadlines.
     offset: timedelta
+    ahead: Ahead | None
+    # The bookkeeping handed over to the batch in preparation, if any.
+    _handed: Unrecorded | None = None
+    refresher: Refresher
 
-    def _mark_published(self) -> None:
+    def _take_prepared(self) -> Batch | None:
+        """The burst's next batch, written meanwhile (None if none was
+        started); the bookkeeping handed over to it back in the ledger unless
+        it was written, even when its preparation failed."""
+        if self.ahead is None:
+            return None
+        try:
+            return self.ahead.take()
+        finally:
+            handed, self._handed = self._handed, None
+            if handed is not None:
+                self.ledger.take_back(handed)
+
+    def _write_ledger_first(self, now: datetime) -> None:
+        logger.info("writing down %s before anything else", self.ledger.describe())
+        self._record_published(now)
+
+    def _only_publishing(self, probe: Probe, now: datetime) -> bool:
+        """A burst tick with nothing to do but publish the batch written
+        meanwhile: the previous batch's bookkeeping may wait for the next
+        batch's preparation (no claim reads before it). Anything else this
+        tick would read or plan from is left to the written ledger."""
+        return not (
+            probe.unscheduled
+            or probe.changed
+            or self.refresher.baselining
+            or due(probe.retry_at, now)
+            or due(probe.deadline, now)
+        )
+
+    def _mark_published(self, ledger: Unrecorded) -> None:
         """The ledger's published runs -> ``sent``, oldest batch first."""
-        while self.ledger.sent:
-            run_ids, sent_at, timeout = self.ledger.sent[0]
+        while ledger.sent:
+            run_ids, sent_at, timeout = ledger.sent[0]
             deadline = self._sent_deadline(sent_at, timeout)
             self.store.runs.mark_sent(run_ids, sent_at, deadline_at=deadline)
-            self.ledger.marked()
+            ledger.marked()
 
-    def _mark_batches(self, batches: Sequence[Batch]) -> None:
+    def _mark_batches(self, batches: Sequence[SentBatch]) -> None:
         """Published batches -> ``sent`` (run by ``MarkingBehind``'s thread:
         it leaves the ledger to the tick's thread)."""
         for run_ids, sent_at, timeout in batches:
             deadline = self._sent_deadline(sent_at, timeout)
             self.store.runs.mark_sent(run_ids, sent_at, deadline_at=deadline)
 
-    def _record_published(self, now: datetime) -> None:
+    def _record_published(self, now: datetime, ledger: Unrecorded | None = None) -> None:
         """Write down what went out: runs marked sent, then routines moved on.
 
         Each is one statement of its own, after the messages: a failure of
         one (a deadlock, a dropped connection, a failover) undoes neither the
         other nor the publishing. What failed stays in the ledger; the next
         tick writes it before doing anything else, and never publishes it again.
+        ``ledger``: one handed over to a burst's next batch (tick/ahead.py).
         """
-        ledger = self.ledger
+        ledger = self.ledger if ledger is None else ledger
         if ledger.sent and ledger.advances and self.store.bookkeeping.one_statement:
-            self._record_in_one_statement(now)
+            self._record_in_one_statement(now, ledger)
             return
-        self._mark_published()
+        self._mark_published(ledger)
         if ledger.advances:
             advances = sorted(ledger.advances.values(), key=lambda a: a.routine_id)
             advanced = self.store.routines.advance(advances, self.holder, now)
@@ -75,11 +112,10 @@ class Recording:
                 missed,
             )
 
-    def _record_in_one_statement(self, now: datetime) -> None:
+    def _record_in_one_statement(self, now: datetime, ledger: Unrecorded) -> None:
         """PostgreSQL: the runs marked sent and the routines moved on in one
         atomic statement (see :mod:`celery_routines.store.bookkeeping`): a
         failure writes neither, and both stay in the ledger for the next tick."""
-        ledger = self.ledger
         runs = []
         for run_ids, sent_at, timeout in ledger.sent:
             # One deadline per batch: its runs went out at one instant.
@@ -95,3 +131,7 @@ class Recording:
         """A sent run's lost deadline, on the database's clock (``timeout``:
         the routine's own ``run_timeout``, else ``routines_run_timeout``)."""
         return lost_deadline(sent_at + self.offset, timeout or self.settings.run_timeout)
+
+
+def due(instant: datetime | None, now: datetime) -> bool:
+    return instant is not None and instant <= now
