@@ -249,22 +249,6 @@ class TickEngine(Recording, Writing):
             with self.store.transaction():
                 return self._claim_and_write(now, excluding)
 
-    def settle(self) -> None:
-        """Beat stopping, before its claims are released: publish the batch
-        in preparation, as a tick told to stop does (within the same grace,
-        the rest left ``pending`` for the next holder)."""
-        if self.ahead is None:
-            return
-        try:
-            batch = self._take_prepared()
-            if batch is not None:
-                report = TickReport()
-                with self.store.session():
-                    self._publish(batch, self.clock(), report)
-                logger.info("stopping: sent %d run(s) of the batch written last", report.sent)
-        except Exception:
-            logger.warning("stopping: the batch written last was not all sent", exc_info=True)
-
     def _fit_claims_to_ttl(self, took: float, claimed: int) -> None:
         """Claim no more routines than this beat carries out well within
         their claims: a tick that outlives them has its routines taken over

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from celery_routines.clock import Clock
 from celery_routines.config import Settings
 from celery_routines.policy.runs import lost_deadline
 from celery_routines.store import Probe, Published, Store
@@ -21,6 +22,7 @@ from celery_routines.tick.ahead import Ahead, Batch
 from celery_routines.tick.ledger import Unrecorded
 from celery_routines.tick.marking import SentBatch
 from celery_routines.tick.refresh import Refresher
+from celery_routines.tick.report import TickReport
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -38,6 +40,31 @@ class Recording:
     # The bookkeeping handed over to the batch in preparation, if any.
     _handed: Unrecorded | None = None
     refresher: Refresher
+    clock: Clock
+
+    def _publish(self, batch: Batch, now: datetime, report: TickReport) -> None: ...
+
+    def settle(self) -> None:
+        """Beat stopping, before its claims are released: publish the batch
+        in preparation, as a tick told to stop does (within the same grace,
+        the rest left ``pending`` for the next holder); then write down
+        whatever this beat published and has not (the next holder would
+        otherwise send it again)."""
+        try:
+            batch = self._take_prepared()
+            if batch is not None:
+                report = TickReport()
+                with self.store.session():
+                    self._publish(batch, self.clock(), report)
+                logger.info("stopping: sent %d run(s) of the batch written last", report.sent)
+        except Exception:
+            logger.warning("stopping: the batch written last was not all sent", exc_info=True)
+        if self.ledger:
+            try:
+                with self.store.session():
+                    self._write_ledger_first(self.clock())
+            except Exception:
+                logger.warning("stopping: %s not written down", self.ledger.describe())
 
     def _take_prepared(self) -> Batch | None:
         """The burst's next batch, written meanwhile (None if none was

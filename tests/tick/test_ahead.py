@@ -142,8 +142,9 @@ def test_a_batch_s_bookkeeping_is_written_by_the_next_preparation_before_its_cla
         scheduler.close()
 
 
+@pytest.mark.parametrize("then", ["ticks", "stops"])
 def test_bookkeeping_the_next_preparation_failed_to_write_is_written_by_the_next_tick_first(
-    tmp_path: Path, database_url: str, clock: FakeClock
+    tmp_path: Path, database_url: str, clock: FakeClock, then: str
 ) -> None:
     declare()
     folder = tmp_path / "broker"
@@ -165,13 +166,47 @@ def test_bookkeeping_the_next_preparation_failed_to_write_is_written_by_the_next
         scheduler.tick()  # publishes batch 2 while batch 3's preparation fails
         assert calls == [AHEAD_THREAD]
         assert len(published(folder)) == 2 * BATCH
-        scheduler.tick()  # takes the failed preparation: the beat logs it, ticks again
-        assert scheduler.engine.ledger.advances  # batch 1's advances, taken back
+        if then == "stops":  # writes down all it published, then hands its claims back
+            scheduler.close()
+            assert calls[1:] == ["MainThread"]
+            scheduler = make(folder, database_url, clock)
+        else:
+            scheduler.tick()  # takes the failed preparation: the beat logs it, ticks again
+            assert scheduler.engine.ledger.advances  # batch 1's advances, taken back
         for _ in range(6):
             clock.advance(seconds=1)
             scheduler.tick()
-        assert calls[1] == "MainThread"  # written first by the next tick
+        assert calls[1] == "MainThread"  # written first by the next tick (or the stopping beat)
         assert_each_window_sent_once(scheduler, folder)
+    finally:
+        scheduler.close()
+
+
+def test_a_burst_tick_with_more_to_do_than_publish_writes_the_deferred_bookkeeping_first(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    """Bookkeeping waits for the next preparation only on a tick that does
+    nothing else: one that sweeps lost runs (or refreshes, adopts, retries)
+    reads the database after writing down everything published."""
+    declare()
+    folder = tmp_path / "broker"
+    scheduler = make(folder, database_url, clock, routines_run_timeout=1)
+    try:
+        adopt_all(scheduler, clock)
+        engine = scheduler.engine
+        sweep_lost = engine.sweeps.sweep_lost
+        unwritten_at_sweep: list[bool] = []
+
+        def sweeping(*args: Any, **kwargs: Any) -> Any:
+            unwritten_at_sweep.append(bool(engine.ledger))
+            return sweep_lost(*args, **kwargs)
+
+        engine.sweeps.sweep_lost = sweeping  # type: ignore[method-assign]
+        scheduler.tick()  # batch 1 out; its last chunk's bookkeeping deferred
+        assert engine.ledger
+        clock.advance(seconds=5)  # batch 1's first runs are overdue: a sweep is due
+        scheduler.tick()
+        assert unwritten_at_sweep == [False]
     finally:
         scheduler.close()
 
