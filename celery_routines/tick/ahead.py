@@ -75,10 +75,6 @@ class Ahead:
         except BaseException as exc:  # raised by take(), in the tick's thread
             self._error = exc
 
-    @property
-    def busy(self) -> bool:
-        return self._thread is not None
-
     def take(self) -> Batch | None:
         """The prepared batch (None if none was started); raises the error
         that stopped its preparation (its transaction was rolled back)."""

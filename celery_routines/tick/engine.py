@@ -39,7 +39,6 @@ from celery_routines.tick.decide import Claimed, Decision, Facts
 from celery_routines.tick.ledger import Unrecorded
 from celery_routines.tick.marking import MarkingBehind
 from celery_routines.tick.recording import Recording
-from celery_routines.tick.recording import due as _due
 from celery_routines.tick.refresh import Refresher
 from celery_routines.tick.report import TickReport
 from celery_routines.tick.sweeps import Sweeps
@@ -120,11 +119,12 @@ class TickEngine(Recording, Writing):
         with self.store.session():
             if self.arbiter is not None:
                 self._set_offset(self.arbiter() - now)
+            if self.ledger:
+                logger.info("writing down %s before anything else", self.ledger.describe())
+                self._record_published(now)
             # The batch the previous tick of a burst claimed and wrote while it
             # published (tick/ahead.py): published by this one.
-            prepared = self._take_prepared()
-            if self.ledger and prepared is None:
-                self._write_ledger_first(now)
+            prepared = self.ahead.take() if self.ahead is not None else None
             probe = self.store.probe(
                 now,
                 self.holder,
@@ -134,8 +134,6 @@ class TickEngine(Recording, Writing):
             )
             if probe.clock is not None:
                 self._set_offset(probe.clock - now)
-            if self.ledger and not self._only_publishing(probe, now):
-                self._write_ledger_first(now)
             claimed_at = None
             if prepared is not None or self._work(probe, now):
                 with _collection_deferred():
@@ -198,10 +196,7 @@ class TickEngine(Recording, Writing):
             report.more_due = True
             if self.ahead is not None and self.stopping is None:
                 excluding = batch.claimed_ids
-                # The previous batch's bookkeeping, written by the next batch
-                # before its claim (ahead.py), behind this one's publishing.
-                handed = self._handed = self.ledger.hand_over()
-                self.ahead.start(lambda: self._prepare(excluding, handed))
+                self.ahead.start(lambda: self._prepare(excluding))
         self.sweeps.send_retries(retries, now, report, self.ledger)
         self._publish(batch, now, report)
         if batch.claimed_ids:
@@ -218,9 +213,7 @@ class TickEngine(Recording, Writing):
                     if d.claimed.record.id in held
                 ]
             )
-        if self.ahead is None or not self.ahead.busy:
-            self._record_published(now)
-        # else written by the next batch's preparation, before its claim
+        self._record_published(now)
 
     def _claim_and_write(self, now: datetime, excluding: Sequence[int] = ()) -> Batch:
         """Claim due routines, decide them and write their rows, in the
@@ -238,16 +231,28 @@ class TickEngine(Recording, Writing):
         ids = [record.id for record in claimed]
         return Batch(now, started, ids, outgoing, len(claimed) >= limit, report)
 
-    def _prepare(self, excluding: Sequence[int], handed: Unrecorded) -> Batch:
+    def _prepare(self, excluding: Sequence[int]) -> Batch:
         """The burst's next batch, on the Ahead thread (its own connection and
-        transaction), never one of ``excluding``: the batch being published;
-        first the bookkeeping ``handed`` over (the batch published before)."""
+        transaction), never one of ``excluding``: the batch being published."""
         now = self.clock()
-        with self.store.session():
-            if handed:
-                self._record_published(now, handed)
-            with self.store.transaction():
-                return self._claim_and_write(now, excluding)
+        with self.store.session(), self.store.transaction():
+            return self._claim_and_write(now, excluding)
+
+    def settle(self) -> None:
+        """Beat stopping, before its claims are released: publish the batch
+        in preparation, as a tick told to stop does (within the same grace,
+        the rest left ``pending`` for the next holder); then write down what
+        this beat published and has not (see Recording)."""
+        try:
+            batch = self.ahead.take() if self.ahead is not None else None
+            if batch is not None:
+                report = TickReport()
+                with self.store.session():
+                    self._publish(batch, self.clock(), report)
+                logger.info("stopping: sent %d run(s) of the batch written last", report.sent)
+        except Exception:
+            logger.warning("stopping: the batch written last was not all sent", exc_info=True)
+        self._write_down_before_stopping()
 
     def _fit_claims_to_ttl(self, took: float, claimed: int) -> None:
         """Claim no more routines than this beat carries out well within
@@ -439,3 +444,7 @@ def _collection_deferred() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def _due(instant: datetime | None, now: datetime) -> bool:
+    return instant is not None and instant <= now

@@ -54,23 +54,6 @@ class Unrecorded:
     def __bool__(self) -> bool:
         return bool(self.sent or self.advances)
 
-    def hand_over(self) -> Unrecorded:
-        """Everything not yet written, moved to a ledger of its own for
-        another thread to write (this one is left empty)."""
-        handed = Unrecorded(list(self.sent), dict(self.advances))
-        self.sent.clear()
-        self.advances.clear()
-        return handed
-
-    def take_back(self, handed: Unrecorded) -> None:
-        """What a handed-over ledger still holds (its writing failed), back
-        in this one: older than anything entered since."""
-        self.sent[:0] = handed.sent
-        for routine_id, advance in handed.advances.items():
-            self.advances.setdefault(routine_id, advance)
-        handed.sent.clear()
-        handed.advances.clear()
-
     def describe(self) -> str:
         runs = sum(len(ids) for ids, _, _ in self.sent)
         return f"{runs} published run(s) and {len(self.advances)} routine advance(s)"

@@ -25,17 +25,17 @@ from datetime import datetime
 
 from celery_routines.tick.ledger import Unrecorded
 
-SentBatch = tuple[list[str], datetime, float | None]
+Batch = tuple[list[str], datetime, float | None]
 
 
 class MarkingBehind:
     """At most one marking in flight; :meth:`finish` waits for it."""
 
-    def __init__(self, ledger: Unrecorded, mark: Callable[[Sequence[SentBatch]], None]) -> None:
+    def __init__(self, ledger: Unrecorded, mark: Callable[[Sequence[Batch]], None]) -> None:
         self.ledger = ledger
         self.mark = mark
         self._thread: threading.Thread | None = None
-        self._batches: list[SentBatch] = []
+        self._batches: list[Batch] = []
         self._error: BaseException | None = None
 
     def start(self) -> None:
@@ -52,7 +52,7 @@ class MarkingBehind:
         )
         self._thread.start()
 
-    def _run(self, batches: list[SentBatch]) -> None:
+    def _run(self, batches: list[Batch]) -> None:
         try:
             self.mark(batches)
         except BaseException as exc:  # re-raised by finish(), in the tick's thread

@@ -191,7 +191,7 @@ class Writing:
                 if self.marking is not None:
                     self.marking.start()
                 else:
-                    self._mark_published(self.ledger)
+                    self._mark_published()
         return held
 
     def _out_of_grace(self) -> bool:

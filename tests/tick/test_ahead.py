@@ -100,51 +100,8 @@ def test_a_burst_writes_its_next_batch_while_publishing_and_never_reclaims_the_o
         scheduler.close()
 
 
-def test_a_batch_s_bookkeeping_is_written_by_the_next_preparation_before_its_claim(
+def test_a_tick_that_fails_after_the_next_batch_was_written_leaves_it_to_the_next_tick(
     tmp_path: Path, database_url: str, clock: FakeClock
-) -> None:
-    """Behind the publishing of batch k+1, batch k's runs are marked sent and
-    its routines moved on by the preparation of batch k+2, before it claims:
-    so that claim never sees batch k still due (a window decided twice)."""
-    declare()
-    folder = tmp_path / "broker"
-    scheduler = make(folder, database_url, clock)
-    try:
-        adopt_all(scheduler, clock)
-        steps: list[tuple[str, str]] = []
-        routines, bookkeeping = scheduler.store.routines, scheduler.store.bookkeeping
-        claim_due, record_published = routines.claim_due, bookkeeping.record_published
-
-        def claiming(*args: Any, **kwargs: Any) -> Any:
-            steps.append(("claim", threading.current_thread().name))
-            return claim_due(*args, **kwargs)
-
-        def recording(*args: Any, **kwargs: Any) -> Any:
-            steps.append(("bookkeeping", threading.current_thread().name))
-            return record_published(*args, **kwargs)
-
-        routines.claim_due = claiming  # type: ignore[method-assign]
-        bookkeeping.record_published = recording  # type: ignore[method-assign]
-        conflicts = 0
-        for _ in range(4):
-            scheduler.tick()
-            assert scheduler.last_report is not None
-            conflicts += scheduler.last_report.conflicts
-        assert steps[:4] == [
-            ("claim", "MainThread"),  # batch 1
-            ("claim", AHEAD_THREAD),  # batch 2, while batch 1 goes out
-            ("bookkeeping", AHEAD_THREAD),  # batch 1's, while batch 2 goes out
-            ("claim", AHEAD_THREAD),  # batch 3 (the last 50): batch 1 no longer due
-        ]
-        assert conflicts == 0
-        assert_each_window_sent_once(scheduler, folder)
-    finally:
-        scheduler.close()
-
-
-@pytest.mark.parametrize("then", ["ticks", "stops"])
-def test_bookkeeping_the_next_preparation_failed_to_write_is_written_by_the_next_tick_first(
-    tmp_path: Path, database_url: str, clock: FakeClock, then: str
 ) -> None:
     declare()
     folder = tmp_path / "broker"
@@ -153,60 +110,23 @@ def test_bookkeeping_the_next_preparation_failed_to_write_is_written_by_the_next
         adopt_all(scheduler, clock)
         bookkeeping = scheduler.store.bookkeeping
         record_published = bookkeeping.record_published
-        calls: list[str] = []
+        calls: list[int] = []
 
         def failing_once(*args: Any, **kwargs: Any) -> Any:
-            calls.append(threading.current_thread().name)
-            if len(calls) == 1:  # batch 1's, handed to the preparation of batch 3
+            calls.append(1)
+            if len(calls) == 1:  # the first batch's, while the second is written
                 raise OperationalError("injected", {}, Exception("connection dropped"))
             return record_published(*args, **kwargs)
 
         bookkeeping.record_published = failing_once  # type: ignore[method-assign]
-        scheduler.tick()
-        scheduler.tick()  # publishes batch 2 while batch 3's preparation fails
-        assert calls == [AHEAD_THREAD]
-        assert len(published(folder)) == 2 * BATCH
-        if then == "stops":  # writes down all it published, then hands its claims back
-            scheduler.close()
-            assert calls[1:] == ["MainThread"]
-            scheduler = make(folder, database_url, clock)
-        else:
-            scheduler.tick()  # takes the failed preparation: the beat logs it, ticks again
-            assert scheduler.engine.ledger.advances  # batch 1's advances, taken back
+        scheduler.tick()  # fails after publishing: the beat logs it and ticks again
+        assert calls == [1]
+        assert len(published(folder)) == BATCH
+        assert scheduler.engine.ahead._thread is not None  # the second batch, written
         for _ in range(6):
             clock.advance(seconds=1)
             scheduler.tick()
-        assert calls[1] == "MainThread"  # written first by the next tick (or the stopping beat)
         assert_each_window_sent_once(scheduler, folder)
-    finally:
-        scheduler.close()
-
-
-def test_a_burst_tick_with_more_to_do_than_publish_writes_the_deferred_bookkeeping_first(
-    tmp_path: Path, database_url: str, clock: FakeClock
-) -> None:
-    """Bookkeeping waits for the next preparation only on a tick that does
-    nothing else: one that sweeps lost runs (or refreshes, adopts, retries)
-    reads the database after writing down everything published."""
-    declare()
-    folder = tmp_path / "broker"
-    scheduler = make(folder, database_url, clock, routines_run_timeout=1)
-    try:
-        adopt_all(scheduler, clock)
-        engine = scheduler.engine
-        sweep_lost = engine.sweeps.sweep_lost
-        unwritten_at_sweep: list[bool] = []
-
-        def sweeping(*args: Any, **kwargs: Any) -> Any:
-            unwritten_at_sweep.append(bool(engine.ledger))
-            return sweep_lost(*args, **kwargs)
-
-        engine.sweeps.sweep_lost = sweeping  # type: ignore[method-assign]
-        scheduler.tick()  # batch 1 out; its last chunk's bookkeeping deferred
-        assert engine.ledger
-        clock.advance(seconds=5)  # batch 1's first runs are overdue: a sweep is due
-        scheduler.tick()
-        assert unwritten_at_sweep == [False]
     finally:
         scheduler.close()
 

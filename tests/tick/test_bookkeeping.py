@@ -36,10 +36,13 @@ def fail_once(target: Any, name: str) -> list[int]:
     return calls
 
 
+@pytest.mark.parametrize("then", ["ticks", "stops"])
 @pytest.mark.parametrize("failing", ["mark_sent", "advance", "record_published"])
 def test_bookkeeping_that_fails_after_publishing_is_retried_not_republished(
-    tmp_path: Path, database_url: str, clock: FakeClock, failing: str
+    tmp_path: Path, database_url: str, clock: FakeClock, failing: str, then: str
 ) -> None:
+    """The beat writes it on its next tick or, told to stop, before it hands
+    its claims back (the next beat would otherwise send the run again)."""
     register("tasks.poll", timedelta(minutes=1), name="poll")
     scheduler = make(tmp_path / "broker", database_url, clock)
     # PostgreSQL writes both parts in one statement (record_published); the
@@ -59,6 +62,9 @@ def test_bookkeeping_that_fails_after_publishing_is_retried_not_republished(
         scheduler.tick()  # publishes, then the bookkeeping fails
         assert calls == [1]
         assert len(published(tmp_path / "broker")) == 1
+        if then == "stops":
+            scheduler.close()
+            scheduler = make(tmp_path / "broker", database_url, clock)
         for _ in range(3):  # retry ticks: the bookkeeping lands, nothing goes out again
             scheduler.tick()
         messages = published(tmp_path / "broker")
