@@ -249,7 +249,11 @@ def migrate_and_close(url: str) -> None:
 
 
 def free_redis_db() -> int:
-    """An empty Redis database number for this run (flushed when it ends)."""
+    """An empty Redis database number for this run (flushed when it ends).
+
+    Each pytest-xdist worker is a session of its own and claims its own
+    number here (SET NX on an empty database: two workers never get the same
+    one); the databases above are named at random per worker the same way."""
     import redis
 
     for number in range(15, 0, -1):
