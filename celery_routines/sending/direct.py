@@ -49,6 +49,7 @@ from celery_routines.sending.publish import (
     CeleryPublisher,
     OutgoingRun,
     Publisher,
+    _not_sent,
     message_options,
     send_with_celery,
 )
@@ -97,9 +98,10 @@ class DirectPublisher(BatchingPublisher):
         """BatchingPublisher's batch, but on Redis one ``LPUSH`` per list
         (``redis_push``) instead of kombu's publish batch; the same errors."""
         try:
-            channel = redis_channel(self.producer)
-        except Exception:
-            channel = None  # unreachable: kombu's batch fails and falls back as ever
+            channel = redis_channel(self._connected_producer())
+        except Exception as exc:
+            # The broker is down: what the first send finds after its retries.
+            return [exc, *(_not_sent([exc]) for _ in runs[1:])]
         if (
             channel is None
             # Checked once per batch (one thread publishes it) instead of per message.
@@ -138,7 +140,7 @@ class DirectPublisher(BatchingPublisher):
         if expires is _OMITTED:
             expires = plan.default_expires
         name = run.task
-        producer = self.producer
+        producer = self.producer if pushes is not None else self._connected_producer()
         properties = dict(plan.properties, kwargsrepr=kwargsrepr)
         if expires is not None:
             properties["expiration"] = self._expiration(run.run_id, expires)

@@ -132,7 +132,14 @@ class BatchingPublisher:
         self._send(run)
 
     def publish_many(self, runs: Sequence[OutgoingRun]) -> list[Exception | None]:
-        if len(runs) < 2 or not self._can_batch():
+        if len(runs) < 2:
+            return self._one_by_one(runs)
+        try:
+            self._connected_producer()
+        except Exception as exc:
+            # The broker is down: what the first send finds after its retries.
+            return [exc, *(_not_sent([exc]) for _ in runs[1:])]
+        if not self._can_batch():
             return self._one_by_one(runs)
         errors: list[Exception | None] = []
         for start in range(0, len(runs), MESSAGES_PER_BATCH):
@@ -142,6 +149,18 @@ class BatchingPublisher:
             else:
                 errors.extend(self._publish_batch(chunk))
         return errors
+
+    def _connected_producer(self) -> Any:
+        """The producer, connected within the publish retry policy, as
+        ``send_task`` connects inside its publish's retries: a batch (or
+        ``producer.channel``) would connect under kombu's own connection
+        retries (``broker_connection_timeout``), and a beat whose broker is
+        down would wait those out on every tick (6 s a try here, not 1 s)."""
+        producer = self.producer
+        connection = producer.connection
+        if not connection.connected:
+            connection.ensure_connection(**PUBLISH_RETRY_POLICY)
+        return producer
 
     def _can_batch(self) -> bool:
         try:

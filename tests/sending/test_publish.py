@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from celery._state import task_join_will_block
 from celery_routines.sending.direct import DirectPublisher
 from celery_routines.sending.publish import (
     MESSAGES_PER_BATCH,
+    PUBLISH_RETRY_POLICY,
     BatchingPublisher,
     CeleryPublisher,
     NotSent,
@@ -108,6 +110,12 @@ def test_a_message_that_cannot_be_encoded_fails_alone(
     assert [m["headers"]["id"] for m in queued(redis_url)] == ["run-0", "run-2"]
 
 
+POLICY_SLEEPS = sum(
+    PUBLISH_RETRY_POLICY["interval_start"] + k * PUBLISH_RETRY_POLICY["interval_step"]
+    for k in range(PUBLISH_RETRY_POLICY["max_retries"])
+)
+
+
 @each_publisher
 def test_a_broker_that_is_down_fails_the_first_send_and_skips_the_rest(
     publisher_class: type[BatchingPublisher],
@@ -116,10 +124,14 @@ def test_a_broker_that_is_down_fails_the_first_send_and_skips_the_rest(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # closed again: nothing listens there
     publisher = publisher_class(app_for(f"redis://127.0.0.1:{port}/0"))
+    started = time.monotonic()
     try:
         errors = publisher.publish_many([run(i) for i in range(4)])
     finally:
         publisher.close()
+    # Beat waits out the publish retry policy once (its sleeps: 0.9 s), not
+    # kombu's connection retries (broker_connection_timeout, 6 s a try here).
+    assert time.monotonic() - started < POLICY_SLEEPS + 2.5
 
     first, *rest = errors
     assert first is not None and not isinstance(first, NotSent)
