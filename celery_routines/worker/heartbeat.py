@@ -82,10 +82,13 @@ class Heartbeat:
 
     def launch(self) -> None:
         """Start beating (the watcher calls it when the first beat is due)."""
-        self._thread = threading.Thread(
+        thread = threading.Thread(
             target=self._run, name=f"routines-heartbeat-{self.run_id[:8]}", daemon=True
         )
-        self._thread.start()
+        thread.start()
+        # Set once started: a thread not yet started is not alive, and this
+        # heartbeat would look ended in between.
+        self._thread = thread
 
     def _run(self) -> None:
         next_at = self.due
