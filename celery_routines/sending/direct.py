@@ -49,7 +49,7 @@ from celery_routines.sending.publish import (
     CeleryPublisher,
     OutgoingRun,
     Publisher,
-    _not_sent,
+    broker_down,
     message_options,
     send_with_celery,
 )
@@ -100,8 +100,7 @@ class DirectPublisher(BatchingPublisher):
         try:
             channel = redis_channel(self._connected_producer())
         except Exception as exc:
-            # The broker is down: what the first send finds after its retries.
-            return [exc, *(_not_sent([exc]) for _ in runs[1:])]
+            return broker_down(runs, exc)
         if (
             channel is None
             # Checked once per batch (one thread publishes it) instead of per message.

@@ -73,6 +73,12 @@ def _message_local(error: Exception) -> bool:
     return isinstance(error, (EncodeError, TypeError, ValueError))
 
 
+def broker_down(runs: Sequence[OutgoingRun], error: Exception) -> list[Exception | None]:
+    """The errors of runs whose broker could not be reached within the
+    publish retry policy: the first send's, and the rest not attempted."""
+    return [error, *(_not_sent([error]) for _ in runs[1:])]
+
+
 def _not_sent(errors: Sequence[Exception | None]) -> NotSent:
     first = next(e for e in errors if e is not None and not _message_local(e))
     if isinstance(first, NotSent):
@@ -137,8 +143,7 @@ class BatchingPublisher:
         try:
             self._connected_producer()
         except Exception as exc:
-            # The broker is down: what the first send finds after its retries.
-            return [exc, *(_not_sent([exc]) for _ in runs[1:])]
+            return broker_down(runs, exc)
         if not self._can_batch():
             return self._one_by_one(runs)
         errors: list[Exception | None] = []
@@ -163,10 +168,7 @@ class BatchingPublisher:
         return producer
 
     def _can_batch(self) -> bool:
-        try:
-            return bool(getattr(self.producer, "supports_batch_publish", False))
-        except Exception:
-            return False  # the broker is unreachable: the one-by-one path says so per run
+        return bool(getattr(self.producer, "supports_batch_publish", False))
 
     def _publish_batch(self, runs: Sequence[OutgoingRun]) -> list[Exception | None]:
         errors: list[Exception | None] = []
