@@ -68,7 +68,7 @@ class Scheduler(CeleryScheduler):
         self._error_backoff = 0.0
         self._in_tick = False
         self._stop_requested: float | None = None
-        self._signals_wrapped = False
+        self._wrapped_signals: dict[int, tuple[Any, Any]] = {}  # signum: (Celery's, ours)
         try:
             self.settings: Settings = settings_from(app)
         except RoutinesError as exc:
@@ -240,12 +240,24 @@ class Scheduler(CeleryScheduler):
         stop; the tick publishes what it committed (for at most
         ``STOP_GRACE_SECONDS``), writes it down, and beat stops after it.
         Between ticks Celery's own handler runs as before."""
-        if self._signals_wrapped or threading.current_thread() is not threading.main_thread():
+        if self._wrapped_signals or threading.current_thread() is not threading.main_thread():
             return
-        self._signals_wrapped = True
         for signum in (signal.SIGTERM, signal.SIGINT):
             previous = signal.getsignal(signum)
-            signal.signal(signum, self._stop_handler(previous))
+            ours = self._stop_handler(previous)
+            signal.signal(signum, ours)
+            self._wrapped_signals[signum] = (previous, ours)
+
+    def _unwrap_stop_signals(self) -> None:
+        # A process that makes scheduler after scheduler (an embedder, a test
+        # suite) would otherwise stack one closed scheduler's handler on
+        # another: a signal would run through every one of them.
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum, (previous, ours) in self._wrapped_signals.items():
+            if signal.getsignal(signum) is ours:  # nobody wrapped ours since
+                signal.signal(signum, previous)
+        self._wrapped_signals.clear()
 
     def _stop_handler(self, previous: Any) -> Any:
         def handler(signum: int, frame: FrameType | None) -> None:
@@ -291,6 +303,7 @@ class Scheduler(CeleryScheduler):
         if self._closed:
             return
         self._closed = True
+        self._unwrap_stop_signals()
         if self.metrics is not None:
             self.metrics.close()
         if self._engine is not None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -140,6 +141,20 @@ def redis_url(redis_db: int) -> Iterator[str]:
     # find the database empty and claim it (services.free_redis_db).
     client.pipeline(transaction=True).flushdb().set("celery_routines:test-owner", "1").execute()
     client.close()
+
+
+@pytest.fixture(autouse=True)
+def _own_root_logger() -> Iterator[None]:
+    """Each test starts with the root logger as the session set it up.
+
+    Celery's in-thread test worker sets the root logger's level (to ERROR by
+    default) for the rest of the process: a later test in the same xdist
+    worker then saw no WARNING at all (a CI run failed on it).
+    """
+    root = logging.getLogger()
+    level = root.level
+    yield
+    root.setLevel(level)  # its handlers are pytest's to add and remove, per phase
 
 
 @pytest.fixture(autouse=True)

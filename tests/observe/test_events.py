@@ -3,6 +3,7 @@ one never raises into the caller."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ def test_a_consumer_receives_a_skip_event_with_its_fields() -> None:
 def test_an_unreachable_broker_never_raises_and_is_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="celery_routines.events")
     app = Celery("events_test", broker="redis://127.0.0.1:1/0", set_as_current=False)
     app.conf.broker_connection_timeout = 0.5
     app.conf.broker_connection_max_retries = 0

@@ -98,3 +98,18 @@ def test_a_beat_out_of_grace_leaves_the_rest_pending_and_hands_its_claims_back(
         assert states == {"sent": ROUTINES}
     finally:
         other.close()
+
+
+def test_a_closed_beat_gives_the_stop_signals_back(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    # An embedder (or a test suite) that makes beat after beat in one process
+    # must not stack each closed one's handler on the next: a signal would run
+    # through all of them (a CI run showed 393 deep).
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    for _ in range(3):
+        beat = make(tmp_path / "broker", database_url, clock)
+        beat.tick()
+        assert signal.getsignal(signal.SIGTERM) is not before[signal.SIGTERM]  # wrapped
+        beat.close()
+        assert {s: signal.getsignal(s) for s in before} == before
