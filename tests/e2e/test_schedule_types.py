@@ -4,6 +4,7 @@ expires in the queue."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -149,7 +150,18 @@ def test_a_message_that_expires_in_the_queue_is_skipped_not_run(
     finally:
         beat.stop()
     waiting = run_counts(pg_store).get(("stale", "sent"), 0)
-    # A worker that comes 1 s (max_lateness) after them drops them as expired.
+    # A worker that comes after the last one's expiry (its window plus 1 s of
+    # max_lateness) drops them all as expired. Stopping beat is not enough
+    # of a wait: on a loaded machine a worker started at once took the last
+    # one within its second, and ran it.
+    with pg_store.engine.connect() as conn:
+        last_window = conn.execute(
+            text("SELECT max(scheduled_for) FROM routine_runs WHERE state = 'sent'")
+        ).scalar_one()
+    if last_window.tzinfo is None:  # stored as naive UTC
+        last_window = last_window.replace(tzinfo=UTC)
+    expired_at = last_window + timedelta(seconds=1.5)
+    time.sleep(max(0.0, (expired_at - datetime.now(UTC)).total_seconds()))
     worker = _worker_only(tmp_path, env)
     try:
         wait_until(
