@@ -28,8 +28,8 @@ from .errors import RoutinesError
 from .observe.events import RoutineEvents
 from .observe.metrics import MeasuredPublisher, RoutineMetrics, metrics_for
 from .registry import InvalidEntry, celery_default_entries, definitions_for
-from .sending.direct import publisher_for
 from .sending.gate import Gate, OpenGate, RedisGate
+from .sending.offload import beats_publisher
 from .sending.publish import Publisher
 from .store import Store
 from .store.engine import explain_database_error, safe_url
@@ -131,9 +131,7 @@ class Scheduler(CeleryScheduler):
             if self._store is None:
                 self.setup_schedule()
             assert self._store is not None and self._gate is not None
-            publisher: Publisher = publisher_for(
-                self.app, self.settings, subscribe_to_results=False
-            )
+            publisher: Publisher = beats_publisher(self.app, self.settings)
             if self.metrics is not None:
                 publisher = MeasuredPublisher(publisher, self.metrics, self._clock)
             self._engine = TickEngine(

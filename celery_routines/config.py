@@ -39,12 +39,20 @@ class Settings:
     keep_runs_days: float = 30.0
     prune_batch: int = 5000
     publish: str = "send_task"
+    # Processes forked to publish a tick's messages (sending/offload.py); 0:
+    # beat publishes in its own process.
+    publish_processes: int = 0
 
     def __post_init__(self) -> None:
         if self.publish not in PUBLISH_PATHS:
             raise ConfigurationError(
                 f"routines_publish must be one of {', '.join(map(repr, PUBLISH_PATHS))},"
                 f" got {self.publish!r}"
+            )
+        if not (isinstance(self.publish_processes, int) and 0 <= self.publish_processes <= 16):
+            raise ConfigurationError(
+                "routines_publish_processes must be a whole number from 0 (publish in beat's"
+                f" own process) to 16, got {self.publish_processes!r}"
             )
         _require_positive("routines_refresh_seconds", self.refresh_seconds)
         _require_positive("routines_keep_runs_days", self.keep_runs_days)
@@ -121,6 +129,9 @@ def settings_from(app: Celery | None) -> Settings:
             "routines_prune_batch", _lookup(app, "routines_prune_batch"), 5000, int
         ),
         publish=_lookup(app, "routines_publish") or "send_task",
+        publish_processes=_number(
+            "routines_publish_processes", _lookup(app, "routines_publish_processes"), 0, int
+        ),
     )
 
 

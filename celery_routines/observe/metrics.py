@@ -33,7 +33,13 @@ from celery_routines.clock import Clock, utc_now
 from celery_routines.config import setting
 from celery_routines.errors import ConfigurationError
 from celery_routines.observe.run_metrics import RunMetrics
-from celery_routines.sending.publish import OutgoingRun, Publisher
+from celery_routines.sending.publish import (
+    OutgoingRun,
+    PendingErrors,
+    Publisher,
+    begin_publish_many,
+    publishes_in_background,
+)
 
 if TYPE_CHECKING:
     from celery_routines.store import Store
@@ -279,13 +285,25 @@ class MeasuredPublisher:
         self.inner.publish(run)
         self.metrics.observe_sent(run, self.clock())
 
+    @property
+    def in_background(self) -> bool:
+        return publishes_in_background(self.inner)
+
     def publish_many(self, runs: Sequence[OutgoingRun]) -> list[Exception | None]:
-        errors = self.inner.publish_many(runs)
-        sent_at = self.clock()
-        for run, error in zip(runs, errors, strict=True):
-            if error is None:
-                self.metrics.observe_sent(run, sent_at)
-        return errors
+        return self.begin_publish_many(runs)()
+
+    def begin_publish_many(self, runs: Sequence[OutgoingRun]) -> PendingErrors:
+        pending = begin_publish_many(self.inner, runs)
+
+        def observed() -> list[Exception | None]:
+            errors = pending()
+            sent_at = self.clock()
+            for run, error in zip(runs, errors, strict=True):
+                if error is None:
+                    self.metrics.observe_sent(run, sent_at)
+            return errors
+
+        return observed
 
     def close(self) -> None:
         self.inner.close()

@@ -5,14 +5,14 @@ line, and a failed send recorded under the routine's retry policy."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from celery_routines.policy.routine import Routine
 from celery_routines.policy.runs import after_failure, policy_of
 from celery_routines.policy.states import Reason
 from celery_routines.schedules.jitter import send_instant
-from celery_routines.sending.publish import NotSent, OutgoingRun, Publisher
+from celery_routines.sending.publish import NotSent, OutgoingRun, Publisher, begin_publish_many
 from celery_routines.store import NewRun, RoutineRecord, Store
 
 logger = logging.getLogger("celery_routines.beat")
@@ -56,7 +56,21 @@ def message_expiry(routine: Routine, run: NewRun) -> datetime | None:
 def publish_runs(publisher: Publisher, runs: Sequence[OutgoingRun]) -> list[str | None]:
     """Publish runs, batched where the broker allows; for each, None or the
     error text of a failed send."""
-    errors = publisher.publish_many(runs)
+    return sent_or_failed(runs, publisher.publish_many(runs))
+
+
+def begin_publish_runs(
+    publisher: Publisher, runs: Sequence[OutgoingRun]
+) -> Callable[[], list[str | None]]:
+    """:func:`publish_runs` started: the call returned waits for its answer."""
+    pending = begin_publish_many(publisher, runs)
+    return lambda: sent_or_failed(runs, pending())
+
+
+def sent_or_failed(
+    runs: Sequence[OutgoingRun], errors: Sequence[Exception | None]
+) -> list[str | None]:
+    """For each run, None (logged as sent) or the error text of a failed send."""
     texts: list[str | None] = []
     for run, error in zip(runs, errors, strict=True):
         if error is None:

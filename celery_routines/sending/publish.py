@@ -98,6 +98,31 @@ class Publisher(Protocol):
     def close(self) -> None: ...
 
 
+# The errors of runs handed to a publisher, once it has sent them (waits).
+PendingErrors = Callable[[], list[Exception | None]]
+
+
+def publishes_in_background(publisher: Publisher) -> bool:
+    """Whether ``publisher`` sends while its caller goes on (it has
+    ``begin_publish_many`` and says ``in_background``)."""
+    return bool(getattr(publisher, "in_background", False))
+
+
+def begin_publish_many(publisher: Publisher, runs: Sequence[OutgoingRun]) -> PendingErrors:
+    """Start sending ``runs``; the call returned waits for each one's error.
+
+    A publisher that sends in another process (``sending/offload.py``) has
+    ``begin_publish_many`` and returns at once, so the tick prepares the next
+    chunk while this one goes out; any other sends them here and now.
+    """
+    begin = getattr(publisher, "begin_publish_many", None)
+    if begin is not None:
+        pending: PendingErrors = begin(runs)
+        return pending
+    errors = publisher.publish_many(runs)
+    return lambda: errors
+
+
 class BatchingPublisher:
     """Publishes through one reused connection and producer; subclasses say
     how one message goes out (``_send``).

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -19,18 +20,21 @@ from datetime import datetime, timedelta
 from celery_routines.clock import Clock
 from celery_routines.config import Settings
 from celery_routines.observe.events import Events
-from celery_routines.policy.runs import QUEUE_RECHECK
-from celery_routines.policy.states import Overlap, Reason, RunState
-from celery_routines.schedules.keys import window_key
-from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
+from celery_routines.policy.states import Reason, RunState
+from celery_routines.sending.delivery import (
+    begin_publish_runs,
+    outgoing_run,
+    record_send_failure,
+)
 from celery_routines.sending.gate import Gate
-from celery_routines.sending.publish import Publisher
+from celery_routines.sending.publish import Publisher, publishes_in_background
 from celery_routines.sending.revoke import Revoker
 from celery_routines.store import Advance, NewRun, Store
 from celery_routines.tick.decide import Decision, Verdict
 from celery_routines.tick.ledger import Unrecorded
 from celery_routines.tick.marking import MarkingBehind
 from celery_routines.tick.report import TickReport
+from celery_routines.tick.skip_lines import log_overlap, skip_line, skip_note
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -44,6 +48,14 @@ PUBLISH_CHUNK = 500
 # for at most this long; what is left stays pending for the next beat, which
 # may take it at once (the stopping beat releases its claims).
 STOP_GRACE_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A chunk of runs handed to the publisher, and the wait for its answer."""
+
+    chunk: list[tuple[Decision, NewRun, str]]
+    errors: Callable[[], list[str | None]]
 
 
 @dataclass
@@ -103,7 +115,7 @@ class Writing:
             )
         firing = [d for d in decisions if d.verdict == Verdict.FIRE]
         for d in (*queued, *firing):
-            _log_overlap(d)
+            log_overlap(d)
         if not firing:
             return None
         deferred = self._apply_gate(firing)
@@ -169,30 +181,53 @@ class Writing:
             for item, run, run_id in self._orphans_still_pending(outgoing.sends, report)
             if not self._too_late(item, run, run_id, report)
         ]
-        for start in range(0, len(sending), PUBLISH_CHUNK):
-            if self._out_of_grace():
-                return held - self._left_pending(sending[start:])
-            if self.clock() >= confirmed + trusted:
-                confirmed = self.clock()
-                held = self._renew_claims(outgoing.ready, held, confirmed)
-            chunk = [
-                send
-                for send in sending[start : start + PUBLISH_CHUNK]
-                if send[0].claimed.record.id in held
-            ]
-            messages = [
-                outgoing_run(item.claimed.routine, run, run_id) for item, run, run_id in chunk
-            ]
-            self._sent(chunk, publish_runs(self.publisher, messages), report)
-            if start + PUBLISH_CHUNK < len(sending):
-                # Marked sent before the next chunk, while the claims still
-                # hold: a beat that takes a routine over later finds the row
-                # sent. The last chunk's are written with the advance, next.
-                if self.marking is not None:
-                    self.marking.start()
+        # The chunk handed to the publisher and not yet answered: a publisher
+        # in another process sends it while this one prepares the next.
+        in_flight: InFlight | None = None
+        in_background = publishes_in_background(self.publisher)
+        try:
+            for start in range(0, len(sending), PUBLISH_CHUNK):
+                if self._out_of_grace():
+                    self._answered(in_flight, report)
+                    return held - self._left_pending(sending[start:])
+                if self.clock() >= confirmed + trusted:
+                    confirmed = self.clock()
+                    held = self._renew_claims(outgoing.ready, held, confirmed)
+                chunk = [
+                    send
+                    for send in sending[start : start + PUBLISH_CHUNK]
+                    if send[0].claimed.record.id in held
+                ]
+                messages = [
+                    outgoing_run(item.claimed.routine, run, run_id) for item, run, run_id in chunk
+                ]
+                started = InFlight(chunk, begin_publish_runs(self.publisher, messages))
+                if in_background:
+                    self._answered(in_flight, report, more=True)
+                    in_flight = started
                 else:
-                    self._mark_published()
+                    self._answered(started, report, more=start + PUBLISH_CHUNK < len(sending))
+        except BaseException:
+            # What went out is entered in the ledger; the error in flight wins.
+            with suppress(Exception):
+                self._answered(in_flight, report)
+            raise
+        self._answered(in_flight, report)
         return held
+
+    def _answered(self, in_flight: InFlight | None, report: TickReport, more: bool = False) -> None:
+        """Wait for a chunk's answer and enter it; with ``more`` chunks after
+        it, mark it sent now, while the claims still hold (a beat that takes
+        a routine over later finds the row sent). The last chunk's are
+        written with the advance, next."""
+        if in_flight is None:
+            return
+        self._sent(in_flight.chunk, in_flight.errors(), report)
+        if more:
+            if self.marking is not None:
+                self.marking.start()
+            else:
+                self._mark_published()
 
     def _out_of_grace(self) -> bool:
         return self.stopping is not None and time.monotonic() - self.stopping >= STOP_GRACE_SECONDS
@@ -383,50 +418,3 @@ def _count(counts: dict[str, int], key: str, n: int) -> None:
 
 def _window(run: NewRun) -> tuple[int, str, int]:
     return (run.routine_id, run.idempotency_key, run.attempt)
-
-
-def _log_overlap(decision: Decision) -> None:
-    """Say why windows wait behind an open run (a skip says it in its own line)."""
-    if decision.verdict == Verdict.QUEUED:
-        logger.info(
-            "queued %s: previous run still open: %s; looking again in %.0f s",
-            decision.sends[0].idempotency_key,
-            _holding(decision),
-            QUEUE_RECHECK.total_seconds(),
-        )
-    queue = decision.claimed.routine.overlap == Overlap.QUEUE
-    if queue and decision.verdict == Verdict.FIRE and decision.planned > len(decision.sends) > 0:
-        logger.info(
-            "%s: sending the oldest queued window; the next waits for it",
-            decision.claimed.routine.name,
-        )
-
-
-def _holding(decision: Decision) -> str:
-    return ", ".join(f"{run.idempotency_key} ({run.state})" for run in decision.holding)
-
-
-def skip_note(decision: Decision, run: NewRun) -> str | None:
-    """Why a skip row was written, beyond its reason: the open run an
-    overlap skip waited on."""
-    if run.reason == Reason.OVERLAP and decision.holding:
-        return f"previous run still open: {_holding(decision)}"
-    return None
-
-
-def skip_line(routine: str, run: NewRun, timezone: str, note: str | None = None) -> str:
-    """The one log line of a skip row, its windows written like window keys
-    (in the routine's zone, with the offset)."""
-    count = run.skipped_count or 1
-    first = run.skipped_first or run.scheduled_for
-    last = run.skipped_last or run.scheduled_for
-    try:
-        if count == 1:
-            windows = window_key(routine, first, timezone)
-        else:
-            start = window_key(routine, first, timezone).split("@", 1)[1]
-            end = window_key(routine, last, timezone).split("@", 1)[1]
-            windows = f"{count} windows of {routine} from {start} to {end}"
-    except ValueError:  # an unknown zone: the row is written, say it in UTC
-        windows = f"{count} window(s) of {routine} from {first.isoformat()} to {last.isoformat()}"
-    return f"skipped {windows}: {run.reason}" + (f" ({note})" if note else "")

@@ -1,0 +1,254 @@
+"""Publishing in other processes: ``routines_publish_processes``.
+
+One beat is one Python interpreter: claiming, deciding and writing a burst's
+runs and Celery's ``send_task`` for each take turns on one core. With this
+set, beat forks that many publishing processes when its tick engine is
+built; each chunk of messages is handed to one of them through a pipe, in
+turn. A publishing process sends its chunk with the publisher
+``routines_publish`` names (``send_task`` by default: the same messages,
+signals and routing, since it is a fork of beat with beat's app) and answers
+with each message's error or none. While they publish, beat prepares the
+next chunk and writes the next batch.
+
+The guarantees do not move: a chunk's run rows are committed before it is
+handed over and marked sent only after its answer comes back, as with a
+publisher in beat's own process. If a publishing process is gone (killed, or
+it died), beat stops handing it chunks, and publishes in its own process
+once none is left; a chunk whose answer never came is sent again from beat's
+process, since nobody knows which of its messages the broker took (one that
+arrives twice is refused by the worker's claim on its run row).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import pickle
+import queue
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from celery import Celery
+
+from celery_routines.config import Settings
+from celery_routines.sending.direct import publisher_for
+from celery_routines.sending.publish import OutgoingRun, PendingErrors, Publisher
+
+logger = logging.getLogger("celery_routines.beat")
+
+# How long closing waits for a publishing process to finish its chunk.
+CLOSE_TIMEOUT_SECONDS = 10.0
+
+
+class ProcessPublisher:
+    """A :class:`Publisher` whose sends happen in forked processes.
+
+    ``make_inner`` builds the publisher that sends: in each child, after the
+    fork (so it opens its own broker connection), and in this process once
+    no child is left.
+    """
+
+    # The tick hands it the next chunk before this one's answer (tick/write.py).
+    in_background = True
+
+    def __init__(self, app: Any, make_inner: Callable[[], Publisher], processes: int = 1) -> None:
+        # The tick engine revokes through its publisher's app (overlap=replace).
+        self.app = app
+        self._make_inner = make_inner
+        self._local: Publisher | None = None
+        self._children = [_Child(make_inner, n) for n in range(processes)]
+        self._turn = 0
+
+    @property
+    def pids(self) -> list[int]:
+        """The publishing processes beat still hands chunks to."""
+        return [child.pid for child in self._children if child.alive]
+
+    def publish(self, run: OutgoingRun) -> None:
+        self._in_process().publish(run)
+
+    def publish_many(self, runs: Sequence[OutgoingRun]) -> list[Exception | None]:
+        return self.begin_publish_many(runs)()
+
+    def begin_publish_many(self, runs: Sequence[OutgoingRun]) -> PendingErrors:
+        """Hand ``runs`` to the next publishing process; the call returned
+        waits for its answer (or, that process gone, sends them from here)."""
+        children = [child for child in self._children if child.alive]
+        if not children or not runs:
+            return self._sent_here(runs)
+        self._turn += 1
+        child = children[self._turn % len(children)]
+        try:
+            pending = child.ask(runs)
+        except Exception as exc:
+            # Arguments that only Celery's own serializer (say, pickle of a
+            # local class) can encode go out from beat's process.
+            logger.debug("%d run(s) sent from beat's own process: %s", len(runs), exc)
+            return self._sent_here(runs)
+
+        def answer() -> list[Exception | None]:
+            errors = pending()
+            if errors is None:
+                logger.warning("sending %d run(s) again from beat's own process", len(runs))
+                return self._in_process().publish_many(runs)
+            return errors
+
+        return answer
+
+    def _sent_here(self, runs: Sequence[OutgoingRun]) -> PendingErrors:
+        errors = self._in_process().publish_many(runs) if runs else []
+        return lambda: errors
+
+    def _in_process(self) -> Publisher:
+        if self._local is None:
+            self._local = self._make_inner()
+        return self._local
+
+    def close(self) -> None:
+        for child in self._children:
+            child.close()
+        if self._local is not None:
+            self._local.close()
+            self._local = None
+
+
+class _Child:
+    """One publishing process, its pipe, and the thread that writes to it."""
+
+    def __init__(self, make_inner: Callable[[], Publisher], number: int) -> None:
+        context = multiprocessing.get_context("fork")
+        ours, theirs = context.Pipe(duplex=True)
+        self._process = context.Process(
+            target=_serve,
+            args=(make_inner, theirs, ours),
+            name=f"celery-routines-publisher-{number}",
+            daemon=True,
+        )
+        self._process.start()
+        theirs.close()  # the child holds it now: end-of-file here means the child is gone
+        self.pid: int = self._process.pid or 0
+        self._pipe: Connection | None = ours
+        self._asked = 0
+        self._answers: dict[int, list[Exception | None]] = {}
+        self._reading = threading.Lock()
+        # A chunk is written to the pipe on a thread: the pipe holds less than
+        # a chunk, and beat must not wait on the child to hand over the next.
+        self._to_write: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._writer = threading.Thread(
+            target=self._write_requests, name=f"{self._process.name}-pipe", daemon=True
+        )
+        self._writer.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._pipe is not None
+
+    def ask(self, runs: Sequence[OutgoingRun]) -> Callable[[], list[Exception | None] | None]:
+        """Hand ``runs`` over (raises if they cannot be pickled); the call
+        returned waits for the answer, None if the child is gone first."""
+        self._asked += 1
+        asked = self._asked
+        payload = pickle.dumps((asked, list(runs)), protocol=pickle.HIGHEST_PROTOCOL)
+        self._to_write.put(payload)
+        return lambda: self._answer(asked)
+
+    def _answer(self, asked: int) -> list[Exception | None] | None:
+        with self._reading:
+            while asked not in self._answers and self._pipe is not None:
+                try:
+                    answered, errors = pickle.loads(self._pipe.recv_bytes())
+                except (EOFError, OSError) as exc:
+                    self._gone(exc)
+                    break
+                self._answers[answered] = errors
+            errors = self._answers.pop(asked, None)
+            for stale in [n for n in self._answers if n < asked]:
+                del self._answers[stale]  # asked by a tick that failed before it read them
+        return errors
+
+    def _write_requests(self) -> None:
+        while (payload := self._to_write.get()) is not None:
+            pipe = self._pipe
+            if pipe is None:
+                continue  # the reader finds the child gone and sends from beat
+            try:
+                pipe.send_bytes(payload)
+            except OSError:
+                continue  # the same: the reader sees its end-of-file
+
+    def _gone(self, exc: BaseException) -> None:
+        logger.error(
+            "the publishing process %s (pid %s) is gone (%s: %s); beat hands it no more chunks",
+            self._process.name,
+            self.pid,
+            type(exc).__name__,
+            exc,
+        )
+        self._drop_pipe()
+        self._process.join(timeout=0)
+
+    def _drop_pipe(self) -> None:
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            pipe.close()
+
+    def close(self) -> None:
+        self._to_write.put(None)
+        self._writer.join(timeout=CLOSE_TIMEOUT_SECONDS)
+        with self._reading:
+            # End-of-file for the child: it closes its broker connection and exits.
+            self._drop_pipe()
+        self._process.join(timeout=CLOSE_TIMEOUT_SECONDS)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(timeout=CLOSE_TIMEOUT_SECONDS)
+
+
+def _serve(make_inner: Callable[[], Publisher], pipe: Connection, parents_end: Connection) -> None:
+    """A publishing process: answers each chunk until beat closes its end."""
+    parents_end.close()
+    # Beat decides when it stops: a SIGTERM or Ctrl-C sent to the whole
+    # process group must not cut a chunk beat still publishes as it stops.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    publisher = make_inner()
+    try:
+        while True:
+            try:
+                asked, runs = pickle.loads(pipe.recv_bytes())
+            except EOFError:
+                return
+            try:
+                errors = [_portable(e) for e in publisher.publish_many(runs)]
+            except Exception as exc:
+                errors = [_portable(exc)] * len(runs)
+            pipe.send_bytes(pickle.dumps((asked, errors), protocol=pickle.HIGHEST_PROTOCOL))
+    finally:
+        publisher.close()
+
+
+def _portable(error: Exception | None) -> Exception | None:
+    """The error as beat can unpickle it, its text kept."""
+    if error is None:
+        return None
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error
+
+
+def beats_publisher(app: Celery, settings: Settings) -> Publisher:
+    """Beat's publisher: the one ``routines_publish`` names, in
+    ``routines_publish_processes`` forked processes when that is set."""
+
+    def in_this_process() -> Publisher:
+        # Beat never reads a result (see publish.results_never_awaited).
+        return publisher_for(app, settings, subscribe_to_results=False)
+
+    if settings.publish_processes:
+        return ProcessPublisher(app, in_this_process, settings.publish_processes)
+    return in_this_process()

@@ -1,0 +1,62 @@
+"""The log lines a tick writes of what it did not send: skips (one line a
+skip row, its windows written like window keys) and windows queued behind an
+open run."""
+
+from __future__ import annotations
+
+import logging
+
+from celery_routines.policy.runs import QUEUE_RECHECK
+from celery_routines.policy.states import Overlap, Reason
+from celery_routines.schedules.keys import window_key
+from celery_routines.store import NewRun
+from celery_routines.tick.decide import Decision, Verdict
+
+logger = logging.getLogger("celery_routines.beat")
+
+
+def log_overlap(decision: Decision) -> None:
+    """Say why windows wait behind an open run (a skip says it in its own line)."""
+    if decision.verdict == Verdict.QUEUED:
+        logger.info(
+            "queued %s: previous run still open: %s; looking again in %.0f s",
+            decision.sends[0].idempotency_key,
+            _holding(decision),
+            QUEUE_RECHECK.total_seconds(),
+        )
+    queue = decision.claimed.routine.overlap == Overlap.QUEUE
+    if queue and decision.verdict == Verdict.FIRE and decision.planned > len(decision.sends) > 0:
+        logger.info(
+            "%s: sending the oldest queued window; the next waits for it",
+            decision.claimed.routine.name,
+        )
+
+
+def _holding(decision: Decision) -> str:
+    return ", ".join(f"{run.idempotency_key} ({run.state})" for run in decision.holding)
+
+
+def skip_note(decision: Decision, run: NewRun) -> str | None:
+    """Why a skip row was written, beyond its reason: the open run an
+    overlap skip waited on."""
+    if run.reason == Reason.OVERLAP and decision.holding:
+        return f"previous run still open: {_holding(decision)}"
+    return None
+
+
+def skip_line(routine: str, run: NewRun, timezone: str, note: str | None = None) -> str:
+    """The one log line of a skip row, its windows written like window keys
+    (in the routine's zone, with the offset)."""
+    count = run.skipped_count or 1
+    first = run.skipped_first or run.scheduled_for
+    last = run.skipped_last or run.scheduled_for
+    try:
+        if count == 1:
+            windows = window_key(routine, first, timezone)
+        else:
+            start = window_key(routine, first, timezone).split("@", 1)[1]
+            end = window_key(routine, last, timezone).split("@", 1)[1]
+            windows = f"{count} windows of {routine} from {start} to {end}"
+    except ValueError:  # an unknown zone: the row is written, say it in UTC
+        windows = f"{count} window(s) of {routine} from {first.isoformat()} to {last.isoformat()}"
+    return f"skipped {windows}: {run.reason}" + (f" ({note})" if note else "")
