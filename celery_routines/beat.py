@@ -332,10 +332,12 @@ class Scheduler(CeleryScheduler):
     @property
     def info(self) -> str:
         gate = "redis" if self.settings.redis_url else "database only"
+        processes = self.settings.publish_processes
+        where = f" in {processes} publishing process(es)" if processes else ""
         return (
             f"    . routines db -> {safe_url(self.settings.database_url)}\n"
             f"    . idempotency gate -> {gate}\n"
-            f"    . publish -> {self.settings.publish}"
+            f"    . publish -> {self.settings.publish}{where}"
         )
 
 

@@ -59,7 +59,9 @@ class ProcessPublisher:
         self.app = app
         self._make_inner = make_inner
         self._local: Publisher | None = None
-        self._children = [_Child(make_inner, n) for n in range(processes)]
+        self._children: list[_Child] = []
+        for number in range(processes):
+            self._children.append(_Child(make_inner, number, self._children))
         self._turn = 0
 
     @property
@@ -118,12 +120,17 @@ class ProcessPublisher:
 class _Child:
     """One publishing process, its pipe, and the thread that writes to it."""
 
-    def __init__(self, make_inner: Callable[[], Publisher], number: int) -> None:
+    def __init__(
+        self, make_inner: Callable[[], Publisher], number: int, older: list[_Child]
+    ) -> None:
         context = multiprocessing.get_context("fork")
         ours, theirs = context.Pipe(duplex=True)
+        # The child closes beat's ends of every pipe: an older child reads
+        # end-of-file only once no process holds beat's end of its pipe.
+        beats_ends = [ours, *(child._pipe for child in older if child._pipe is not None)]
         self._process = context.Process(
             target=_serve,
-            args=(make_inner, theirs, ours),
+            args=(make_inner, theirs, beats_ends),
             name=f"celery-routines-publisher-{number}",
             daemon=True,
         )
@@ -207,9 +214,12 @@ class _Child:
             self._process.join(timeout=CLOSE_TIMEOUT_SECONDS)
 
 
-def _serve(make_inner: Callable[[], Publisher], pipe: Connection, parents_end: Connection) -> None:
+def _serve(
+    make_inner: Callable[[], Publisher], pipe: Connection, beats_ends: list[Connection]
+) -> None:
     """A publishing process: answers each chunk until beat closes its end."""
-    parents_end.close()
+    for end in beats_ends:
+        end.close()
     # Beat decides when it stops: a SIGTERM or Ctrl-C sent to the whole
     # process group must not cut a chunk beat still publishes as it stops.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

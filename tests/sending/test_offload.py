@@ -1,0 +1,250 @@
+"""Publishing in forked processes (``routines_publish_processes``), against a
+real Redis broker: the same messages as beat's own ``send_task``, each run
+once, a publishing process that dies leaves its chunk to beat, and none
+outlives beat's ``close``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from celery import Celery, signals
+from kombu.utils.json import register_type
+
+from celery_routines.config import settings_from
+from celery_routines.errors import ConfigurationError
+from celery_routines.sending.offload import (
+    CLOSE_TIMEOUT_SECONDS,
+    ProcessPublisher,
+    beats_publisher,
+)
+from celery_routines.sending.publish import CeleryPublisher, NotSent, OutgoingRun
+from tests.sending.test_direct_publish import (
+    app_for,
+    assert_same_messages,
+    outgoing,
+    take_messages,
+)
+
+pytestmark = pytest.mark.redis
+
+
+def runs(n: int, start: int = 0, **fields: Any) -> list[OutgoingRun]:
+    return [
+        outgoing("tasks.unknown", run_id=f"run-{i}", routine_name=f"r{i}", **fields)
+        for i in range(start, start + n)
+    ]
+
+
+def ids_on(url: str) -> Counter[str]:
+    return Counter(m["headers"]["id"] for found in take_messages(url).values() for m in found)
+
+
+def sent_from(found: dict[str, list[dict[str, Any]]]) -> set[str]:
+    """Each message's ``origin`` header, taken out of it."""
+    return {m["headers"].pop("origin") for messages in found.values() for m in messages}
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.fixture
+def offloaded(redis_url: str) -> Iterator[tuple[Celery, ProcessPublisher]]:
+    app = app_for(redis_url)
+    publisher = ProcessPublisher(app, lambda: CeleryPublisher(app), processes=2)
+    try:
+        yield app, publisher
+    finally:
+        publisher.close()
+
+
+def test_a_publishing_process_puts_on_the_broker_what_send_task_puts_there(
+    redis_url: str,
+) -> None:
+    # A handler connected before the fork adds a header: the children are
+    # beat's process, signals and routing included.
+    def stamp(headers: dict[str, Any], **_: Any) -> None:
+        headers["tenant"] = "acme"
+
+    signals.before_task_publish.connect(stamp, weak=False)
+    app = app_for(redis_url)
+    app.conf.task_routes = {"tasks.routed": {"queue": "elsewhere", "priority": 4}}
+    sample = [
+        outgoing("tasks.unknown"),
+        outgoing("tasks.routed", run_id="run-2"),
+        outgoing("tasks.unknown", {"link": app.signature("tasks.after")}, run_id="run-3"),
+        outgoing("tasks.unknown", {"priority": 9, "expires": 300}, run_id="run-4"),
+    ]
+    try:
+        in_beat = CeleryPublisher(app)
+        try:
+            assert in_beat.publish_many(sample) == [None] * len(sample)
+        finally:
+            in_beat.close()
+        by_beat = take_messages(redis_url)
+        publisher = ProcessPublisher(app, lambda: CeleryPublisher(app), processes=1)
+        try:
+            [child] = publisher.pids
+            assert publisher.publish_many(sample) == [None] * len(sample)
+        finally:
+            publisher.close()
+        by_child = take_messages(redis_url)
+    finally:
+        signals.before_task_publish.disconnect(stamp)
+    # The one header that differs names the process that sent the message.
+    assert sent_from(by_beat) == {f"gen{os.getpid()}@{socket.gethostname()}"}
+    assert sent_from(by_child) == {f"gen{child}@{socket.gethostname()}"}
+    assert_same_messages(by_beat, by_child)
+    assert by_child["celery"][0]["headers"]["tenant"] == "acme"
+    # Kombu's Redis list of a queue at priority 4: the route's queue and priority.
+    [routed] = [key for key in by_child if key.startswith("elsewhere")]
+    assert [m["headers"]["id"] for m in by_child[routed]] == ["run-2"]
+
+
+def test_chunks_handed_over_in_turn_each_go_out_once(
+    redis_url: str, offloaded: tuple[Celery, ProcessPublisher]
+) -> None:
+    _, publisher = offloaded
+    assert len(set(publisher.pids)) == 2
+    # As the tick does: every chunk handed over before the first answer is read.
+    pending = [publisher.begin_publish_many(runs(300, start=300 * k)) for k in range(5)]
+    assert [wait() for wait in pending] == [[None] * 300] * 5
+    counts = ids_on(redis_url)
+    assert len(counts) == 1500 and set(counts.values()) == {1}
+
+
+def test_a_killed_publishing_process_leaves_its_chunks_to_beat(
+    redis_url: str, redis_db: int
+) -> None:
+    app = app_for(redis_url)
+    publisher = ProcessPublisher(app, lambda: CeleryPublisher(app), processes=1)
+    try:
+        [pid] = publisher.pids
+        os.kill(pid, signal.SIGSTOP)  # it takes the chunk and sends nothing of it
+        pending = publisher.begin_publish_many(runs(50))
+        time.sleep(0.2)
+        os.kill(pid, signal.SIGKILL)
+        # Its answer never comes: beat sends the chunk itself, as every chunk after.
+        assert pending() == [None] * 50
+        assert publisher.pids == []
+        assert publisher.publish_many(runs(20, start=50)) == [None] * 20
+    finally:
+        publisher.close()
+    counts = ids_on(redis_url)
+    assert len(counts) == 70 and set(counts.values()) == {1}
+
+
+def test_with_one_process_gone_the_other_takes_every_chunk(
+    redis_url: str, offloaded: tuple[Celery, ProcessPublisher]
+) -> None:
+    _, publisher = offloaded
+    first, second = publisher.pids
+    os.kill(first, signal.SIGKILL)
+    for k in range(4):
+        assert publisher.publish_many(runs(10, start=10 * k)) == [None] * 10
+    assert publisher.pids == [second]
+    counts = ids_on(redis_url)
+    assert len(counts) == 40 and set(counts.values()) == {1}
+
+
+class Token:
+    """A kwarg Celery's JSON serializer encodes (a registered kombu type)
+    and pickle refuses."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Token is not pickled")
+
+
+register_type(Token, "test_offload_token", lambda t: t.value, Token)
+
+
+def test_a_run_pickle_refuses_goes_out_from_beats_own_process(
+    redis_url: str, offloaded: tuple[Celery, ProcessPublisher]
+) -> None:
+    _, publisher = offloaded
+    assert publisher.publish_many(runs(3, kwargs={"token": Token("t-1")})) == [None] * 3
+    assert len(publisher.pids) == 2  # the children stay for the next chunk
+    counts = ids_on(redis_url)
+    assert len(counts) == 3 and set(counts.values()) == {1}
+
+
+def test_a_broker_that_is_down_comes_back_as_each_runs_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    app = app_for(f"redis://127.0.0.1:{port}/0")
+    publisher = ProcessPublisher(app, lambda: CeleryPublisher(app), processes=1)
+    try:
+        first, *rest = publisher.publish_many(runs(4))
+        assert publisher.pids  # the error came from the child, which stays
+    finally:
+        publisher.close()
+    assert first is not None and not isinstance(first, NotSent)
+    assert "refused" in str(first).lower() or "connect" in str(first).lower()
+    assert all(isinstance(error, NotSent) for error in rest)
+
+
+def test_a_stop_signal_to_the_group_leaves_publishing_to_beat(
+    redis_url: str, offloaded: tuple[Celery, ProcessPublisher]
+) -> None:
+    # systemd and a terminal send SIGTERM or Ctrl-C to every process of the
+    # group; the children go on until beat, stopping, closes them.
+    _, publisher = offloaded
+    pids = publisher.pids
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGINT)
+    assert publisher.publish_many(runs(10)) == [None] * 10
+    assert publisher.publish_many(runs(10, start=10)) == [None] * 10
+    assert publisher.pids == pids
+    assert len(ids_on(redis_url)) == 20
+
+
+def test_closing_ends_every_publishing_process(redis_url: str) -> None:
+    app = app_for(redis_url)
+    publisher = ProcessPublisher(app, lambda: CeleryPublisher(app), processes=3)
+    pids = publisher.pids
+    assert len(pids) == 3 and not any(gone(pid) for pid in pids)
+    publisher.publish_many(runs(5))
+    started = time.monotonic()
+    publisher.close()
+    # Each child ends on its pipe's end-of-file, not on the kill after the
+    # close timeout (a later child held an older one's pipe open once).
+    assert time.monotonic() - started < CLOSE_TIMEOUT_SECONDS / 2
+    assert all(gone(pid) for pid in pids)
+    assert publisher.pids == []
+
+
+def test_the_setting_forks_that_many_publishing_processes(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = app_for(redis_url)
+    assert settings_from(app).publish_processes == 0
+    assert type(beats_publisher(app, settings_from(app))) is CeleryPublisher
+    monkeypatch.setenv("ROUTINES_PUBLISH_PROCESSES", "2")
+    publisher = beats_publisher(app, settings_from(app))
+    try:
+        assert isinstance(publisher, ProcessPublisher) and len(publisher.pids) == 2
+    finally:
+        publisher.close()
+
+
+@pytest.mark.parametrize("bad", ["-1", "17", "two", "1.5"])
+def test_a_bad_process_count_is_refused_by_name(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROUTINES_PUBLISH_PROCESSES", bad)
+    with pytest.raises(ConfigurationError, match=rf"routines_publish_processes .*{bad}"):
+        settings_from(Celery("bad", set_as_current=False))
