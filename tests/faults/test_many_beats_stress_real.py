@@ -84,10 +84,12 @@ def lateness(cluster: Cluster) -> list[timedelta]:
 
 
 @pytest.mark.parametrize(
-    ("beats", "gate"), [(2, False), (3, True)], ids=["two_beats_no_gate", "three_beats_gate"]
+    ("beats", "gate", "publishers"),
+    [(2, False, 0), (3, True, 0), (3, False, 2)],
+    ids=["two_beats_no_gate", "three_beats_gate", "three_beats_two_publishing_processes_each"],
 )
 def test_many_beats_under_a_fast_clock_publish_each_window_once_without_deadlocks(
-    cluster: Cluster, libfaketime: Path, redis_url: str, beats: int, gate: bool
+    cluster: Cluster, libfaketime: Path, redis_url: str, beats: int, gate: bool, publishers: int
 ) -> None:
     # One grid for all: adopted in one tick, every routine falls due at the
     # same instant once a (fake) minute.
@@ -102,6 +104,10 @@ def test_many_beats_under_a_fast_clock_publish_each_window_once_without_deadlock
     }
     if gate:
         env["ROUTINES_REDIS_URL"] = redis_url
+    if publishers:
+        # Each chunk is handed over before the last one's answer: its claims
+        # must still hold when a publishing process gets to it.
+        env["ROUTINES_PUBLISH_PROCESSES"] = str(publishers)
     processes = [
         cluster.start_beat(f"beat-{n}", FAKETIME=clock.spec(), **env) for n in range(beats)
     ]
