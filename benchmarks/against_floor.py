@@ -16,6 +16,11 @@ with the default ``send_task`` path, Celery's own per-message loop
 (``apply_async`` of 10,000 on one reused producer) and the batched
 ``send_task`` floor, side by side.
 
+``--processes 1,2`` (issue 19, item 1) measures instead, ``--rounds`` times:
+the one-beat burst with beat publishing in its own process and with each
+count of publishing processes (``routines_publish_processes``), beside the
+batched ``send_task`` floor measured before and after each round.
+
 ``--baseline DIR`` also measures the code checked out in DIR (say, the
 previous commit: ``git worktree add /tmp/base HEAD~2``) in the same run,
 each scenario right after this tree's, and prints both.
@@ -24,6 +29,7 @@ each scenario right after this tree's, and prints both.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -44,10 +50,16 @@ def main() -> None:
     parser.add_argument("--burst-cap", type=float, default=40.0)
     parser.add_argument("--baseline", help="a checkout to measure in the same run")
     parser.add_argument("--direct", action="store_true", help="direct publish against its peers")
-    parser.add_argument("--rounds", type=int, default=1, help="with --direct")
+    parser.add_argument("--rounds", type=int, default=1, help="with --direct or --processes")
+    parser.add_argument(
+        "--processes", help="publishing process counts to measure the burst with, say 1,2"
+    )
     args = parser.parse_args()
     if args.direct:
         direct_against_loop(args)
+        return
+    if args.processes:
+        processes_against_floor(args, [int(n) for n in args.processes.split(",")])
         return
 
     trees = [("this tree", run_module.ROOT)]
@@ -135,6 +147,44 @@ def direct_against_loop(args: argparse.Namespace) -> None:
             f"  CeleryPublisher (send_task) {celery_ms:7.0f}   DirectPublisher {direct_ms:7.0f}"
             f"   ratio {direct_ms / celery_ms:.2f}x"
         )
+
+
+def processes_against_floor(args: argparse.Namespace, counts: list[int]) -> None:
+    """The burst with beat publishing in its own process and in each count
+    of publishing processes, against the floor around each round."""
+    db = claim_redis_db()
+    burst_args = ["--burst-cap", str(args.burst_cap)]
+    columns = [0, *counts]
+    rows = []
+    try:
+        for round_number in range(1, args.rounds + 1):
+            floor_before = send_task_batched_ms(db, BURST, 1) / 1000
+            bursts = {}
+            # Alternate the order, so no setting always runs on a warmer machine.
+            for count in columns if round_number % 2 else columns[::-1]:
+                peer = "routines-processes" if count else "routines"
+                os.environ["BENCH_PUBLISH_PROCESSES"] = str(count)
+                log(f"round {round_number}: burst with {count} publishing process(es)")
+                found = measure(peer, "burst", args.burst_size, db, args, burst_args)
+                if not found.get("complete") or found["rows"].get("sent") != BURST:
+                    raise SystemExit(f"{peer} ({count}) burst did not send every run: {found}")
+                bursts[count] = found["burst_s"]
+            floor = (floor_before + send_task_batched_ms(db, BURST, 1) / 1000) / 2
+            rows.append([bursts[count] for count in columns] + [floor])
+    finally:
+        os.environ.pop("BENCH_PUBLISH_PROCESSES", None)
+        clear_redis_db(db, keep_owner=False)
+    print(
+        f"burst of {BURST:,} (one beat, PostgreSQL, Redis, send_task) by publishing processes;"
+        " seconds, one round a line, ratio to the batched send_task floor"
+    )
+    header = "".join(f"  {count} process(es)" for count in columns)
+    print(f"{header}  send_task batched")
+    medians = [statistics.median(column) for column in zip(*rows, strict=True)]
+    for label, row in [*(("", row) for row in rows), ("   median", medians)]:
+        *bursts, floor = row
+        cells = "".join(f"  {b:5.2f} s ({b / floor:.2f}x)" for b in bursts)
+        print(f"{cells}  {floor:15.2f} s{label}")
 
 
 def report(

@@ -199,7 +199,7 @@ def burst(peer: Peer, args: argparse.Namespace) -> dict[str, Any]:
     if not result["complete"]:
         rate = published / elapsed if elapsed else 0.0
         result["estimated_s"] = BURST / rate if rate else None
-    if peer.name in ("routines", "routines-direct"):
+    if peer.name in ("routines", "routines-direct", "routines-processes"):
         result["rows"] = run_rows(peer)
     if profiler is not None:
         from .profiling import summarise

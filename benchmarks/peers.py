@@ -411,6 +411,22 @@ class RoutinesDirect(Routines):
         self.app.conf.routines_publish = "direct"
 
 
+class RoutinesProcesses(Routines):
+    """celery-routines with ``routines_publish_processes`` (issue 19, item 1):
+    the same store, routines and scenarios; each chunk of messages sent by a
+    forked publishing process (``BENCH_PUBLISH_PROCESSES`` of them, 2 unset)."""
+
+    name = "routines-processes"
+    label = "celery-routines (PostgreSQL, publishing processes)"
+
+    def restore(self, t0: str) -> None:
+        super().restore(t0)
+        assert self.app is not None
+        self.app.conf.routines_publish_processes = int(
+            os.environ.get("BENCH_PUBLISH_PROCESSES", "2")
+        )
+
+
 class RoutinesMariaDB(Routines):
     """celery-routines on MariaDB/MySQL: the same scheduler and scenarios,
     another store (``BENCH_MYSQL`` for the server)."""
@@ -472,7 +488,15 @@ class RoutinesMariaDB(Routines):
 
 PEERS: dict[str, type[Peer]] = {
     cls.name: cls
-    for cls in (Routines, RoutinesDirect, RoutinesMariaDB, CeleryDefault, RedBeat, DjangoBeat)
+    for cls in (
+        Routines,
+        RoutinesDirect,
+        RoutinesProcesses,
+        RoutinesMariaDB,
+        CeleryDefault,
+        RedBeat,
+        DjangoBeat,
+    )
 }
 
 

@@ -36,9 +36,17 @@ from .common import (
 from .peers import PEERS
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ["routines", "routines-direct", "routines-mariadb", "celery", "redbeat", "django"]
+ORDER = [
+    "routines",
+    "routines-direct",
+    "routines-processes",
+    "routines-mariadb",
+    "celery",
+    "redbeat",
+    "django",
+]
 # Measured only when named in --peers (against_floor --direct measures it too).
-OPT_IN = ("routines-direct",)
+OPT_IN = ("routines-direct", "routines-processes")
 
 
 class Child:
