@@ -62,6 +62,10 @@ class ProcessPublisher:
         self._children: list[_Child] = []
         for number in range(processes):
             self._children.append(_Child(make_inner, number, self._children))
+        # Every fork before any thread of ours: a fork copies a thread's locks
+        # as they are (Python 3.12 warns of it), never the thread.
+        for child in self._children:
+            child.start_writing()
         self._turn = 0
 
     @property
@@ -147,6 +151,8 @@ class _Child:
         self._writer = threading.Thread(
             target=self._write_requests, name=f"{self._process.name}-pipe", daemon=True
         )
+
+    def start_writing(self) -> None:
         self._writer.start()
 
     @property
