@@ -12,9 +12,10 @@ next chunk and writes the next batch.
 
 The guarantees do not move: a chunk's run rows are committed before it is
 handed over and marked sent only after its answer comes back, as with a
-publisher in beat's own process. If a publishing process is gone (killed, or
-it died), beat stops handing it chunks, and publishes in its own process
-once none is left; a chunk whose answer never came is sent again from beat's
+publisher in beat's own process. If a publishing process is gone (killed,
+ended by a signal between chunks, or it died), beat stops handing it chunks,
+and publishes in its own process once none is left; a chunk whose answer
+never came is sent again from beat's
 process, since nobody knows which of its messages the broker took (one that
 arrives twice is refused by the worker's claim on its run row).
 """
@@ -22,16 +23,21 @@ arrives twice is refused by the worker's claim on its run row).
 from __future__ import annotations
 
 import logging
-import multiprocessing
+import os
 import pickle
 import queue
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection
-from typing import Any
+from contextlib import suppress
+from multiprocessing.connection import Connection, Pipe
+from typing import Any, NoReturn
 
-from celery import Celery
+from celery import Celery, signals
+from celery.platforms import close_open_fds
+from celery.utils.log import iter_open_logger_fds
 
 from celery_routines.config import Settings
 from celery_routines.sending.direct import publisher_for
@@ -66,6 +72,12 @@ class ProcessPublisher:
         # as they are (Python 3.12 warns of it), never the thread.
         for child in self._children:
             child.start_writing()
+        logger.info(
+            "forked %d publishing process(es) (pid %s): each chunk of a tick's messages is"
+            " sent by one of them",
+            processes,
+            ", ".join(str(child.pid) for child in self._children),
+        )
         self._turn = 0
 
     @property
@@ -127,20 +139,19 @@ class _Child:
     def __init__(
         self, make_inner: Callable[[], Publisher], number: int, older: list[_Child]
     ) -> None:
-        context = multiprocessing.get_context("fork")
-        ours, theirs = context.Pipe(duplex=True)
+        ours, theirs = Pipe(duplex=True)
         # The child closes beat's ends of every pipe: an older child reads
         # end-of-file only once no process holds beat's end of its pipe.
         beats_ends = [ours, *(child._pipe for child in older if child._pipe is not None)]
-        self._process = context.Process(
-            target=_serve,
-            args=(make_inner, theirs, beats_ends),
-            name=f"celery-routines-publisher-{number}",
-            daemon=True,
-        )
-        self._process.start()
+        self.name = f"celery-routines-publisher-{number}"
+        # A bare fork, not multiprocessing's Process: that one runs every
+        # after-fork hook registered with multiprocessing in the child, and
+        # multiprocessing's exit handler in beat would wait for the children.
+        self.pid = os.fork()
+        if self.pid == 0:
+            _run_child(make_inner, theirs, beats_ends)  # never returns
         theirs.close()  # the child holds it now: end-of-file here means the child is gone
-        self.pid: int = self._process.pid or 0
+        self._exited = False
         self._pipe: Connection | None = ours
         self._asked = 0
         self._answers: dict[int, list[Exception | None]] = {}
@@ -149,7 +160,7 @@ class _Child:
         # a chunk, and beat must not wait on the child to hand over the next.
         self._to_write: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._writer = threading.Thread(
-            target=self._write_requests, name=f"{self._process.name}-pipe", daemon=True
+            target=self._write_requests, name=f"{self.name}-pipe", daemon=True
         )
 
     def start_writing(self) -> None:
@@ -195,13 +206,13 @@ class _Child:
     def _gone(self, exc: BaseException) -> None:
         logger.error(
             "the publishing process %s (pid %s) is gone (%s: %s); beat hands it no more chunks",
-            self._process.name,
+            self.name,
             self.pid,
             type(exc).__name__,
             exc,
         )
         self._drop_pipe()
-        self._process.join(timeout=0)
+        self._reap(timeout=0)
 
     def _drop_pipe(self) -> None:
         pipe, self._pipe = self._pipe, None
@@ -214,10 +225,43 @@ class _Child:
         with self._reading:
             # End-of-file for the child: it closes its broker connection and exits.
             self._drop_pipe()
-        self._process.join(timeout=CLOSE_TIMEOUT_SECONDS)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(timeout=CLOSE_TIMEOUT_SECONDS)
+        if not self._reap(timeout=CLOSE_TIMEOUT_SECONDS):
+            with suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            self._reap(timeout=CLOSE_TIMEOUT_SECONDS)
+
+    def _reap(self, timeout: float) -> bool:
+        """Wait (up to ``timeout``) for the child's exit; True once it exited."""
+        deadline = time.monotonic() + timeout
+        while not self._exited:
+            try:
+                pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (a SIGCHLD handler)
+                pid = self.pid
+            if pid == self.pid:
+                self._exited = True
+            elif time.monotonic() >= deadline:
+                return False
+            else:
+                time.sleep(0.02)
+        return True
+
+
+def _run_child(
+    make_inner: Callable[[], Publisher], pipe: Connection, beats_ends: list[Connection]
+) -> NoReturn:
+    """The forked child: serve, then leave without running beat's exit
+    handlers or finalizers (they are beat's, for beat's connections)."""
+    code = 1
+    try:
+        _serve(make_inner, pipe, beats_ends)
+        code = 0
+    except SystemExit as stopped:
+        code = 0 if stopped.code in (None, 0) else 1
+    except BaseException:
+        logger.exception("publishing process %d failed", os.getpid())
+    finally:
+        os._exit(code)
 
 
 def _serve(
@@ -226,22 +270,39 @@ def _serve(
     """A publishing process: answers each chunk until beat closes its end."""
     for end in beats_ends:
         end.close()
-    # Beat decides when it stops: a SIGTERM or Ctrl-C sent to the whole
-    # process group must not cut a chunk beat still publishes as it stops.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Every other descriptor beat held is closed, as Celery does for a beat it
+    # embeds in a worker: stdio, the log handlers' streams and this pipe stay;
+    # beat's database and broker sockets, its metrics port, are beat's alone.
+    close_open_fds(
+        [sys.__stdin__, sys.__stdout__, sys.__stderr__, pipe.fileno(), *iter_open_logger_fds()]
+    )
+    # A SIGTERM or Ctrl-C (sent to the whole process group by systemd or a
+    # terminal) ends it between chunks, never inside one: the chunk it holds is
+    # answered first. Beat sends whatever it hands over later itself.
+    busy = threading.Event()
+    told_to_stop = threading.Event()
+
+    def stop(signum: int, frame: Any) -> None:
+        told_to_stop.set()
+        if not busy.is_set():
+            raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     publisher = make_inner()
     try:
-        while True:
+        while not told_to_stop.is_set():
             try:
                 asked, runs = pickle.loads(pipe.recv_bytes())
             except EOFError:
                 return
+            busy.set()
             try:
                 errors = [_portable(e) for e in publisher.publish_many(runs)]
             except Exception as exc:
                 errors = [_portable(exc)] * len(runs)
             pipe.send_bytes(pickle.dumps((asked, errors), protocol=pickle.HIGHEST_PROTOCOL))
+            busy.clear()
     finally:
         publisher.close()
 
@@ -265,6 +326,26 @@ def beats_publisher(app: Celery, settings: Settings) -> Publisher:
         # Beat never reads a result (see publish.results_never_awaited).
         return publisher_for(app, settings, subscribe_to_results=False)
 
-    if settings.publish_processes:
+    if settings.publish_processes and _embedded_in_a_worker:
+        logger.warning(
+            "routines_publish_processes = %d ignored: this beat is embedded in a worker"
+            " (celery worker -B), and publishes in its own process",
+            settings.publish_processes,
+        )
+    elif settings.publish_processes:
         return ProcessPublisher(app, in_this_process, settings.publish_processes)
     return in_this_process()
+
+
+# A beat embedded in a worker (`celery worker -B`, Celery's development set-up)
+# forks no publishing process. A worker -B stopped by a SIGTERM to its process
+# group can hang at exit in billiard's pool finalizer (a lock held by a pool
+# process the signal killed): 2 of 3 tries without publishing processes, 5
+# of 5 with them. Not ours to fix; not made likelier by us either.
+_embedded_in_a_worker = False
+
+
+@signals.beat_embedded_init.connect(weak=False)
+def _note_embedded(**_: Any) -> None:
+    global _embedded_in_a_worker
+    _embedded_in_a_worker = True

@@ -36,8 +36,17 @@ def succeeded(database: Path) -> dict[str, int]:
     return dict(rows)
 
 
-def test_quickstart_worker_with_embedded_beat_runs_routines(tmp_path: Path) -> None:
-    env = {**os.environ, "QUICKSTART_VAR": str(tmp_path)}
+@pytest.mark.parametrize("publishing_processes", ["0", "2"], ids=["in_beat", "two_processes"])
+def test_quickstart_worker_with_embedded_beat_runs_routines(
+    tmp_path: Path, publishing_processes: str
+) -> None:
+    # A beat embedded in a worker ignores routines_publish_processes, and
+    # says so: with publishing processes, the worker's shutdown hung.
+    env = {
+        **os.environ,
+        "QUICKSTART_VAR": str(tmp_path),
+        "ROUTINES_PUBLISH_PROCESSES": publishing_processes,
+    }
     log = (tmp_path / "quickstart.log").open("wb")
     process = subprocess.Popen(
         [
@@ -82,3 +91,6 @@ def test_quickstart_worker_with_embedded_beat_runs_routines(tmp_path: Path) -> N
         log.close()
     output = (tmp_path / "quickstart.log").read_text()
     assert "sent quickstart.heartbeat@" in output
+    if publishing_processes != "0":
+        assert "routines_publish_processes = 2 ignored: this beat is embedded" in output
+        assert "forked" not in output
