@@ -17,14 +17,22 @@ import pytest
 from celery import Celery, signals
 from kombu.utils.json import register_type
 
+from celery_routines.clock import utc_now
 from celery_routines.config import settings_from
 from celery_routines.errors import ConfigurationError
+from celery_routines.observe.metrics import MeasuredPublisher, RoutineMetrics
+from celery_routines.sending.direct import DirectPublisher
 from celery_routines.sending.offload import (
     CLOSE_TIMEOUT_SECONDS,
     ProcessPublisher,
     beats_publisher,
 )
-from celery_routines.sending.publish import CeleryPublisher, NotSent, OutgoingRun
+from celery_routines.sending.publish import (
+    CeleryPublisher,
+    NotSent,
+    OutgoingRun,
+    publishes_in_background,
+)
 from tests.sending.test_direct_publish import (
     app_for,
     assert_same_messages,
@@ -261,3 +269,32 @@ def test_a_bad_process_count_is_refused_by_name(bad: str, monkeypatch: pytest.Mo
     monkeypatch.setenv("ROUTINES_PUBLISH_PROCESSES", bad)
     with pytest.raises(ConfigurationError, match=rf"routines_publish_processes .*{bad}"):
         settings_from(Celery("bad", set_as_current=False))
+
+
+def test_the_direct_path_publishes_from_the_processes_too(redis_url: str) -> None:
+    app = app_for(redis_url)
+    publisher = ProcessPublisher(app, lambda: DirectPublisher(app), processes=2)
+    try:
+        pending = [publisher.begin_publish_many(runs(200, start=200 * k)) for k in range(3)]
+        assert [wait() for wait in pending] == [[None] * 200] * 3
+    finally:
+        publisher.close()
+    counts = ids_on(redis_url)
+    assert len(counts) == 600 and set(counts.values()) == {1}
+
+
+def test_beats_metrics_see_the_runs_the_processes_sent(redis_url: str) -> None:
+    # With routines_metrics_port set, beat wraps its publisher: the wrapper
+    # still hands chunks over in the background and observes each answer.
+    app = app_for(redis_url)
+    metrics = RoutineMetrics(utc_now)
+    measured = MeasuredPublisher(
+        ProcessPublisher(app, lambda: CeleryPublisher(app), processes=2), metrics, utc_now
+    )
+    try:
+        assert publishes_in_background(measured)
+        pending = [measured.begin_publish_many(runs(50, start=50 * k)) for k in range(2)]
+        assert [wait() for wait in pending] == [[None] * 50] * 2
+    finally:
+        measured.close()
+    assert b"routines_lateness_seconds_count 100.0" in metrics.render()
