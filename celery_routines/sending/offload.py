@@ -110,7 +110,15 @@ class ProcessPublisher:
         def answer() -> list[Exception | None]:
             errors = pending()
             if errors is None:
-                logger.warning("sending %d run(s) again from beat's own process", len(runs))
+                # Unanswered: beat sends them. A child told to stop answers the
+                # chunk it holds, so none of these went out; one that died may
+                # have sent some (the worker's claim refuses a second message).
+                logger.log(
+                    logging.INFO if child.stopped else logging.WARNING,
+                    "sending %d run(s) from beat's own process%s",
+                    len(runs),
+                    "" if child.stopped else " (again: its publishing process died with them)",
+                )
                 return self._in_process().publish_many(runs)
             return errors
 
@@ -152,6 +160,7 @@ class _Child:
             _run_child(make_inner, theirs, beats_ends)  # never returns
         theirs.close()  # the child holds it now: end-of-file here means the child is gone
         self._exited = False
+        self._status: int | None = None
         self._pipe: Connection | None = ours
         self._asked = 0
         self._answers: dict[int, list[Exception | None]] = {}
@@ -203,16 +212,31 @@ class _Child:
             except OSError:
                 continue  # the same: the reader sees its end-of-file
 
+    @property
+    def stopped(self) -> bool:
+        """Ended by a stop signal between chunks (exit status 0)."""
+        return self._exited and self._status == 0
+
     def _gone(self, exc: BaseException) -> None:
+        self._drop_pipe()
+        self._reap(timeout=1.0)  # its pipe closes as it exits: the status follows
+        if self._status == 0:
+            # Told to stop (SIGTERM, Ctrl-C to the group) between two chunks.
+            logger.info(
+                "the publishing process %s (pid %s) stopped; beat sends from its own process",
+                self.name,
+                self.pid,
+            )
+            return
         logger.error(
-            "the publishing process %s (pid %s) is gone (%s: %s); beat hands it no more chunks",
+            "the publishing process %s (pid %s) is gone (%s: %s; exit status %s); beat hands"
+            " it no more chunks",
             self.name,
             self.pid,
             type(exc).__name__,
             exc,
+            "unknown" if self._status is None else self._status,
         )
-        self._drop_pipe()
-        self._reap(timeout=0)
 
     def _drop_pipe(self) -> None:
         pipe, self._pipe = self._pipe, None
@@ -235,11 +259,13 @@ class _Child:
         deadline = time.monotonic() + timeout
         while not self._exited:
             try:
-                pid, _ = os.waitpid(self.pid, os.WNOHANG)
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:  # reaped elsewhere (a SIGCHLD handler)
-                pid = self.pid
+                pid, status = self.pid, None
             if pid == self.pid:
                 self._exited = True
+                # A negative code is the signal that killed it.
+                self._status = None if status is None else os.waitstatus_to_exitcode(status)
             elif time.monotonic() >= deadline:
                 return False
             else:

@@ -26,12 +26,14 @@ def count(cluster: Cluster, sql: str) -> int:
         return conn.execute(text(sql)).scalar_one()
 
 
-def burst_in_flight(cluster: Cluster, ttl: str) -> CeleryProcess:
+def burst_in_flight(cluster: Cluster, ttl: str, publishing_processes: str = "0") -> CeleryProcess:
     """A beat publishing a burst; returned once some of its runs are committed
     and not yet marked sent (mid-tick)."""
     due = datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(seconds=1)
     cluster.add_interval_routines(BURST, intervals=(3600.0,), next_run_at=due)
-    beat = cluster.start_beat("first", ROUTINES_LOCK_TTL=ttl)
+    beat = cluster.start_beat(
+        "first", ROUTINES_LOCK_TTL=ttl, ROUTINES_PUBLISH_PROCESSES=publishing_processes
+    )
     deadline = time.monotonic() + 60
     while count(cluster, "SELECT count(*) FROM routine_runs WHERE state = 'pending'") == 0:
         assert beat.process.poll() is None, beat.output()[-3000:]
@@ -59,10 +61,14 @@ def wait_for_all_sent(cluster: Cluster, timeout: float) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.parametrize("publishing_processes", ["0", "2"], ids=["in_beat", "two_processes"])
 def test_sigterm_mid_tick_publishes_what_it_committed_releases_its_claims_and_exits_0(
-    cluster: Cluster,
+    cluster: Cluster, publishing_processes: str
 ) -> None:
-    beat = burst_in_flight(cluster, ttl="60")
+    # With publishing processes the group's SIGTERM reaches them too: each
+    # answers the chunk it holds and ends, and the stopping beat sends what
+    # is left of what it committed itself.
+    beat = burst_in_flight(cluster, ttl="60", publishing_processes=publishing_processes)
     os.killpg(beat.process.pid, signal.SIGTERM)
     told = time.monotonic()
     assert beat.process.wait(timeout=15) == 0, beat.output()[-3000:]

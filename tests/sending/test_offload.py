@@ -5,6 +5,7 @@ outlives beat's ``close``."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -141,8 +142,9 @@ def test_chunks_handed_over_in_turn_each_go_out_once(
 
 
 def test_a_killed_publishing_process_leaves_its_chunks_to_beat(
-    redis_url: str, redis_db: int
+    redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="celery_routines.beat")
     app = app_for(redis_url)
     publisher = ProcessPublisher(app, lambda: CeleryPublisher(app), processes=1)
     try:
@@ -159,6 +161,8 @@ def test_a_killed_publishing_process_leaves_its_chunks_to_beat(
         publisher.close()
     counts = ids_on(redis_url)
     assert len(counts) == 70 and set(counts.values()) == {1}
+    [gone] = [r for r in caplog.records if " is gone " in r.getMessage()]
+    assert gone.levelno == logging.ERROR and "exit status -9" in gone.getMessage()
 
 
 def test_with_one_process_gone_the_other_takes_every_chunk(
@@ -215,8 +219,9 @@ def test_a_broker_that_is_down_comes_back_as_each_runs_error() -> None:
 
 
 def test_a_stop_signal_ends_an_idle_publishing_process_and_beat_sends_the_rest(
-    redis_url: str, offloaded: tuple[Celery, ProcessPublisher]
+    redis_url: str, offloaded: tuple[Celery, ProcessPublisher], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="celery_routines.beat")
     # systemd and a terminal signal every process of the group, and
     # multiprocessing sends SIGTERM to its daemons as beat's process exits:
     # a child between chunks ends; a stopping beat sends what is left itself.
@@ -233,6 +238,10 @@ def test_a_stop_signal_ends_an_idle_publishing_process_and_beat_sends_the_rest(
     assert publisher.pids == []
     counts = ids_on(redis_url)
     assert len(counts) == 30 and set(counts.values()) == {1}
+    # Told to stop is not a failure: said at INFO, not ERROR.
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    stopped = [r for r in caplog.records if "stopped; beat sends" in r.getMessage()]
+    assert len(stopped) == 2
 
 
 def test_closing_ends_every_publishing_process(redis_url: str) -> None:
