@@ -182,13 +182,16 @@ class Writing:
             if not self._too_late(item, run, run_id, report)
         ]
         # The chunk handed to the publisher and not yet answered: a publisher
-        # in another process sends it while this one prepares the next.
+        # in another process sends it while this one prepares the next. It is
+        # taken out of ``in_flight`` before its answer is entered, so an error
+        # while entering it never has that answer waited for twice.
         in_flight: InFlight | None = None
         in_background = publishes_in_background(self.publisher)
         try:
             for start in range(0, len(sending), PUBLISH_CHUNK):
                 if self._out_of_grace():
-                    self._answered(in_flight, report)
+                    last, in_flight = in_flight, None
+                    self._answered(last, report)
                     return held - self._left_pending(sending[start:])
                 if self.clock() >= confirmed + trusted:
                     confirmed = self.clock()
@@ -203,16 +206,17 @@ class Writing:
                 ]
                 started = InFlight(chunk, begin_publish_runs(self.publisher, messages))
                 if in_background:
-                    self._answered(in_flight, report, more=True)
-                    in_flight = started
+                    previous, in_flight = in_flight, started
+                    self._answered(previous, report, more=True)
                 else:
                     self._answered(started, report, more=start + PUBLISH_CHUNK < len(sending))
+            last, in_flight = in_flight, None
+            self._answered(last, report)
         except BaseException:
             # What went out is entered in the ledger; the error in flight wins.
             with suppress(Exception):
                 self._answered(in_flight, report)
             raise
-        self._answered(in_flight, report)
         return held
 
     def _answered(self, in_flight: InFlight | None, report: TickReport, more: bool = False) -> None:

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+import pytest
+from sqlalchemy.exc import OperationalError
 
 from celery_routines import Scheduler, register
 from celery_routines.sending.offload import ProcessPublisher
@@ -82,6 +86,51 @@ def test_a_tick_whose_publishing_processes_died_sends_everything_it_wrote(
             os.kill(pid, signal.SIGKILL)
         scheduler.tick()
         assert publisher.pids == []
+        assert_each_window_sent_once(scheduler, folder)
+    finally:
+        scheduler.close()
+
+
+def test_a_marking_that_fails_behind_a_chunk_in_flight_raises_once_and_is_replayed(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    # Chunk 1's marking fails on its thread while chunks 2 and 3 are handed
+    # over; the tick fails when it starts chunk 2's marking, with chunk 3
+    # still in flight: it waits for chunk 3's answer once (it hung, reading
+    # chunk 2's answer a second time), enters both, and the next ticks write
+    # the ledger and send nothing twice.
+    scheduler, folder = burst_through_processes(tmp_path, database_url, clock)
+    try:
+        if scheduler.engine.marking is None:
+            pytest.skip("chunks are marked sent behind the next one on PostgreSQL only")
+        runs = scheduler.store.runs
+        mark_sent = runs.mark_sent
+        calls: list[int] = []
+
+        def failing_once(run_ids: Any, *args: Any, **kwargs: Any) -> Any:
+            calls.append(len(run_ids))
+            if len(calls) == 1:
+                raise OperationalError("injected", {}, Exception("connection dropped"))
+            return mark_sent(run_ids, *args, **kwargs)
+
+        runs.mark_sent = failing_once  # type: ignore[method-assign]
+        # Beat logs a failed tick and goes on; run it on a thread so a hang fails.
+        ticking = threading.Thread(target=scheduler.tick, daemon=True)
+        ticking.start()
+        ticking.join(timeout=60)
+        if ticking.is_alive():
+            publisher = scheduler.engine.publisher
+            assert isinstance(publisher, ProcessPublisher)
+            for pid in publisher.pids:  # end-of-file frees the hung read
+                os.kill(pid, signal.SIGKILL)
+            ticking.join(timeout=30)
+            pytest.fail("the tick hung waiting for an answer it had already read")
+        assert calls == [500]  # the failed marking; the tick stopped at it
+        assert sum(len(ids) for ids, _, _ in scheduler.engine.ledger.sent) == ROUTINES
+        for _ in range(3):  # the ledger first, then nothing left
+            clock.advance(seconds=1)
+            scheduler.tick()
+        assert not scheduler.engine.ledger
         assert_each_window_sent_once(scheduler, folder)
     finally:
         scheduler.close()
