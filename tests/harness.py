@@ -90,3 +90,13 @@ def closing(scheduler: Scheduler) -> Iterator[Scheduler]:
 def runs_for(store: Store, routine_id: int, limit: int = 100) -> list[RunRecord]:
     """A routine's run rows, newest first (the operator's listing query)."""
     return [named.run for named in store.admin.runs(routine_id=routine_id, limit=limit)]
+
+
+def running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie, not yet reaped, has)."""
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    # The state is the first field after the command's closing ")".
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

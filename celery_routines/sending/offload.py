@@ -60,7 +60,9 @@ class ProcessPublisher:
     # The tick hands it the next chunk before this one's answer (tick/write.py).
     in_background = True
 
-    def __init__(self, app: Any, make_inner: Callable[[], Publisher], processes: int = 1) -> None:
+    def __init__(
+        self, app: Celery, make_inner: Callable[[], Publisher], processes: int = 1
+    ) -> None:
         # The tick engine revokes through its publisher's app (overlap=replace).
         self.app = app
         self._make_inner = make_inner
@@ -220,7 +222,7 @@ class _Child:
     def _gone(self, exc: BaseException) -> None:
         self._drop_pipe()
         self._reap(timeout=1.0)  # its pipe closes as it exits: the status follows
-        if self._status == 0:
+        if self.stopped:
             # Told to stop (SIGTERM, Ctrl-C to the group) between two chunks.
             logger.info(
                 "the publishing process %s (pid %s) stopped; beat sends from its own process",

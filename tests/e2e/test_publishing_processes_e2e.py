@@ -16,6 +16,7 @@ from celery_routines.store import Store
 from tests.e2e import test_end_to_end
 from tests.e2e.processes import CeleryProcess, environment, wait_until
 from tests.e2e.test_end_to_end import run_counts, start
+from tests.harness import running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
@@ -37,14 +38,6 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def running_with_publishers(tmp_path: Path, redis_url: str, postgres_url: str, store: Store):
     env = environment(redis_url, postgres_url, E2E_INTERVAL="1", ROUTINES_PUBLISH_PROCESSES="2")
     worker, beat = start(tmp_path, env)
@@ -64,9 +57,9 @@ def running_with_publishers(tmp_path: Path, redis_url: str, postgres_url: str, s
 
 def wait_gone(pids: list[int], beat: CeleryProcess) -> None:
     deadline = time.monotonic() + 15
-    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [pid for pid in pids if alive(pid)], beat.output()[-3000:]
+    assert not [pid for pid in pids if running(pid)], beat.output()[-3000:]
 
 
 def test_beat_stopped_by_sigterm_takes_its_publishing_processes_with_it(

@@ -34,6 +34,7 @@ from celery_routines.sending.publish import (
     OutgoingRun,
     publishes_in_background,
 )
+from tests.harness import running
 from tests.sending.test_direct_publish import (
     app_for,
     assert_same_messages,
@@ -58,14 +59,6 @@ def ids_on(url: str) -> Counter[str]:
 def sent_from(found: dict[str, list[dict[str, Any]]]) -> set[str]:
     """Each message's ``origin`` header, taken out of it."""
     return {m["headers"].pop("origin") for messages in found.values() for m in messages}
-
-
-def gone_or_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def gone(pid: int) -> bool:
@@ -230,7 +223,7 @@ def test_a_stop_signal_ends_an_idle_publishing_process_and_beat_sends_the_rest(
     os.kill(first, signal.SIGTERM)
     os.kill(second, signal.SIGINT)
     deadline = time.monotonic() + 10
-    while not (gone_or_zombie(first) and gone_or_zombie(second)):
+    while running(first) or running(second):
         assert time.monotonic() < deadline, "a publishing process outlived its signal"
         time.sleep(0.05)
     for k in range(3):
