@@ -27,6 +27,7 @@ from .errors import (
 
 if TYPE_CHECKING:
     from .beat import Scheduler
+    from .operator.admin import Routines
     from .policy.ceilings import Ceiling
     from .registry import register, routine
     from .worker.spend import spend
@@ -35,6 +36,7 @@ __all__ = [
     "Ceiling",
     "ConfigurationError",
     "InvalidRoutine",
+    "Routines",
     "RoutinesError",
     "ScheduleError",
     "Scheduler",
@@ -48,6 +50,7 @@ __version__ = "0.1.0"
 # Public name -> the module that defines it.
 _LAZY = {
     "Scheduler": ".beat",
+    "Routines": ".operator.admin",
     "Ceiling": ".policy.ceilings",
     "register": ".registry",
     "routine": ".registry",
@@ -82,6 +85,11 @@ def _connect_worker_side() -> bool:
 # handlers import and connect them when a worker starts, and run the handler
 # the signal being sent would have reached had they been connected before it.
 def _on_worker_init(sender: Any = None, **kwargs: Any) -> None:
+    from .worker import stopping
+
+    # A worker -B whose beat died stops; one whose pool died under a group
+    # SIGTERM exits (worker/stopping.py). Both act only with our beat embedded.
+    stopping.connect()
     if _connect_worker_side():
         from .worker import hooks
 

@@ -25,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
 from .errors import RoutinesError
+from .extras import check_extras
 from .observe.events import RoutineEvents
 from .observe.metrics import MeasuredPublisher, RoutineMetrics, metrics_for
 from .registry import InvalidEntry, celery_default_entries, definitions_for
@@ -92,6 +93,9 @@ class Scheduler(CeleryScheduler):
             cannot_start(exc, self.settings.database_url)
 
     def _set_up(self) -> None:
+        # A path chosen without its extra ends beat here, in one line naming
+        # the extra, not later in a background process (a publish, a fork).
+        check_extras(self.app, self.settings)
         store = Store.from_url(self.settings.database_url)
         store.migrate()
         invalid: list[InvalidEntry] = []

@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from celery_routines.clock import Clock, utc_now
 from celery_routines.config import settings_from
 from celery_routines.errors import RoutinesError
+from celery_routines.extras import missing_extra
 from celery_routines.operator.admin import (
     MAX_BACKFILL,
     Routines,
@@ -409,7 +410,13 @@ def preview_(cron: str, timezone: str, start: str | None, count: int, as_json: b
 def web(ctx: click.Context, host: str, port: int, read_only: bool, hash_password: bool) -> None:
     """Serve the panel (pages and HTTP API) on HOST:PORT; loopback only unless
     routines_web_auth is set. Needs the web extra: pip install 'celery-routines[web]'."""
-    from celery_routines.operator.web.serve import password_hash_prompt, serve
+    try:
+        from celery_routines.operator.web.serve import password_hash_prompt, serve
+    except ImportError as exc:
+        missing = missing_extra(exc, "the panel (celery routines web)")
+        if missing is None:
+            raise
+        raise click.ClickException(str(missing)) from None
 
     if hash_password:
         click.echo(password_hash_prompt())

@@ -18,11 +18,11 @@ not one of these, and the caller sends that one through kombu.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from kombu import Queue
 from kombu.serialization import registry
-from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Channel as _VirtualChannel
 from kombu.utils.json import JSONEncoder
 
@@ -43,7 +43,11 @@ def redis_channel(producer: Any) -> Any:
     """The producer's kombu Redis channel if a batch can go out as ``LPUSH``
     es without retries (kombu's own test for batching), else None."""
     channel = producer.channel
-    if not isinstance(channel, kombu_redis.Channel):
+    # Not imported here: kombu's Redis transport needs the redis extra
+    # (redis-py and packaging). A Redis channel exists only once kombu has
+    # imported its transport, so a module not imported yet means "not Redis".
+    kombu_redis = sys.modules.get("kombu.transport.redis")
+    if kombu_redis is None or not isinstance(channel, kombu_redis.Channel):
         return None
     return channel if channel.supports_batch_publish else None
 

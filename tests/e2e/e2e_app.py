@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from celery import Celery
 
-from celery_routines import routine, spend
+from celery_routines import register, routine, spend
 
 app = Celery("e2e_app")
 app.conf.update(
@@ -22,6 +22,16 @@ app.conf.update(
     # Each test run gets its own queue, so leftovers never decide a result.
     task_default_queue=os.environ.get("E2E_QUEUE", "celery"),
 )
+if os.environ.get("E2E_BROKER_FOLDER"):
+    # kombu's filesystem transport: a worker -B test that needs no server.
+    folder = os.environ["E2E_BROKER_FOLDER"]
+    app.conf.broker_url = "filesystem://"
+    app.conf.broker_transport_options = {
+        "data_folder_in": folder,
+        "data_folder_out": folder,
+        "control_folder": folder + "-control",
+        "polling_interval": 0.2,
+    }
 if os.environ.get("E2E_NO_BROKER_HEALTH_CHECK"):
     # Under a sped-up libfaketime clock redis-py's periodic health check
     # misfires (see FIELD-NOTES); the stress tests turn it off.
@@ -50,6 +60,17 @@ if os.environ.get("E2E_BEAT_SCHEDULE"):
 def tick() -> str:
     spend(2, "emails")
     return "ok"
+
+
+# E2E_BURST=N: N more routines with the same period, all due at one instant
+# (tests/e2e/test_worker_stops.py stops a worker -B in the middle of one).
+for number in range(int(os.environ.get("E2E_BURST", "0"))):
+    register(
+        "e2e_app.sql_inserted",
+        timedelta(seconds=float(os.environ.get("E2E_INTERVAL", "2"))),
+        name=f"burst-{number:04d}",
+        catch_up="latest",
+    )
 
 
 @app.task

@@ -1,0 +1,170 @@
+"""A ``celery worker -B`` that always stops: with its beat, and on a signal.
+
+Two ways a worker with an embedded beat used to run on or hang:
+
+- **Its beat died.** ``worker -B`` runs beat in a billiard child process. A
+  beat that cannot start (a missing extra, an unreachable database) ends that
+  child with its one-line error, and Celery's worker runs on without a beat:
+  nothing is ever sent again and nothing says so. :func:`watch_embedded_beat`
+  watches the child from the worker's main process; when it ends on its own
+  (not because the worker is stopping), the worker stops with status 1.
+
+- **A SIGTERM to the whole process group.** ``timeout``, systemd's default
+  ``KillMode=control-group`` and supervisord's ``stopasgroup`` signal every
+  process of the group, the pool's processes too, which die at once
+  (celery/celery#2700). A pool process killed while it holds the pool's
+  queue lock never releases it, and billiard's pool finalizer, run at exit,
+  waits on that lock forever (``Pool._help_stuff_finish``; the same bug as
+  ``multiprocessing.Pool``'s python/cpython#96062). A plain Celery
+  ``worker -B`` hangs the same way. :func:`watch_exit` sees the main thread
+  wait there after the worker has shut down, and ends the process with the
+  worker's exit status, its logs flushed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from celery import signals
+from celery.bootsteps import RUN
+from celery.worker import state as worker_state
+
+logger = logging.getLogger("celery_routines.worker")
+
+# How often the watchers look.
+POLL_SECONDS = 0.5
+SIGNAL_GRACE_SECONDS = 1.0
+# How long the main thread may wait on the dead lock before the process ends:
+# the finalizer drains the queue in a few milliseconds when the lock is free.
+STUCK_SECONDS = 3.0
+# The frame that waits on a lock no live process will release.
+STUCK_IN = ("_help_stuff_finish", "billiard")
+
+_connected = False
+
+
+def connect() -> None:
+    """Connect both watchers (idempotent), in the worker's main process."""
+    global _connected
+    if _connected:
+        return
+    signals.worker_ready.connect(watch_embedded_beat, weak=False)
+    signals.worker_shutdown.connect(watch_exit, weak=False)
+    _connected = True
+
+
+def runs_our_beat(worker: Any) -> bool:
+    """Whether this worker embeds celery-routines' beat (``-B`` with our
+    scheduler): a worker with Celery's own beat is left as Celery made it."""
+    if getattr(worker, "beat", None) is None:
+        return False
+    scheduler = getattr(worker, "scheduler", None)
+    if not isinstance(scheduler, str):
+        scheduler = f"{getattr(scheduler, '__module__', '')}.{getattr(scheduler, '__name__', '')}"
+    return scheduler == "routines" or scheduler.startswith("celery_routines")
+
+
+def watch_embedded_beat(sender: Any = None, **_: Any) -> None:
+    """``worker_ready``: watch the embedded beat process, if it is ours."""
+    worker = getattr(sender, "controller", None)
+    beat = getattr(worker, "beat", None)
+    # A threaded beat dies with the worker; a billiard child has an exit code.
+    if not runs_our_beat(worker) or not hasattr(beat, "exitcode"):
+        return
+    threading.Thread(
+        target=_watch_beat, args=(worker, beat), name="routines-beat-watch", daemon=True
+    ).start()
+
+
+def _stopping(worker: Any) -> bool:
+    blueprint = getattr(worker, "blueprint", None)
+    # Celery's own test: a warm shutdown's status is 0, which is falsy.
+    return (
+        _set(worker_state.should_stop)
+        or _set(worker_state.should_terminate)
+        or (blueprint is not None and blueprint.state != RUN)
+    )
+
+
+def _set(flag: object) -> bool:
+    # Not `flag not in (None, False)`: 0 == False.
+    return flag is not None and flag is not False
+
+
+def _watch_beat(worker: Any, beat: Any) -> None:
+    while True:
+        status = beat.exitcode  # polls the child (WNOHANG), never blocks
+        if _stopping(worker):
+            return
+        if status is not None:
+            # A signal sent to the whole group reaches beat and the worker at
+            # once: give the worker's handler time to say it is stopping.
+            time.sleep(SIGNAL_GRACE_SECONDS)
+            if _stopping(worker):
+                return
+            break
+        time.sleep(POLL_SECONDS)
+    logger.error(
+        "the embedded beat (celery worker -B) ended with status %s (its error is above): "
+        "stopping the worker with status 1 rather than running on with no beat",
+        status,
+    )
+    # Read by the worker's event loop within a second: a warm shutdown, then exit 1.
+    worker_state.should_stop = 1
+
+
+def watch_exit(sender: Any = None, **_: Any) -> None:
+    """``worker_shutdown``: the worker has stopped; from here the process only
+    exits. Watch that it does (in a worker that embeds our beat)."""
+    if not runs_our_beat(sender):
+        return
+    exitcode = getattr(sender, "exitcode", None)
+    threading.Thread(
+        target=_watch_exit,
+        args=(threading.main_thread(), 0 if exitcode is None else int(exitcode)),
+        name="routines-exit-watch",
+        daemon=True,
+    ).start()
+
+
+def _watch_exit(main: threading.Thread, exitcode: int) -> None:
+    stuck_since: float | None = None
+    while True:
+        if main.ident is not None and _waits_on_dead_lock(main.ident):
+            stuck_since = stuck_since or time.monotonic()
+            if time.monotonic() - stuck_since >= STUCK_SECONDS:
+                break
+        else:
+            stuck_since = None
+        time.sleep(POLL_SECONDS)
+    logger.warning(
+        "worker exit stuck in billiard's pool finalizer for %.0f s: a pool process was "
+        "killed while holding the pool's queue lock (a SIGTERM sent to the whole process "
+        "group reaches the pool's processes too; send it to the main process, or SIGINT: "
+        "celery/celery#2700); ending the process with status %d",
+        STUCK_SECONDS,
+        exitcode,
+    )
+    for handler in logging.getLogger().handlers:
+        try:
+            handler.flush()
+        except Exception:
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exitcode)
+
+
+def _waits_on_dead_lock(ident: int) -> bool:
+    frame = sys._current_frames().get(ident)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == STUCK_IN[0] and STUCK_IN[1] in code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
