@@ -69,6 +69,7 @@ class Scheduler(CeleryScheduler):
         self._error_backoff = 0.0
         self._in_tick = False
         self._stop_requested: float | None = None
+        self._stopped_by: str | None = None  # the signal that stopped beat, for the last line
         self._wrapped_signals: dict[int, tuple[Any, Any]] = {}  # signum: (Celery's, ours)
         try:
             self.settings: Settings = settings_from(app)
@@ -275,6 +276,7 @@ class Scheduler(CeleryScheduler):
                 return
             if previous == signal.SIG_IGN:
                 return
+            self._stopped_by = signal.Signals(signum).name
             if callable(previous):
                 previous(signum, frame)  # Celery's: closes the scheduler, SystemExit
             self.close()
@@ -322,16 +324,27 @@ class Scheduler(CeleryScheduler):
 
     def _release_claims(self) -> None:
         """A beat that stops cleanly hands its claims back, so the others
-        take its routines over at once instead of after ``routines_lock_ttl``."""
+        take its routines over at once instead of after ``routines_lock_ttl``;
+        its last line says it stopped, why, and what it handed back."""
         if self._store is None:
             return
+        why = f" ({self._stopped_by})" if self._stopped_by else ""
         try:
             released = self._store.routines.release_claims(self.holder)
         except Exception:
-            logger.warning("could not release this beat's claims; they expire", exc_info=True)
+            logger.warning(
+                "beat stopping%s: could not release its claims; they expire after "
+                "routines_lock_ttl (%.0f s)",
+                why,
+                self.settings.lock_ttl,
+                exc_info=True,
+            )
             return
-        if released:
-            logger.info("released %d routine claim(s) for the other beats", released)
+        logger.info(
+            "beat stopped%s: handed %d routine claim(s) back to the other beats",
+            why,
+            released,
+        )
 
     @property
     def info(self) -> str:
@@ -339,6 +352,10 @@ class Scheduler(CeleryScheduler):
         processes = self.settings.publish_processes
         where = f" in {processes} publishing process(es)" if processes else ""
         return (
+            # Celery's "maxinterval" line above only caps the sleep: this is
+            # what wakes this beat.
+            f"    . wake-up -> at each due instant, and every "
+            f"{self.settings.refresh_seconds:g} s (routines_refresh_seconds) to see changes\n"
             f"    . routines db -> {safe_url(self.settings.database_url)}\n"
             f"    . idempotency gate -> {gate}\n"
             f"    . publish -> {self.settings.publish}{where}"

@@ -16,6 +16,7 @@ Exit status 0 when everything held; every failure is printed with the log.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -191,10 +192,8 @@ def _group_alive(pgid: int) -> list[int]:
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait()
 
 
@@ -207,8 +206,11 @@ def check_extra(work: Path, extra: str | None) -> list[str]:
     started = time.monotonic()
     steps = [
         ["pip", "install", "--quiet", target],
-        ["python", "-c", "import celery_routines, celery_routines.beat; "
-         "from celery_routines import Routines"],
+        [
+            "python",
+            "-c",
+            "import celery_routines, celery_routines.beat; from celery_routines import Routines",
+        ],
         ["celery", "routines", "--help"],
         ["python", str(ROOT / "scripts" / "extra_paths.py"), name],
     ]

@@ -47,7 +47,11 @@ def tick_once(app: Celery) -> int:
         with scheduler.store.engine.connect() as conn:
             from sqlalchemy import text
 
-            return int(conn.execute(text("SELECT count(*) FROM routine_runs WHERE state = 'sent'")).scalar_one())
+            return int(
+                conn.execute(
+                    text("SELECT count(*) FROM routine_runs WHERE state = 'sent'")
+                ).scalar_one()
+            )
     finally:
         scheduler.close()
 
@@ -112,8 +116,8 @@ def _database(admin_url: str, create: str, drop: str) -> str:
         conn.exec_driver_sql(create.format(name))
     try:
         app = Celery("extra_db", broker="memory://")
-        app.conf.routines_database_url = make_url(admin_url).set(database=name).render_as_string(
-            hide_password=False
+        app.conf.routines_database_url = (
+            make_url(admin_url).set(database=name).render_as_string(hide_password=False)
         )
         sent = tick_once(app)
         assert sent >= 1, sent
@@ -179,8 +183,17 @@ def web() -> str:
     port = _free_port()
     env = {**os.environ, "ROUTINES_DATABASE_URL": f"sqlite:///{HERE / 'web.db'}"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "extra_paths:web_app", "routines", "web"]
-        + ["--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "extra_paths:web_app",
+            "routines",
+            "web",
+            "--port",
+            str(port),
+        ],
         cwd=Path(__file__).parent,
         env=env,
         stdout=subprocess.PIPE,

@@ -76,7 +76,8 @@ def runs_table(runs: Sequence[RunView]) -> None:
                 r.id,
                 r.routine,
                 r.idempotency_key.split("@", 1)[-1],
-                attempt_text(r.attempt, r.max_attempts),
+                # A skipped window was never attempted: "1 of 5" would say it was.
+                "-" if r.state == "skipped" else attempt_text(r.attempt, r.max_attempts),
                 r.state,
                 utc(r.retry_at),
                 r.reason or r.error,
@@ -200,7 +201,8 @@ def print_detail(detail: RoutineDetail) -> None:
     if detail.schedule_error:
         field("schedule error", detail.schedule_error)
     else:
-        heading = f"next {len(detail.next_windows)} windows (UTC, then {s.timezone})"
+        zones = "UTC" if s.timezone == "UTC" else f"UTC, then {s.timezone}"
+        heading = f"next {len(detail.next_windows)} windows ({zones})"
         if s.state == "retired":
             heading += "; retired: none of them fires unless it is declared again"
         elif s.state in ("paused", "disabled"):

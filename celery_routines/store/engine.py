@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -281,7 +282,7 @@ def explain_database_error(exc: BaseException, url: str | None) -> str:
         return (
             f"the schema of {shown} is missing or older than this version of "
             f"celery-routines ({_first_line(driver_error)}): "
-            "run `celery -A <app> routines migrate`"
+            f"run `celery -A {app_argument()} routines migrate`"
         )
     if any(sign in lowered for sign in _UNREACHABLE_SIGNS):
         return (
@@ -289,6 +290,21 @@ def explain_database_error(exc: BaseException, url: str | None) -> str:
             f"({_first_line(driver_error)}) [routines_database_url {shown}]"
         )
     return f"database error: {_first_line(driver_error)} [routines_database_url {shown}]"
+
+
+def app_argument(argv: list[str] | None = None) -> str:
+    """The app this ``celery`` command was given (``-A proj``, ``--app=proj``,
+    ``CELERY_APP``), to write a command the user can paste; ``<app>`` when
+    there is none (a script using the API)."""
+    args = sys.argv if argv is None else argv
+    for index, arg in enumerate(args):
+        if arg in ("-A", "--app") and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith("--app="):
+            return arg.split("=", 1)[1]
+        if arg.startswith("-A") and len(arg) > 2:
+            return arg[2:]
+    return os.environ.get("CELERY_APP") or "<app>"
 
 
 def _parse(url: str | None) -> URL | None:

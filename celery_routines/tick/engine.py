@@ -28,6 +28,7 @@ from celery_routines.policy.routine_rows import from_columns
 from celery_routines.schedules.base import Schedule, first_window, is_never
 from celery_routines.schedules.jitter import send_instant
 from celery_routines.schedules.parse import schedule_of
+from celery_routines.schedules.zones import load_zone
 from celery_routines.sending.gate import Gate
 from celery_routines.sending.publish import Publisher
 from celery_routines.sending.revoke import CeleryRevoker, NoRevoker, Revoker
@@ -350,8 +351,14 @@ class TickEngine(Recording, Writing):
                     schedule.describe(),
                 )
             else:
+                # In the routine's zone with its offset, as the "sent" lines
+                # name windows (their idempotency keys).
+                zone = load_zone(record.timezone or self.settings.timezone)
                 logger.info(
-                    "adopted %s: %s, first window %s", record.name, schedule.describe(), first
+                    "adopted %s: %s, first window %s",
+                    record.name,
+                    schedule.describe(),
+                    first.astimezone(zone).isoformat(),
                 )
         return self.store.routines.adopt(first_windows, now)
 

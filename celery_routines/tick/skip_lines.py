@@ -44,6 +44,22 @@ def skip_note(decision: Decision, run: NewRun) -> str | None:
     return None
 
 
+# Skips that are the routine's own policy doing what it was told (overlap
+# "skip", catch_up "skip_to_next"/"latest", a paused, retired or disabled
+# routine): INFO, or a busy routine warns every other window. The others
+# (a window too late, windows dropped past catch_up_cap, a ceiling) say
+# something went wrong: WARNING.
+POLICY_SKIPS = frozenset(
+    {Reason.OVERLAP, Reason.SKIP_TO_NEXT, Reason.LATEST, Reason.PAUSED}
+    | {Reason.RETIRED, Reason.DISABLED}
+)
+
+
+def skip_level(run: NewRun) -> int:
+    """The log level of a skip row's line."""
+    return logging.INFO if run.reason in POLICY_SKIPS else logging.WARNING
+
+
 def skip_line(routine: str, run: NewRun, timezone: str, note: str | None = None) -> str:
     """The one log line of a skip row, its windows written like window keys
     (in the routine's zone, with the offset)."""

@@ -34,7 +34,7 @@ from celery_routines.tick.decide import Decision, Verdict
 from celery_routines.tick.ledger import Unrecorded
 from celery_routines.tick.marking import MarkingBehind
 from celery_routines.tick.report import TickReport
-from celery_routines.tick.skip_lines import log_overlap, skip_line, skip_note
+from celery_routines.tick.skip_lines import log_overlap, skip_level, skip_line, skip_note
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -147,7 +147,7 @@ class Writing:
                     _count(report.skipped_by_reason, run.reason or RunState.SKIPPED, count)
                     self._skip_event(name, run)
                     line = skip_line(name, run, item.claimed.timezone, skip_note(item, run))
-                    logger.warning("%s", line)
+                    logger.log(skip_level(run), "%s", line)
         return outgoing
 
     def _send(self, outgoing: Outgoing, now: datetime, report: TickReport) -> set[int]:

@@ -23,6 +23,7 @@ Two ways a worker with an embedded beat used to run on or hang:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -151,10 +152,8 @@ def _watch_exit(main: threading.Thread, exitcode: int) -> None:
         exitcode,
     )
     for handler in logging.getLogger().handlers:
-        try:
+        with contextlib.suppress(Exception):
             handler.flush()
-        except Exception:
-            pass
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exitcode)

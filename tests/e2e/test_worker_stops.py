@@ -10,6 +10,7 @@ lock a killed pool process held).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -41,9 +42,20 @@ class WorkerWithBeat:
         (tmp / "broker").mkdir(exist_ok=True)
         self.handle = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "e2e_app", "worker", "-B"]
-            + ["--loglevel=INFO", "--concurrency", str(concurrency)]
-            + ["--scheduler", "celery_routines.Scheduler"],
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "e2e_app",
+                "worker",
+                "-B",
+                "--loglevel=INFO",
+                "--concurrency",
+                str(concurrency),
+                "--scheduler",
+                "celery_routines.Scheduler",
+            ],
             cwd=HERE,
             env=environ,
             stdout=self.handle,
@@ -85,10 +97,8 @@ class WorkerWithBeat:
         return None, limit
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.process.wait(timeout=10)
         self.handle.close()
 
@@ -133,7 +143,7 @@ def test_sigterm_to_the_process_group_ends_worker_b_every_time(workers) -> None:
     for _ in range(3):
         worker = workers()
         worker.wait_for("succeeded", 2)
-        status, took = stop_and_measure(worker, signal.SIGTERM, group=True)
+        status, _took = stop_and_measure(worker, signal.SIGTERM, group=True)
         assert status == 0, worker.output()[-3000:]  # Celery's warm shutdown status
         assert "Traceback" not in worker.output()
 
@@ -143,7 +153,9 @@ def test_sigterm_to_the_process_group_ends_worker_b_every_time(workers) -> None:
     [(signal.SIGTERM, 0), (signal.SIGINT, 1)],
     ids=["sigterm", "sigint"],
 )
-def test_a_signal_to_the_main_process_ends_worker_b(workers, signum: int, celery_status: int) -> None:
+def test_a_signal_to_the_main_process_ends_worker_b(
+    workers, signum: int, celery_status: int
+) -> None:
     worker = workers(ROUTINES_PUBLISH_PROCESSES="2")  # ignored by an embedded beat, said so
     worker.wait_for("succeeded", 2)
     status, _ = stop_and_measure(worker, signum, group=False)
@@ -162,7 +174,7 @@ def test_sigterm_to_the_group_mid_burst_ends_worker_b(workers) -> None:
 def test_a_worker_whose_embedded_beat_cannot_start_exits_1_with_its_error(workers) -> None:
     # The store's folder does not exist: beat cannot start, the worker could.
     worker = workers(ROUTINES_DATABASE_URL="sqlite:////nonexistent-folder/routines.db")
-    status, took = worker.stopped_within(60.0)
+    status, _took = worker.stopped_within(60.0)
     output = worker.output()
     assert status == 1, f"worker still running or exited {status}:\n{output[-4000:]}"
     assert "celery-routines beat cannot start" in output
