@@ -26,8 +26,9 @@ import celery_routines.operator.web.api as api
 import celery_routines.operator.web.pages as pages
 from celery_routines.clock import Clock, utc_now
 from celery_routines.config import setting
+from celery_routines.errors import ConfigurationError
 from celery_routines.operator.admin import Routines
-from celery_routines.operator.web.attempts import Throttled
+from celery_routines.operator.web.attempts import LIMIT, FailedLogins, Throttled
 from celery_routines.operator.web.auth import Guard, WebAuth, parse_web_auth
 from celery_routines.operator.web.context import (
     REFRESH_SECONDS,
@@ -122,7 +123,8 @@ class GuardMiddleware:
         try:
             principal = await panel.guard.authenticate(headers.get("authorization"), view.client)
         except Throttled as exc:
-            logger.warning("login refused from %s: %s", view.client, exc)
+            if exc.first:
+                logger.warning("logins refused from %s: %s", view.client, exc)
             return refuse(api, 429, str(exc), {"Retry-After": str(exc.retry_after)})
         if principal is None:
             return refuse(
@@ -205,7 +207,7 @@ def create_app(
         auth = parse_web_auth(setting(celery_app, "routines_web_auth"))
     panel = Panel(
         admin=admin,
-        guard=Guard(auth),
+        guard=Guard(auth, failed_logins=FailedLogins(limit=_login_limit(celery_app))),
         read_only=read_only,
         flower_url=flower_url or setting(celery_app, "routines_flower_url") or None,
         refresh_seconds=refresh_seconds,
@@ -232,3 +234,19 @@ def create_app(
     )
     app.state.panel = panel
     return app
+
+
+def _login_limit(celery_app: Celery | None) -> int:
+    raw = setting(celery_app, "routines_web_login_limit")
+    if raw is None or raw == "":
+        return LIMIT
+    try:
+        limit = int(raw)
+    except (TypeError, ValueError):
+        limit = 0
+    if isinstance(raw, bool) or not 1 <= limit <= 1_000_000:
+        raise ConfigurationError(
+            "routines_web_login_limit (failed logins per client and per user name per "
+            f"minute) must be a whole number from 1 to 1000000, got {raw!r}"
+        )
+    return limit

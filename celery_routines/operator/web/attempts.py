@@ -28,9 +28,11 @@ MAX_KEYS = 10_000
 class Throttled(Exception):
     """Too many failed logins: answer 429 with ``Retry-After``."""
 
-    def __init__(self, retry_after: int, who: str) -> None:
+    def __init__(self, retry_after: int, who: str, first: bool = True) -> None:
         super().__init__(f"too many failed logins for {who}; retry in {retry_after} s")
         self.retry_after = retry_after
+        self.first = first
+        """The first refusal of this key in its window (the one worth a log line)."""
 
 
 @dataclass
@@ -41,6 +43,8 @@ class FailedLogins:
 
     def __post_init__(self) -> None:
         self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        # Keys refused since their oldest failure: a flood logs once, not per request.
+        self._refused: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def begin(self, client: str | None, user: str) -> tuple[str, ...]:
@@ -53,7 +57,11 @@ class FailedLogins:
                 recent = self._recent(key, now)
                 if len(recent) >= self.limit:
                     retry = max(1, math.ceil(recent[0] + self.window - now))
-                    raise Throttled(retry, key)
+                    first = self._refused.get(key) != recent[0]
+                    self._refused[key] = recent[0]
+                    if len(self._refused) > MAX_KEYS:
+                        self._refused.clear()
+                    raise Throttled(retry, key, first)
             for key in keys:
                 self._recent(key, now).append(now)
                 self._failures.move_to_end(key)
