@@ -72,6 +72,4 @@ def serve(
         click.echo("  no authentication configured: serving loopback only")
     # proxy_headers off: X-Forwarded-* are read by the panel itself, from
     # --forwarded-allow-ips only (uvicorn would trust 127.0.0.1 by default).
-    uvicorn.run(
-        app, host=host, port=port, log_level="info", access_log=False, proxy_headers=False
-    )
+    uvicorn.run(app, host=host, port=port, log_level="info", access_log=False, proxy_headers=False)

@@ -44,9 +44,7 @@ def test_a_foreign_host_name_is_refused_on_every_request(admin: Routines, store:
         ("/api/routines/nightly/trigger", {"X-CSRF-Token": csrf}),
         ("/api/routines/nightly/pause", BEARER),
     ):
-        sent = client.post(
-            path, headers={**EVIL, "Origin": "http://evil.example:8555", **headers}
-        )
+        sent = client.post(path, headers={**EVIL, "Origin": "http://evil.example:8555", **headers})
         assert sent.status_code == 400
     form = client.post(
         "/actions/pause",

@@ -34,8 +34,7 @@ def test_failed_logins_are_limited_per_client_with_retry_after(admin: Routines) 
     auth = parse_web_auth(f"alice:{hash_password('pw', iterations=FAST)}", {})
     client = client_for(admin, auth=auth, peer=("198.51.100.1", 1))
     statuses = [
-        client.get("/api/routines", headers=_basic(f"guess{i}", "x")).status_code
-        for i in range(12)
+        client.get("/api/routines", headers=_basic(f"guess{i}", "x")).status_code for i in range(12)
     ]
     assert statuses == [401] * 10 + [429] * 2
     throttled = client.get("/api/routines", headers=_basic("alice", "wrong"))
@@ -166,9 +165,11 @@ def test_a_flood_of_wrong_passwords_leaves_healthz_fast(
         web.stop()
     probes.sort()
     p90 = probes[int(len(probes) * 0.9)]
-    print(f"healthz under a 20-way flood ({limit=}): median {statistics.median(probes) * 1000:.1f} "
-          f"ms, p90 {p90 * 1000:.1f} ms, max {probes[-1] * 1000:.1f} ms; "
-          f"{answers.count(401)} x 401, {answers.count(429)} x 429")
+    print(
+        f"healthz under a 20-way flood ({limit=}): median {statistics.median(probes) * 1000:.1f} "
+        f"ms, p90 {p90 * 1000:.1f} ms, max {probes[-1] * 1000:.1f} ms; "
+        f"{answers.count(401)} x 401, {answers.count(429)} x 429"
+    )
     assert p90 < 0.1, probes
     assert set(answers) <= {401, 429}
     if limit == "10":
