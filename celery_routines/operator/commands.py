@@ -60,7 +60,7 @@ def _errors(command: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except (RoutinesError, ValueError, LookupError) as exc:
+        except (RoutinesError, ValueError, LookupError, OverflowError) as exc:
             raise click.ClickException(_one_line(exc)) from None
         except SQLAlchemyError as exc:
             # "Does not exist" alone could be the database, a user or a table:

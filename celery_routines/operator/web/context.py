@@ -84,7 +84,9 @@ def error_text(exc: BaseException, panel: Panel) -> str:
     return text.splitlines()[0]
 
 
-HANDLED = (RoutinesError, ValueError, LookupError, SQLAlchemyError)
+# OverflowError: a last net under the checks that name the field (a value
+# past datetime's or C's range is bad input, never a 500).
+HANDLED = (RoutinesError, ValueError, LookupError, SQLAlchemyError, OverflowError)
 
 
 def refuse(api: bool, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
