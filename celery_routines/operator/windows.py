@@ -149,22 +149,50 @@ def range_windows(
         ) from None
 
 
+def count_range_windows(
+    schedule: Schedule, record: RoutineRecord, first: datetime, last: datetime, cap: int
+) -> int:
+    """How many windows :func:`range_windows` would list, without listing
+    them (arithmetic for intervals and crons), with the same checks."""
+    try:
+        if isinstance(schedule, IntervalSchedule):
+            k_first, k_last = _interval_steps(schedule, record, first, last)
+            count = max(0, k_last - k_first + 1)
+        else:
+            count = count_windows(schedule, first - ONE_MICROSECOND, last)
+    except OverflowError:
+        raise ValueError(
+            f"backfill of {record.name!r} from {iso_utc(first)} to {iso_utc(last)}: the "
+            "windows of that range cannot be computed (out of the calendar's range)"
+        ) from None
+    _check_backfill_size(record.name, count, first, last, cap)
+    return count
+
+
+def _interval_steps(
+    schedule: IntervalSchedule, record: RoutineRecord, first: datetime, last: datetime
+) -> tuple[int, int]:
+    anchor = record.next_run_at
+    if anchor is None:
+        raise ScheduleError(
+            "it has no window yet (beat has not adopted it); start beat once, then backfill"
+        )
+    step = schedule.step
+    # ceil((first - anchor) / step), floor((last - anchor) / step)
+    return -((anchor - first) // step), (last - anchor) // step
+
+
 def _range_windows(
     schedule: Schedule, record: RoutineRecord, first: datetime, last: datetime, cap: int
 ) -> list[datetime]:
     if isinstance(schedule, IntervalSchedule):
         # Interval windows are anchored on the routine's own chain of windows,
         # so the backfilled keys are the ones beat used (or would have used).
-        anchor = record.next_run_at
-        if anchor is None:
-            raise ScheduleError(
-                "it has no window yet (beat has not adopted it); start beat once, then backfill"
-            )
-        step = schedule.step
-        k_first = -((anchor - first) // step)  # ceil((first - anchor) / step)
-        k_last = (last - anchor) // step
+        k_first, k_last = _interval_steps(schedule, record, first, last)
         count = max(0, k_last - k_first + 1)
         _check_backfill_size(record.name, count, first, last, cap)
+        anchor, step = record.next_run_at, schedule.step
+        assert anchor is not None  # _interval_steps refused it otherwise
         return [anchor + k * step for k in range(k_first, k_last + 1)]
     count = count_windows(schedule, first - ONE_MICROSECOND, last)
     _check_backfill_size(record.name, count, first, last, cap)

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from sqlalchemy.exc import SQLAlchemyError
@@ -66,6 +66,21 @@ def panel_of(request: Request) -> Panel:
     return request.app.state.panel
 
 
+def sent_path(request: Request) -> str:
+    """The path as the client sent it, still quoted (``raw_path``)."""
+    raw = request.scope.get("raw_path")
+    return raw.decode("latin-1").split("?", 1)[0] if raw else quote(request.url.path, safe="/")
+
+
+def name_after(request: Request, prefix: str) -> str:
+    """The routine name in the path after ``prefix`` (``/routines/``), read
+    from the path as sent and unquoted once: ``100%2541x`` is ``100%41x``."""
+    path = sent_path(request)
+    marker = request.scope.get("root_path", "") + prefix
+    found = path.find(marker)
+    return unquote(path[found + len(marker) :] if found >= 0 else path.rsplit("/", 1)[-1])
+
+
 def error_status(exc: BaseException) -> int:
     if isinstance(exc, LookupError):
         return 404
@@ -109,9 +124,7 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
         params.append(("live", "1"))
     # The path as sent (still quoted): a name holding "%41" or "/" must come
     # back as the same routine, not as its decoded spelling.
-    raw = request.scope.get("raw_path")
-    path = raw.decode("latin-1") if raw else quote(request.url.path, safe="/")
-    toggle = path + ("?" + urlencode(params) if params else "")
+    toggle = sent_path(request) + ("?" + urlencode(params) if params else "")
     page = panel.templates.get_template(template).render(
         base=request.scope.get("root_path", ""),
         read_only=panel.read_only,

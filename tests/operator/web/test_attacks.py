@@ -13,7 +13,7 @@ from celery_routines.operator.web.auth import WebAuth, hash_password, parse_web_
 from celery_routines.store import Store
 from tests.operator.web.conftest import BEARER, TOKEN, client_for
 from tests.operator.web.test_pages import csrf_of
-from tests.operators import add_routine
+from tests.operators import add_routine, make_app
 
 FAST = 1000
 EVIL = {"Host": "evil.example:8555"}
@@ -199,3 +199,146 @@ def test_a_trusted_origin_names_the_public_origin_without_forwarded_headers(
     assert store.routines.by_name("nightly").paused is True
     other = {**plain_nginx, "Origin": "https://evil.example"}
     assert _proxied_pause(client, other).status_code == 403
+
+
+# -- 10. the small ones -----------------------------------------------------------------
+
+
+def test_a_quoted_slash_is_part_of_the_name(admin: Routines, store: Store) -> None:
+    add_routine(store, "rep")
+    add_routine(store, "rep/runs")
+    client = client_for(admin)
+    shown = client.get("/api/routines/rep%2Fruns")
+    assert shown.status_code == 200 and shown.json()["summary"]["name"] == "rep/runs"
+    assert client.get("/api/routines/rep/runs").json() == []  # the runs of rep
+    assert client.get("/api/routines/rep%2Fruns/runs").json() == []
+    paused = client.post("/api/routines/rep%2Fruns/pause", headers=BEARER)
+    assert paused.status_code == 200 and paused.json()["routine"] == "rep/runs"
+    assert store.routines.by_name("rep/runs").paused is True
+    assert store.routines.by_name("rep").paused is False
+    # An unquoted slash still reads as part of a name when no known word follows.
+    add_routine(store, "team/report")
+    assert client.get("/api/routines/team/report").json()["summary"]["name"] == "team/report"
+    unknown = client.post("/api/routines/rep/explode", headers=BEARER)
+    assert unknown.status_code == 404
+
+
+def test_the_live_link_of_a_name_with_percent_escapes_leads_back_to_it(
+    admin: Routines, store: Store
+) -> None:
+    add_routine(store, "100%41x")
+    client = client_for(admin)
+    page = client.get("/routines/100%2541x")
+    assert page.status_code == 200 and 'id="routine-name">100%41x<' in page.text
+    assert 'href="/routines/100%2541x?live=1"' in page.text
+    live = client.get("/routines/100%2541x?live=1")
+    assert live.status_code == 200 and 'id="routine-name">100%41x<' in live.text
+
+
+def test_every_refusal_and_a_crash_carry_the_security_headers(
+    admin: Routines, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_routine(store, "nightly")
+    auth = parse_web_auth(f"alice:{hash_password('pw', iterations=FAST)}", {})
+    locked = client_for(admin, auth=auth)
+    read_only = client_for(admin, read_only=True)
+    plain = client_for(admin)
+    plain_app = plain.app
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(admin, "page", crash)
+    from starlette.testclient import TestClient
+
+    crashing = TestClient(plain_app, base_url="http://localhost", raise_server_exceptions=False)
+    answers = {
+        400: plain.get("/routines", headers=EVIL),
+        401: locked.get("/routines"),
+        403: read_only.post("/api/routines/nightly/pause", headers=BEARER),
+        500: crashing.get("/api/routines"),
+    }
+    for status, answer in answers.items():
+        assert answer.status_code == status, (status, answer.text)
+        assert answer.headers["X-Content-Type-Options"] == "nosniff", status
+        assert answer.headers["X-Frame-Options"] == "DENY", status
+        assert "frame-ancestors 'none'" in answer.headers["Content-Security-Policy"], status
+    assert "boom" not in answers[500].text
+
+
+def test_healthz_is_503_when_the_store_does_not_answer(tmp_path, clock) -> None:  # type: ignore[no-untyped-def]
+    from celery_routines.operator.web import create_app
+
+    url = f"sqlite:///{tmp_path}/missing/folder/routines.db"
+    down = Routines(make_app(tmp_path / "broker", url), clock=clock, store=Store.from_url(url))
+    from starlette.testclient import TestClient
+
+    client = TestClient(
+        create_app(down.app, routines=down, auth=WebAuth()),
+        base_url="http://localhost",
+        raise_server_exceptions=False,
+    )
+    answer = client.get("/healthz")
+    assert (answer.status_code, answer.text) == (503, "store unavailable")
+    down.close()
+
+
+def test_a_body_over_a_megabyte_is_refused_before_anything_happens(
+    admin: Routines, store: Store
+) -> None:
+    add_routine(store, "nightly", paused=True)
+    client = client_for(admin)
+    big = b'{"catch_up": false, "pad": "' + b"x" * 1_100_000 + b'"}'
+    refused = client.post("/api/routines/nightly/resume", content=big, headers=BEARER)
+    assert refused.status_code == 413
+    assert refused.json() == {"error": "the request body is over 1,000,000 bytes"}
+
+    def chunks():  # type: ignore[no-untyped-def]
+        for _ in range(11):
+            yield b"x" * 100_000
+
+    streamed = client.post("/api/routines/nightly/resume", content=chunks(), headers=BEARER)
+    assert streamed.status_code == 413
+    form = client.post("/actions/resume", content=big, headers={"Content-Type": "x"})
+    assert form.status_code == 413 and "over 1,000,000 bytes" in form.text
+    assert store.routines.by_name("nightly").paused is True
+    fits = b'{"catch_up": false, "pad": "' + b"x" * 900_000 + b'"}'
+    assert client.post("/api/routines/nightly/resume", content=fits, headers=BEARER).is_success
+
+
+def test_a_backfill_preview_of_a_million_windows_is_counted_not_listed_nor_queued(
+    admin: Routines, store: Store, clock
+) -> None:  # type: ignore[no-untyped-def]
+    import threading
+    import time
+    from datetime import timedelta
+
+    add_routine(store, "everymin", cron="* * * * *")
+    add_routine(store, "everysec", interval_seconds=1, next_run_at=clock.now)
+    client = client_for(admin)
+    lock = client.app.state.panel.lock  # type: ignore[attr-defined]
+    answers: dict[str, object] = {}
+
+    def preview(name: str, span: timedelta) -> None:
+        started = time.perf_counter()
+        answer = client.post(
+            f"/api/routines/{name}/backfill",
+            json={"from": (clock.now - span).isoformat(), "to": clock.now.isoformat(),
+                  "max": 1_000_000, "preview": True},
+            headers=BEARER,
+        )  # fmt: skip
+        answers[name] = (answer.json(), time.perf_counter() - started)
+
+    with lock:  # an action under way: a preview does not wait for it
+        for name, span in (("everymin", timedelta(minutes=999_000)),
+                           ("everysec", timedelta(seconds=999_000))):  # fmt: skip
+            thread = threading.Thread(target=preview, args=(name, span))
+            thread.start()
+            thread.join(20)
+            assert not thread.is_alive(), f"the preview of {name} waited for the action lock"
+    minute, minute_seconds = answers["everymin"]  # type: ignore[misc]
+    second, second_seconds = answers["everysec"]  # type: ignore[misc]
+    assert (minute["windows"], minute["to_send"]) == (999_001, 999_001)
+    assert second["windows"] == 999_001
+    # Listing them took 28-35 s; counting takes well under a second.
+    assert minute_seconds < 3 and second_seconds < 3, (minute_seconds, second_seconds)
