@@ -8,6 +8,7 @@ SQL of its own.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -41,6 +42,7 @@ from celery_routines.operator.web.hosts import Hosts
 logger = logging.getLogger("celery_routines.web")
 
 MAX_BODY_BYTES = 1_000_000
+THROTTLED_DELAY = 0.25
 SECURITY_HEADERS = (
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
@@ -125,6 +127,9 @@ class GuardMiddleware:
         except Throttled as exc:
             if exc.first:
                 logger.warning("logins refused from %s: %s", view.client, exc)
+            # Not at once: a flood of guesses must not become a flood of cheap
+            # answers (20 clients looping on an instant 429 kept two cores busy).
+            await asyncio.sleep(THROTTLED_DELAY)
             return refuse(api, 429, str(exc), {"Retry-After": str(exc.retry_after)})
         if principal is None:
             return refuse(

@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 from celery_routines.operator.admin import Routines
 from celery_routines.operator.web.attempts import FailedLogins, Throttled
 from celery_routines.operator.web.auth import Guard, WebAuth, hash_password, parse_web_auth
+from celery_routines.store import Store
 from tests.e2e.panel_cluster import free_port
 from tests.e2e.processes import CeleryProcess, environment, wait_until
 from tests.operator.web.conftest import BASE_URL, client_for
@@ -122,6 +123,9 @@ def test_a_flood_of_wrong_passwords_leaves_healthz_fast(
     """20 clients send wrong passwords (240,000-iteration hashes) as fast as
     they are answered, for 4 s; /healthz is probed meanwhile. ``unlimited``
     turns the login limit off to show PBKDF2 itself stays off the event loop."""
+    store = Store.from_url(sqlite_url)
+    store.migrate()
+    store.dispose()
     port = free_port()
     env = environment(
         "memory://",
@@ -170,7 +174,7 @@ def test_a_flood_of_wrong_passwords_leaves_healthz_fast(
         f"ms, p90 {p90 * 1000:.1f} ms, max {probes[-1] * 1000:.1f} ms; "
         f"{answers.count(401)} x 401, {answers.count(429)} x 429"
     )
-    assert p90 < 0.1, probes
+    assert p90 < 0.1 and probes[-1] < 0.25, probes
     assert set(answers) <= {401, 429}
     if limit == "10":
         assert answers.count(401) <= 20 and answers.count(429) > 0
