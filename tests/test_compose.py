@@ -191,7 +191,7 @@ def test_the_environment_names_are_the_ones_the_e2e_test_sets(
     assert web["ROUTINES_WEB_HOST"] == "0.0.0.0"
     [published] = services["web"]["ports"]
     # Published on the host's loopback only, on the port the panel serves.
-    host, host_port, container_port = published.split(":")
+    host, _, container_port = published.split(":")
     assert host == "127.0.0.1" and container_port == web["ROUTINES_WEB_PORT"]
     # No password ships with the file: unset, the panel refuses to start.
     assert interpolate(web["ROUTINES_WEB_AUTH"]) == ""

@@ -107,5 +107,5 @@ def test_the_setting_and_the_token_may_come_from_secret_files(tmp_path) -> None:
     assert (dict(auth.users), auth.token) == ({"alice": hashed}, "tok-from-file")
     # The setting itself wins over the file.
     assert parse_web_auth("bearer:PANEL_TOKEN", env).users == {}
-    with pytest.raises(ConfigurationError, match="ROUTINES_WEB_AUTH_FILE names .* cannot be read"):
+    with pytest.raises(ConfigurationError, match=r"ROUTINES_WEB_AUTH_FILE names .* cannot be read"):
         parse_web_auth(None, {"ROUTINES_WEB_AUTH_FILE": str(tmp_path / "missing")})
