@@ -78,7 +78,7 @@ def _backfill(cluster: PanelCluster, name: str, start: datetime, end: datetime) 
     request = urllib.request.Request(
         f"{cluster.url}/api/routines/{name}/backfill",
         data=json.dumps({"from": start.isoformat(), "to": end.isoformat()}).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {cluster.token}"},
+        headers={"Content-Type": "application/json", "X-CSRF-Token": cluster.csrf_token(name)},
         method="POST",
     )
     with urllib.request.urlopen(request, timeout=30) as answer:

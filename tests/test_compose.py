@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from celery_routines.operator.web.auth import check_password, parse_web_auth
+from celery_routines.operator.web.auth import parse_web_auth
 from tests.e2e import panel_cluster as panel
 from tests.e2e import test_flower as e2e
 
@@ -86,7 +86,7 @@ def test_the_file_uses_only_compose_keys(compose: dict[str, Any]) -> None:
                 if key in check:
                     assert DURATION.match(check[key]), (name, key, check[key])
         for port in service.get("ports", []):
-            assert re.fullmatch(r"\d+:\d+", port), port
+            assert re.fullmatch(r"(127\.0\.0\.1:)?\d+:\d+", port), port
     for volume in compose.get("volumes", {}):
         assert any(
             str(v).startswith(f"{volume}:")
@@ -189,10 +189,15 @@ def test_the_environment_names_are_the_ones_the_e2e_test_sets(
     # the port it serves is the one published and health-checked.
     web = services["web"]["environment"]
     assert web["ROUTINES_WEB_HOST"] == "0.0.0.0"
-    assert web["ROUTINES_WEB_PORT"] == services["web"]["ports"][0].split(":")[1]
-    users = parse_web_auth(interpolate(web["ROUTINES_WEB_AUTH"]), {}).users
-    # The password the file's header documents is the one the hash checks.
-    assert check_password("change-me", users["admin"])
+    [published] = services["web"]["ports"]
+    # Published on the host's loopback only, on the port the panel serves.
+    host, _, container_port = published.split(":")
+    assert host == "127.0.0.1" and container_port == web["ROUTINES_WEB_PORT"]
+    # No password ships with the file: unset, the panel refuses to start.
+    assert interpolate(web["ROUTINES_WEB_AUTH"]) == ""
+    assert interpolate(web["ROUTINES_WEB_TOKEN"]) == ""
+    assert "pbkdf2_sha256$" not in COMPOSE.read_text()
+    assert not parse_web_auth(interpolate(web["ROUTINES_WEB_AUTH"]), {}).configured
 
 
 def test_the_app_compose_runs_imports_and_declares_routines() -> None:

@@ -10,6 +10,7 @@ print, :mod:`celery_routines.operator.manage` decides.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -28,9 +29,24 @@ def _json_arg(value: str | None, option: str) -> Any:
     if value is None:
         return None
     try:
-        return json.loads(value)
+        return json.loads(value, parse_constant=_not_json)
     except ValueError as exc:
         raise BadOption(f"{option} must be JSON ({exc}), got {value!r}") from None
+
+
+def _not_json(constant: str) -> Any:
+    """Python's json reads NaN and Infinity; JSON has neither."""
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _on_a_terminal() -> bool:
+    """A person can answer a question: both ends are a terminal."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _deletion_text(plan: Any) -> str:
+    states = ", ".join(f"{n} {s}" for s, n in sorted(plan.runs_by_state.items()))
+    return f"{plan.routine} and its {plan.runs_deleted} run(s)" + (f" ({states})" if states else "")
 
 
 def _definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -167,14 +183,33 @@ def register_commands(
 
     @group.command()
     @click.argument("name")
+    @click.option("--yes", "-y", is_flag=True, help="Do not ask (needed when not on a terminal).")
+    @click.option("--dry-run", is_flag=True, help="Only say what would be deleted.")
     @by_option
     @json_option
     @click.pass_context
     @errors
-    def delete(ctx: click.Context, name: str, by: str | None, as_json: bool) -> None:
+    def delete(
+        ctx: click.Context, name: str, yes: bool, dry_run: bool, by: str | None, as_json: bool
+    ) -> None:
         """Delete NAME and its runs: a routine added without code, or one
-        retired from the code. Its change history stays."""
-        result = admin(ctx).delete(name, by=by)
+        retired from the code. Its change history stays. Asks first on a
+        terminal; elsewhere it needs --yes. --dry-run only says what would go."""
+        routines = admin(ctx)
+        if dry_run or not yes:
+            plan = routines.delete(name, by=by, dry_run=True)
+            what = _deletion_text(plan)
+            if dry_run:
+                print_json(plan) if as_json else click.echo(f"would delete {what}")
+                return
+            if not _on_a_terminal():
+                raise click.ClickException(
+                    f"not deleting {what}: pass --yes to delete without a terminal to ask on "
+                    "(--dry-run shows what would go)"
+                )
+            if not click.confirm(f"delete {what}?", default=False):
+                raise click.ClickException(f"nothing deleted: {name} is still stored")
+        result = routines.delete(name, by=by)
         if as_json:
             print_json(result)
         else:

@@ -61,7 +61,7 @@ def _errors(command: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except (RoutinesError, ValueError, LookupError) as exc:
+        except (RoutinesError, ValueError, LookupError, OverflowError) as exc:
             raise click.ClickException(_one_line(exc)) from None
         except SQLAlchemyError as exc:
             # "Does not exist" alone could be the database, a user or a table:
@@ -403,11 +403,24 @@ def preview_(cron: str, timezone: str, start: str | None, count: int, as_json: b
 )
 @click.option("--read-only", is_flag=True, help="Show everything, allow no action.")
 @click.option(
+    "--forwarded-allow-ips",
+    envvar="ROUTINES_WEB_FORWARDED_ALLOW_IPS",
+    help="Proxies (addresses or networks, comma-separated; '*' any) whose "
+    "X-Forwarded-Host/-Proto/-For are honoured (default none).",
+)
+@click.option(
     "--hash-password", is_flag=True, help="Print a password hash for routines_web_auth and exit."
 )
 @click.pass_context
 @_errors
-def web(ctx: click.Context, host: str, port: int, read_only: bool, hash_password: bool) -> None:
+def web(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    read_only: bool,
+    forwarded_allow_ips: str | None,
+    hash_password: bool,
+) -> None:
     """Serve the panel (pages and HTTP API) on HOST:PORT; loopback only unless
     routines_web_auth is set. Needs the web extra: pip install 'celery-routines[web]'."""
     try:
@@ -421,7 +434,13 @@ def web(ctx: click.Context, host: str, port: int, read_only: bool, hash_password
     if hash_password:
         click.echo(password_hash_prompt())
         return
-    serve(_admin(ctx), host=host, port=port, read_only=read_only)
+    serve(
+        _admin(ctx),
+        host=host,
+        port=port,
+        read_only=read_only,
+        forwarded_allow_ips=forwarded_allow_ips,
+    )
 
 
 register_commands(routines, _admin, _errors, json_option)

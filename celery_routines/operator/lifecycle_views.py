@@ -29,7 +29,10 @@ class ChangeResult:
 class DeleteResult:
     routine: str
     runs_deleted: int
+    """With ``dry_run``: the runs a delete would remove."""
     by: str | None = None
+    dry_run: bool = False
+    runs_by_state: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -256,12 +256,16 @@ class Managing:
         self.store.changes.record(name, "disabled", by, now)
         return ChangeResult(name, "disabled", True, {"enabled": False}, record.next_run_at, 0, by)
 
-    def delete(self, name: str, *, by: str | None = None) -> DeleteResult:
+    def delete(self, name: str, *, by: str | None = None, dry_run: bool = False) -> DeleteResult:
         """Delete a retired or SQL/CLI routine and its runs (its change
-        history stays); a routine still declared in code is refused."""
+        history stays); a routine still declared in code is refused.
+        ``dry_run`` changes nothing and says what would go."""
         record = self._record(name)
         _refuse_code(record, "delete")
         by = by or who()
+        if dry_run:
+            counts = self.store.changes.runs_by_state(record.id)
+            return DeleteResult(name, sum(counts.values()), by, True, counts)
         deleted = self.store.changes.delete_routine(record.id)
         self.store.changes.record(name, "deleted", by, self.clock(), {"runs_deleted": deleted})
         return DeleteResult(name, deleted, by)
@@ -344,6 +348,9 @@ def _instants(name: str, zone: str, **values: Any) -> tuple[datetime | None, ...
         )
     except ScheduleError as exc:
         raise InvalidRoutine(name, str(exc)) from None
+    except OverflowError:
+        shown = ", ".join(f"{label} {value!r}" for label, value in values.items() if value)
+        raise InvalidRoutine(name, f"{shown}: out of the calendar's range") from None
 
 
 def _schedule_of(name: str, cron: str | None, every: Any) -> Any:

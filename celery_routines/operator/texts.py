@@ -15,6 +15,7 @@ from typing import Any
 from celery_routines.errors import RoutinesError
 from celery_routines.policy.ceilings import Ceiling
 
+MAX_DURATION_SECONDS = 36525 * 86400
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _CEILING = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([^\s/]+)?\s*/\s*(\w+)\s*$")
@@ -36,6 +37,12 @@ def duration(value: Any, label: str) -> timedelta:
         raise BadOption(f"{label} must be a duration such as 5m, 2h or 7d, got {value!r}")
     if not math.isfinite(seconds) or seconds <= 0:
         raise BadOption(f"{label} must be a positive duration such as 5m, 2h or 7d, got {value!r}")
+    if seconds > MAX_DURATION_SECONDS:
+        # timedelta itself overflows near 1e14 s, and an instant plus a
+        # duration much longer than this leaves the calendar.
+        raise BadOption(
+            f"{label} must be at most {MAX_DURATION_SECONDS // 86400}d (100 years), got {value!r}"
+        )
     return timedelta(seconds=seconds)
 
 

@@ -219,10 +219,16 @@ def _describe_kind(record: RoutineRecord) -> str:
     return "(none)"
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
 def definition_of(record: RoutineRecord) -> dict[str, Any]:
     def loads(raw: str | None) -> Any:
+        # Text that is not JSON (NaN and Infinity included) is shown as the
+        # text stored: the routine is invalid, and says why.
         try:
-            return json.loads(raw) if raw else None
+            return json.loads(raw, parse_constant=_not_json) if raw else None
         except ValueError:
             return raw
 

@@ -19,6 +19,10 @@ from celery_routines.schedules.zones import load_zone, local_to_utc_first
 from celery_routines.store import RoutineRecord
 
 MAX_PREVIEW = 1000
+# Instants an operator may type: a year's margin inside datetime's range, so
+# the windows around them (and a microsecond before) can still be computed.
+FIRST_INSTANT = datetime(2, 1, 1, tzinfo=UTC)
+LAST_INSTANT = datetime(9998, 12, 31, tzinfo=UTC)
 ONE_MICROSECOND = timedelta(microseconds=1)
 _AGE = re.compile(r"^(\d+)\s*(s|m|h|d|w)$")
 _AGE_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -34,19 +38,40 @@ def parse_instant(text: str, timezone: str, now: datetime, *, label: str = "date
     raw = text.strip()
     if raw.lower() == "now":
         return now.astimezone(UTC)
-    age = _AGE.match(raw.lower())
-    if age:
-        return now.astimezone(UTC) - timedelta(**{_AGE_UNITS[age.group(2)]: int(age.group(1))})
     try:
-        parsed = datetime.fromisoformat(raw.replace(" ", "T", 1))
-    except ValueError:
+        age = _AGE.match(raw.lower())
+        if age:
+            instant = now.astimezone(UTC) - timedelta(
+                **{_AGE_UNITS[age.group(2)]: int(age.group(1))}
+            )
+        else:
+            try:
+                parsed = datetime.fromisoformat(raw.replace(" ", "T", 1))
+            except ValueError:
+                raise ValueError(
+                    f"{label} {text!r} is not a date: use ISO 8601 such as 2026-11-30, "
+                    "2026-11-30T08:00 or 2026-11-30T08:00+01:00, 'now', or an age such as 2h "
+                    "or 7d"
+                ) from None
+            if parsed.tzinfo is None:
+                instant = local_to_utc_first(parsed, load_zone(timezone))
+            else:
+                instant = parsed.astimezone(UTC)
+    except OverflowError:
+        instant = None
+    return within_calendar(instant, text, label)
+
+
+def within_calendar(instant: datetime | None, text: object, label: str) -> datetime:
+    """``instant``, or a ValueError naming ``label`` when it is out of the
+    calendar's range (or None: its computation overflowed). The margin lets
+    windows be computed on either side of it without overflowing."""
+    if instant is None or not FIRST_INSTANT <= instant <= LAST_INSTANT:
         raise ValueError(
-            f"{label} {text!r} is not a date: use ISO 8601 such as 2026-11-30, "
-            "2026-11-30T08:00 or 2026-11-30T08:00+01:00, 'now', or an age such as 2h or 7d"
-        ) from None
-    if parsed.tzinfo is None:
-        return local_to_utc_first(parsed, load_zone(timezone))
-    return parsed.astimezone(UTC)
+            f"{label} {text!r} is out of range: give a date between "
+            f"{FIRST_INSTANT.year:04d}-01-01 and {LAST_INSTANT.year:04d}-12-31"
+        )
+    return instant
 
 
 def preview(
@@ -70,7 +95,14 @@ def preview(
     else:
         schedule = CronSchedule(cron, timezone)
     after = to_instant(start, timezone, clock(), "--from") - ONE_MICROSECOND
-    return [window_view(schedule, w, timezone=timezone) for w in take_windows(schedule, after, n)]
+    try:
+        windows = take_windows(schedule, after, n)
+    except OverflowError:
+        raise ValueError(
+            f"--from {start!r}: {n} windows from there run past the end of the calendar "
+            f"(year 9999); start earlier or ask for fewer (-n)"
+        ) from None
+    return [window_view(schedule, w, timezone=timezone) for w in windows]
 
 
 def check_count(label: str, value: int, high: int) -> None:
@@ -83,9 +115,14 @@ def to_instant(value: datetime | str | None, timezone: str, now: datetime, label
         return now.astimezone(UTC)
     if isinstance(value, str):
         return parse_instant(value, timezone, now, label=label)
-    if value.tzinfo is None:
-        return local_to_utc_first(value, load_zone(timezone))
-    return value.astimezone(UTC)
+    try:
+        if value.tzinfo is None:
+            instant = local_to_utc_first(value, load_zone(timezone))
+        else:
+            instant = value.astimezone(UTC)
+    except OverflowError:
+        instant = None
+    return within_calendar(instant, value, label)
 
 
 def take_windows(schedule: Schedule, after: datetime, n: int) -> list[datetime]:
@@ -103,19 +140,59 @@ def range_windows(
     schedule: Schedule, record: RoutineRecord, first: datetime, last: datetime, cap: int
 ) -> list[datetime]:
     """The windows in ``[first, last]``, refusing more than ``cap``."""
+    try:
+        return _range_windows(schedule, record, first, last, cap)
+    except OverflowError:
+        raise ValueError(
+            f"backfill of {record.name!r} from {iso_utc(first)} to {iso_utc(last)}: the "
+            "windows of that range cannot be computed (out of the calendar's range)"
+        ) from None
+
+
+def count_range_windows(
+    schedule: Schedule, record: RoutineRecord, first: datetime, last: datetime, cap: int
+) -> int:
+    """How many windows :func:`range_windows` would list, without listing
+    them (arithmetic for intervals and crons), with the same checks."""
+    try:
+        if isinstance(schedule, IntervalSchedule):
+            k_first, k_last = _interval_steps(schedule, record, first, last)
+            count = max(0, k_last - k_first + 1)
+        else:
+            count = count_windows(schedule, first - ONE_MICROSECOND, last)
+    except OverflowError:
+        raise ValueError(
+            f"backfill of {record.name!r} from {iso_utc(first)} to {iso_utc(last)}: the "
+            "windows of that range cannot be computed (out of the calendar's range)"
+        ) from None
+    _check_backfill_size(record.name, count, first, last, cap)
+    return count
+
+
+def _interval_steps(
+    schedule: IntervalSchedule, record: RoutineRecord, first: datetime, last: datetime
+) -> tuple[int, int]:
+    anchor = record.next_run_at
+    if anchor is None:
+        raise ScheduleError(
+            "it has no window yet (beat has not adopted it); start beat once, then backfill"
+        )
+    step = schedule.step
+    # ceil((first - anchor) / step), floor((last - anchor) / step)
+    return -((anchor - first) // step), (last - anchor) // step
+
+
+def _range_windows(
+    schedule: Schedule, record: RoutineRecord, first: datetime, last: datetime, cap: int
+) -> list[datetime]:
     if isinstance(schedule, IntervalSchedule):
         # Interval windows are anchored on the routine's own chain of windows,
         # so the backfilled keys are the ones beat used (or would have used).
-        anchor = record.next_run_at
-        if anchor is None:
-            raise ScheduleError(
-                "it has no window yet (beat has not adopted it); start beat once, then backfill"
-            )
-        step = schedule.step
-        k_first = -((anchor - first) // step)  # ceil((first - anchor) / step)
-        k_last = (last - anchor) // step
+        k_first, k_last = _interval_steps(schedule, record, first, last)
         count = max(0, k_last - k_first + 1)
         _check_backfill_size(record.name, count, first, last, cap)
+        anchor, step = record.next_run_at, schedule.step
+        assert anchor is not None  # _interval_steps refused it otherwise
         return [anchor + k * step for k in range(k_first, k_last + 1)]
     count = count_windows(schedule, first - ONE_MICROSECOND, last)
     _check_backfill_size(record.name, count, first, last, cap)

@@ -301,7 +301,9 @@ def _ceilings(value: Any) -> tuple[Ceiling, ...]:
 
 def _require_json(label: str, value: Any) -> None:
     try:
-        json.dumps(value)
+        # NaN and Infinity are not JSON: a routine holding them could not be
+        # shown by the API nor read by another JSON parser.
+        json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ScheduleError(f"{label} must be JSON-serialisable ({exc}), got {value!r}") from None
 

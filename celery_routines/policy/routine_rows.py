@@ -114,6 +114,11 @@ def _json_column(label: str, raw: str | None, empty: Any) -> Any:
     if not raw:
         return empty
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_not_json)
     except ValueError as exc:
         raise ScheduleError(f"{label} is not valid JSON ({exc}): {raw!r}") from None
+
+
+def _not_json(constant: str) -> Any:
+    """Python's json reads NaN and Infinity; JSON has neither."""
+    raise ValueError(f"{constant} is not a JSON number")

@@ -197,6 +197,20 @@ class AdminQueries:
         with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1
 
+    def window_runs_between(self, routine_id: int, first: datetime, last: datetime) -> int:
+        """How many windows in ``[first, last]`` already have a first attempt
+        (manual sends excluded): a backfill preview's count over a range too
+        large to list key by key. One index range scan."""
+        query = select(func.count()).where(
+            runs.c.routine_id == routine_id,
+            runs.c.attempt == 1,
+            runs.c.scheduled_for >= first,
+            runs.c.scheduled_for <= last,
+            ~runs.c.idempotency_key.contains("@manual:", autoescape=True),
+        )
+        with self.db.read() as conn:
+            return int(conn.execute(query).scalar_one())
+
     def routine_counts(self, now: datetime) -> tuple[int, int]:
         """How many routines are suspended, and how many are due, at ``now``
         (the metrics gauges): one scan of ``routines``."""

@@ -109,6 +109,16 @@ class ChangeQueries:
         with self.db.write() as conn:
             conn.execute(stmt)
 
+    def runs_by_state(self, routine_id: int) -> dict[str, int]:
+        """How many runs a routine has, by state (what a delete would remove)."""
+        query = (
+            select(runs.c.state, func.count())
+            .where(runs.c.routine_id == routine_id)
+            .group_by(runs.c.state)
+        )
+        with self.db.read() as conn:
+            return {state: count for state, count in conn.execute(query)}
+
     def delete_routine(self, routine_id: int) -> int:
         """Delete a routine and its runs (in one transaction); the runs deleted."""
         with self.db.write() as conn:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import urllib.request
@@ -35,6 +36,7 @@ WEB_HEALTH = [
 CHROMIUM = os.environ.get("ROUTINES_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("ROUTINES_CHROMEDRIVER", "/usr/bin/chromedriver")
 SCRIPT_NAME = "<script>alert(1)</script>"
+REBOUND_HOST = "evil.example"
 
 
 def free_port() -> int:
@@ -59,6 +61,9 @@ def chromium() -> Any:
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(arg)
     options.add_argument("--window-size=1400,1000")
+    # A DNS-rebinding attacker's name resolving to the panel's address: what
+    # the browser sees once the attacker's DNS answers 127.0.0.1.
+    options.add_argument(f"--host-resolver-rules=MAP {REBOUND_HOST} 127.0.0.1")
     return webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
 
 
@@ -106,12 +111,15 @@ class PanelCluster:
         wait_until(self.serving, 60, "the panel to answer", self.processes)
         return self
 
-    @property
-    def token(self) -> str:
-        """The API token the web process made up and printed at start."""
-        web = self.processes[-1].output()
-        marker = "API token for this run (Authorization: Bearer ...): "
-        return web.split(marker, 1)[1].split()[0]
+    def csrf_token(self, name: str = "words") -> str:
+        """The CSRF token of a page, as a script on this machine reads it
+        (no bearer token is configured, and none is made up)."""
+        with urllib.request.urlopen(f"{self.url}/routines/{name}", timeout=30) as answer:
+            page = answer.read().decode()
+        found = re.search(r'name="csrf_token" value="([0-9a-f]+)"', page)
+        if found is None:
+            raise AssertionError(f"no CSRF token on the page of {name}")
+        return found.group(1)
 
     def serving(self) -> bool:
         try:

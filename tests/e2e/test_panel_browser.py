@@ -5,10 +5,14 @@ ROUTINES_REQUIRE_SERVICES=1 (CI installs chromium-driver)."""
 
 from __future__ import annotations
 
+import functools
+import http.server
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +26,15 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests import services
-from tests.e2e.panel_cluster import SCRIPT_NAME, WEB, WEB_HEALTH, PanelCluster, chromium
+from tests.e2e.panel_cluster import (
+    REBOUND_HOST,
+    SCRIPT_NAME,
+    WEB,
+    WEB_HEALTH,
+    PanelCluster,
+    chromium,
+    free_port,
+)
 from tests.e2e.processes import HERE, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
@@ -104,7 +116,7 @@ def test_live_refresh_shows_a_change_made_elsewhere_without_a_click(
     # Paused by a script through the API: the open page follows by itself.
     request = urllib.request.Request(
         f"{cluster.url}/api/routines/words/pause",
-        headers={"Authorization": f"Bearer {cluster.token}"},
+        headers={"X-CSRF-Token": cluster.csrf_token()},
         method="POST",
     )
     with urllib.request.urlopen(request, timeout=30) as answer:
@@ -180,6 +192,9 @@ def test_the_compose_health_check_passes_and_a_public_address_needs_auth(
 ) -> None:
     health = subprocess.run(WEB_HEALTH, env=cluster.env, capture_output=True, timeout=30)
     assert health.returncode == 0, health.stderr
+    # No bearer token is made up, so none is printed into the service's log.
+    started = cluster.processes[-1].output()
+    assert "celery-routines panel on" in started and "Bearer" not in started, started
     refused = subprocess.run(
         [sys.executable, "-m", "celery", "-A", "e2e_app", *WEB],
         cwd=HERE,
@@ -190,6 +205,65 @@ def test_the_compose_health_check_passes_and_a_public_address_needs_auth(
     )
     assert refused.returncode == 1
     assert "refusing to serve the panel on 0.0.0.0 without authentication" in refused.stderr
+
+
+def test_a_rebound_name_can_neither_read_the_panel_nor_act(
+    browser: Any, cluster: PanelCluster
+) -> None:
+    """DNS rebinding, as Chromium lives it: a page of evil.example whose name
+    now resolves to 127.0.0.1 reads and posts "same-origin" to the panel.
+    Even holding a valid CSRF token, it gets nothing and changes nothing."""
+    token = cluster.csrf_token()
+    rebound = f"http://{REBOUND_HOST}:{cluster.port}"
+    browser.get(f"{rebound}/routines/words")
+    assert "is not a name this panel answers to" in browser.page_source
+    assert token not in browser.page_source and "csrf_token" not in browser.page_source
+    read, posted, form = browser.execute_async_script(
+        """
+        const done = arguments[arguments.length - 1];
+        const token = arguments[0];
+        Promise.all([
+          fetch('/routines/words').then(r => r.text().then(t => [r.status, t])),
+          fetch('/api/routines/words/pause',
+                {method: 'POST', headers: {'X-CSRF-Token': token}}).then(r => r.status),
+          fetch('/actions/pause', {method: 'POST',
+                body: new URLSearchParams({name: 'words', csrf_token: token})}).then(r => r.status),
+        ]).then(done, e => done(String(e)));
+        """,
+        token,
+    )
+    assert read[0] == 400 and token not in read[1], read
+    assert (posted, form) == (400, 400)
+    assert cluster.store.routines.by_name("words").paused is False
+    # The panel under its own name still works in the same browser.
+    browser.get(f"{cluster.url}/routines/words")
+    assert browser.find_element(By.ID, "routine-state").text == "active"
+
+
+def test_another_sites_form_is_refused_even_with_the_token(
+    browser: Any, cluster: PanelCluster, tmp_path: Path
+) -> None:
+    """Cross-site request forgery: a page on another origin posts the panel's
+    pause form to it (with a token it somehow got); Chromium sends its Origin
+    and Sec-Fetch-Site, and the panel refuses."""
+    token = cluster.csrf_token()
+    (tmp_path / "attack.html").write_text(
+        f'<form id="f" method="post" action="{cluster.url}/actions/pause">'
+        f'<input name="name" value="words"><input name="csrf_token" value="{token}">'
+        "</form><script>document.getElementById('f').submit()</script>"
+    )
+    port = free_port()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    serving = threading.Thread(target=attacker.serve_forever, daemon=True)
+    serving.start()
+    try:
+        browser.get(f"http://localhost:{port}/attack.html")
+        WebDriverWait(browser, 20).until(lambda b: "cross-site POST refused" in b.page_source)
+    finally:
+        attacker.shutdown()
+        attacker.server_close()
+    assert cluster.store.routines.by_name("words").paused is False
 
 
 def _id(cluster: PanelCluster, name: str) -> int:

@@ -84,7 +84,7 @@ def test_add_edit_disable_enable_delete_and_history(invoke, store: Store) -> Non
     history = json.loads(ok(invoke("history", "poll", "--json")))
     assert [h["action"] for h in history] == ["enabled", "disabled", "edited", "added"]
     assert history[-1]["changed_by"] == "ana" and "@" in history[0]["changed_by"]
-    assert "deleted poll and its 0 run(s)" in ok(invoke("delete", "poll"))
+    assert "deleted poll and its 0 run(s)" in ok(invoke("delete", "poll", "--yes"))
     assert "deleted" in ok(invoke("history", "poll"))
 
 
@@ -114,7 +114,7 @@ def test_a_code_routine_is_refused_with_where_it_is_declared(
     out = ok(invoke("list"))
     assert "retired (no longer declared in code since 2026-11-30" in out
     assert "retired (no longer declared in code since" in ok(invoke("show", "nightly"))
-    assert "deleted nightly" in ok(invoke("delete", "nightly"))
+    assert "deleted nightly" in ok(invoke("delete", "nightly", "--yes"))
 
 
 def test_prune_prints_counts_per_state_and_keeps_what_is_needed(

@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from celery_routines.operator.output import jsonable
-from celery_routines.operator.web.context import HANDLED, jsonable_error, panel_of
+from celery_routines.operator.web.context import HANDLED, jsonable_error, panel_of, sent_path
 from celery_routines.operator.web.openapi import OPENAPI
 
 Handler = Callable[[Request], Any]
@@ -173,9 +174,11 @@ def backfill(request: Request) -> Any:
     name = request.path_params["name"]
     most = data.get("max", 1000)
     if flag(data, "preview"):
+        # A preview sends nothing: it does not hold up the actions.
         plan = panel.admin.backfill_plan(name, data["from"], data["to"], max_windows=most)
         return {**jsonable(plan), "to_send": plan.to_send}
-    return panel.admin.backfill(
+    with panel.lock:
+        return panel.admin.backfill(
             name, data["from"], data["to"], max_windows=most, force=flag(data, "force"),
             by=who(request),
         )  # fmt: skip
@@ -187,15 +190,18 @@ def replay(request: Request) -> Any:
     return panel.admin.replay(request.path_params["run_id"], force=force, by=who(request))
 
 
-def with_body(handler: Handler) -> Callable[[Request], Any]:
+def with_body(handler: Handler, *, locks: bool = True) -> Callable[[Request], Any]:
     """A POST endpoint: the body is read here (async), the action runs in
     a worker thread (the admin API blocks), one action at a time (they
-    share the publisher and the events connection)."""
+    share the publisher and the events connection); ``locks=False`` for a
+    handler that takes the lock itself, only around what sends."""
     from starlette.concurrency import run_in_threadpool
 
     sync = answer(handler)
 
     def one_at_a_time(request: Request) -> Response:
+        if not locks:
+            return sync(request)
         with panel_of(request).lock:
             return sync(request)
 
@@ -207,21 +213,64 @@ def with_body(handler: Handler) -> Callable[[Request], Any]:
     return endpoint
 
 
+ROUTINE_READS: dict[str | None, Handler] = {None: show_routine, "runs": routine_runs}
+ROUTINE_ACTIONS: dict[str, Handler] = {
+    "pause": pause,
+    "resume": resume,
+    "trigger": trigger,
+    "backfill": backfill,
+    "enable": enable,
+    "disable": disable,
+    "delete": delete,
+}
+
+
+def routine_path(request: Request) -> tuple[str, str | None]:
+    """(routine name, what after it) from the path as sent: the name is one
+    quoted segment, so ``rep%2Fruns`` is the routine ``rep/runs``, while
+    ``rep/runs`` is the runs of ``rep``. An unquoted ``/`` inside a name is
+    still read as part of it when no known word follows."""
+    path = sent_path(request)
+    prefix = request.scope.get("root_path", "") + "/api/routines/"
+    rest = path[path.find(prefix) + len(prefix) :] if prefix in path else path
+    head, _, last = rest.rpartition("/")
+    known = set(ROUTINE_READS) | set(ROUTINE_ACTIONS)
+    if head and last in known:
+        return unquote(head), last
+    return unquote(rest), None
+
+
+def routine_endpoint() -> Callable[[Request], Any]:
+    reads = {what: answer(handler) for what, handler in ROUTINE_READS.items()}
+    actions = {
+        what: with_body(handler, locks=handler is not backfill)
+        for what, handler in ROUTINE_ACTIONS.items()
+    }
+
+    async def endpoint(request: Request) -> Response:
+        from starlette.concurrency import run_in_threadpool
+
+        name, what = routine_path(request)
+        request.scope.setdefault("path_params", {})["name"] = name
+        if request.method == "POST":
+            action = actions.get(what or "")
+            if action is None:
+                return JSONResponse({"error": f"no action named {what!r}"}, status_code=404)
+            return await action(request)  # type: ignore[no-any-return]
+        read = reads.get(what)
+        if read is None:
+            return JSONResponse({"error": f"nothing to read at {what!r}"}, status_code=404)
+        return await run_in_threadpool(read, request)
+
+    return endpoint
+
+
 def routes() -> list[Route]:
-    routine = "/api/routines/{name:path}"
     return [
         Route("/api/openapi.json", answer(openapi)),
         Route("/api/routines", answer(list_routines)),
         Route("/api/skips", answer(skips)),
         Route("/api/runs", answer(all_runs)),
         Route("/api/runs/{run_id}/replay", with_body(replay), methods=["POST"]),
-        Route(f"{routine}/runs", answer(routine_runs)),
-        Route(f"{routine}/pause", with_body(pause), methods=["POST"]),
-        Route(f"{routine}/resume", with_body(resume), methods=["POST"]),
-        Route(f"{routine}/trigger", with_body(trigger), methods=["POST"]),
-        Route(f"{routine}/backfill", with_body(backfill), methods=["POST"]),
-        Route(f"{routine}/enable", with_body(enable), methods=["POST"]),
-        Route(f"{routine}/disable", with_body(disable), methods=["POST"]),
-        Route(f"{routine}/delete", with_body(delete), methods=["POST"]),
-        Route(routine, answer(show_routine)),
+        Route("/api/routines/{rest:path}", routine_endpoint(), methods=["GET", "POST"]),
     ]

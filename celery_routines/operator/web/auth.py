@@ -12,26 +12,44 @@ commas or spaces:
 Unset, the panel serves loopback only (the ``web`` command refuses any other
 address). Every POST needs the CSRF token of the page it came from (forms) or
 the bearer token (API), and a POST from another site is refused whatever it
-carries. With no ``bearer:`` entry, the API token is made up at start and
-printed by the ``web`` command.
+carries. Without a ``bearer:`` entry there is no token at all: an API POST
+then needs the ``X-CSRF-Token`` of a page (made for the logged-in user).
+
+The whole setting may live in a file instead (a Docker secret):
+``ROUTINES_WEB_AUTH_FILE``; a ``bearer:NAME`` token likewise in the file named
+by ``NAME_FILE`` when ``NAME`` is unset.
+
+Passwords are checked off the event loop (PBKDF2 takes tens of milliseconds),
+at most two at a time, after the per-client and per-user limit on failed
+logins (:mod:`celery_routines.operator.web.attempts`); an unknown user name
+is hashed against a dummy so it takes as long as a wrong password.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import binascii
 import hashlib
 import hmac
 import ipaddress
 import os
 import secrets
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from celery_routines.errors import ConfigurationError
+from celery_routines.operator.web.attempts import FailedLogins
 
 SCHEME = "pbkdf2_sha256"
 ITERATIONS = 240_000
+# Below this a hash is cheap to brute-force offline; above it one login costs
+# seconds of CPU (and an int this size would overflow OpenSSL).
+MIN_ITERATIONS = 1_000
+MAX_ITERATIONS = 10_000_000
 LOOPBACK_NAMES = ("localhost",)
 
 
@@ -47,12 +65,30 @@ def hash_password(password: str, *, iterations: int = ITERATIONS, salt: bytes | 
 def check_password(password: str, hashed: str) -> bool:
     try:
         scheme, iterations, salt, digest = hashed.split("$")
-        if scheme != SCHEME:
+        if scheme != SCHEME or not MIN_ITERATIONS <= int(iterations) <= MAX_ITERATIONS:
             return False
         computed = hashlib.pbkdf2_hmac("sha256", password.encode(), _unb64(salt), int(iterations))
-    except ValueError:
+    except (ValueError, OverflowError, binascii.Error):
         return False
     return hmac.compare_digest(computed, _unb64(digest))
+
+
+def hash_problem(hashed: str) -> str | None:
+    """Why ``hashed`` cannot be a password hash of ours, without quoting it."""
+    if not hashed.startswith(SCHEME + "$") or hashed.count("$") != 3:
+        return f"is not a {SCHEME} hash"
+    _, iterations, salt, digest = hashed.split("$")
+    if not iterations.isdigit() or not MIN_ITERATIONS <= int(iterations) <= MAX_ITERATIONS:
+        return (
+            f"has an iteration count of {iterations[:12]!r}; it must be a whole number from "
+            f"{MIN_ITERATIONS:,} to {MAX_ITERATIONS:,}"
+        )
+    try:
+        if not _unb64(salt) or not _unb64(digest):
+            return "has an empty salt or hash"
+    except (ValueError, binascii.Error):
+        return "has a salt or hash that is not base64"
+    return None
 
 
 def _b64(raw: bytes) -> str:
@@ -79,6 +115,8 @@ def parse_web_auth(value: Any, environ: Mapping[str, str] | None = None) -> WebA
     """``routines_web_auth`` as a :class:`WebAuth`; a clear error naming the
     bad entry otherwise."""
     env = os.environ if environ is None else environ
+    if (value is None or value == "") and env.get("ROUTINES_WEB_AUTH_FILE"):
+        value = _secret_file("ROUTINES_WEB_AUTH_FILE", env["ROUTINES_WEB_AUTH_FILE"])
     if value is None or value == "":
         return WebAuth()
     if isinstance(value, Mapping):
@@ -91,33 +129,41 @@ def parse_web_auth(value: Any, environ: Mapping[str, str] | None = None) -> WebA
         raise ConfigurationError(f"routines_web_auth must be a string or a dict, got {value!r}")
     users: dict[str, str] = {}
     token = None
-    for entry in entries:
+    for number, entry in enumerate(entries, 1):
         kind, sep, rest = entry.partition(":")
         if not sep or not kind or not rest:
+            # Never quoted: a token or password pasted here would reach the logs.
             raise ConfigurationError(
-                f"routines_web_auth entry {_masked(entry)!r} is not 'user:{SCHEME}$...' "
-                "or 'bearer:ENV_NAME'"
+                f"routines_web_auth entry {number} ({len(entry)} characters) is not "
+                f"'user:{SCHEME}$...' or 'bearer:ENV_NAME'"
             )
         if kind == "bearer":
             token = env.get(rest)
+            if not token and env.get(f"{rest}_FILE"):
+                token = _secret_file(f"{rest}_FILE", env[f"{rest}_FILE"])
             if not token:
                 raise ConfigurationError(
                     f"routines_web_auth names the bearer token variable {rest!r}, "
-                    "which is unset or empty in the environment"
+                    f"which is unset or empty in the environment (and so is {rest}_FILE)"
                 )
-        elif not rest.startswith(SCHEME + "$") or rest.count("$") != 3:
+            continue
+        problem = hash_problem(rest)
+        if problem:
             raise ConfigurationError(
-                f"routines_web_auth: the password of user {kind!r} is not a {SCHEME} hash "
+                f"routines_web_auth: the password of user {kind!r} {problem} "
                 "(make one with: celery -A proj routines web --hash-password)"
             )
-        else:
-            users[kind] = rest
+        users[kind] = rest
     return WebAuth(users, token)
 
 
-def _masked(entry: str) -> str:
-    kind, _, rest = entry.partition(":")
-    return f"{kind}:{'*' * 3}" if rest else entry
+def _secret_file(variable: str, path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigurationError(
+            f"{variable} names {path!r}, which cannot be read: {exc.strerror}"
+        ) from None
 
 
 def is_loopback(host: str) -> bool:
@@ -142,66 +188,116 @@ def check_bind(host: str, auth: WebAuth) -> None:
     )
 
 
+@dataclass(frozen=True)
+class Principal:
+    """Who is behind a request. The scheme is part of it: a basic-auth user
+    named ``token`` is not the bearer token."""
+
+    kind: Literal["local", "basic", "bearer"]
+    name: str
+
+    def __str__(self) -> str:
+        """How actions are recorded (``web:<this>``) and the page names it."""
+        return self.name
+
+    @property
+    def is_bearer(self) -> bool:
+        return self.kind == "bearer"
+
+
+LOCAL = Principal("local", "local")
+BEARER = Principal("bearer", "token")
+
+
 class Guard:
     """Authentication and CSRF for one running panel."""
 
-    def __init__(self, auth: WebAuth, *, secret: bytes | None = None) -> None:
+    def __init__(
+        self,
+        auth: WebAuth,
+        *,
+        secret: bytes | None = None,
+        failed_logins: FailedLogins | None = None,
+    ) -> None:
         self.auth = auth
         secret_env = os.environ.get("ROUTINES_WEB_SECRET")
         self._secret = secret or (secret_env.encode() if secret_env else secrets.token_bytes(32))
-        # Without a configured token the API token is made up for this process.
-        self.api_token = auth.token or secrets.token_urlsafe(24)
+        # A token exists only when configured (bearer:ENV_NAME): one made up
+        # here would have to be shown to be used, and shown it ends in logs.
+        self.api_token = auth.token
+        self.failed_logins = failed_logins or FailedLogins()
+        # PBKDF2 off the event loop, two at a time: a flood of logins costs at
+        # most two cores' worth and never stalls other requests.
+        self._hashing = ThreadPoolExecutor(max_workers=2, thread_name_prefix="routines-pbkdf2")
+        # An unknown user is hashed too, with the costliest configured count.
+        most = max((_iterations(h) for h in auth.users.values()), default=ITERATIONS)
+        self._dummy = f"{SCHEME}${most}${_b64(b'dummy-salt-1234')}${_b64(bytes(32))}"
         # Checked passwords, so a page refreshing every few seconds does not
         # pay PBKDF2 each time (keyed by a digest, never the password).
         self._verified: set[str] = set()
 
-    def principal(self, authorization: str | None) -> str | None:
-        """The user behind an Authorization header; ``local`` when the panel
-        has no authentication; None when it is refused."""
+    def close(self) -> None:
+        self._hashing.shutdown(wait=False, cancel_futures=True)
+
+    async def authenticate(self, authorization: str | None, client: str | None) -> Principal | None:
+        """The principal behind an Authorization header; :data:`LOCAL` when
+        the panel has no authentication; None when refused.
+        :class:`~celery_routines.operator.web.attempts.Throttled` past the
+        limit of failed logins."""
         scheme, _, credentials = (authorization or "").partition(" ")
         if scheme.lower() == "bearer" and self.token_matches(credentials.strip()):
-            return "token"
+            return BEARER
         if not self.auth.configured:
-            return "local"
-        if scheme.lower() == "basic":
-            try:
-                user, _, password = base64.b64decode(credentials).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
-                return None
-            return user if self._check_user(user, password) else None
-        return None
+            return LOCAL
+        if scheme.lower() != "basic":
+            return None
+        try:
+            user, _, password = base64.b64decode(credentials, validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        known = self._known(user, password)
+        if known in self._verified:
+            return Principal("basic", user)
+        attempt = self.failed_logins.begin(client, user)
+        loop = asyncio.get_running_loop()
+        if not await loop.run_in_executor(self._hashing, self._check_user, user, password):
+            return None
+        self.failed_logins.succeeded(attempt)
+        if len(self._verified) > 1000:
+            self._verified.clear()
+        self._verified.add(known)
+        return Principal("basic", user)
+
+    def _known(self, user: str, password: str) -> str:
+        hashed = self.auth.users.get(user, "")
+        text = f"{user}\0{password}\0{hashed}"
+        return hmac.new(self._secret, text.encode(), "sha256").hexdigest()
 
     def _check_user(self, user: str, password: str) -> bool:
         hashed = self.auth.users.get(user)
         if hashed is None:
+            # As long as a wrong password: the time must not say who exists.
+            check_password(password, self._dummy)
             return False
-        key = hmac.new(self._secret, f"{user}\0{password}\0{hashed}".encode(), "sha256")
-        if key.hexdigest() in self._verified:
-            return True
-        if not check_password(password, hashed):
-            return False
-        if len(self._verified) > 1000:
-            self._verified.clear()
-        self._verified.add(key.hexdigest())
-        return True
+        return check_password(password, hashed)
 
     def token_matches(self, token: str) -> bool:
-        return bool(token) and hmac.compare_digest(token.encode(), self.api_token.encode())
+        if not token or self.api_token is None:
+            return False
+        return hmac.compare_digest(token.encode(), self.api_token.encode())
 
-    def csrf_token(self, principal: str) -> str:
-        return hmac.new(self._secret, f"csrf\0{principal}".encode(), "sha256").hexdigest()
+    def csrf_token(self, principal: Principal) -> str:
+        message = f"csrf\0{principal.kind}\0{principal.name}"
+        return hmac.new(self._secret, message.encode(), "sha256").hexdigest()
 
-    def csrf_matches(self, principal: str, token: str | None) -> bool:
+    def csrf_matches(self, principal: Principal, token: str | None) -> bool:
         return bool(token) and hmac.compare_digest(
             self.csrf_token(principal).encode(), (token or "").encode()
         )
 
 
-def cross_site(headers: Mapping[str, str], host: str | None) -> bool:
-    """True for a request another site made the browser send."""
-    if headers.get("sec-fetch-site", "") == "cross-site":
-        return True
-    origin = headers.get("origin")
-    if origin and origin != "null" and host:
-        return origin.split("://", 1)[-1].rstrip("/") != host
-    return origin == "null"
+def _iterations(hashed: str) -> int:
+    try:
+        return int(hashed.split("$")[1])
+    except (IndexError, ValueError):
+        return ITERATIONS

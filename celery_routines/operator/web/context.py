@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from sqlalchemy.exc import SQLAlchemyError
@@ -18,7 +18,8 @@ import celery_routines.operator.web.present as present
 from celery_routines.errors import RoutinesError
 from celery_routines.operator.admin import OperationRefused, Routines
 from celery_routines.operator.output import ceiling_words, words
-from celery_routines.operator.web.auth import Guard
+from celery_routines.operator.web.auth import LOCAL, Guard
+from celery_routines.operator.web.hosts import Hosts
 from celery_routines.store.engine import explain_database_error, safe_url
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -34,6 +35,7 @@ class Panel:
     read_only: bool = False
     flower_url: str | None = None
     refresh_seconds: int = REFRESH_SECONDS
+    hosts: Hosts = field(default_factory=Hosts)
     # One action at a time: they share the publisher and the events connection.
     lock: threading.Lock = field(default_factory=threading.Lock)
     templates: Environment = field(init=False)
@@ -64,6 +66,21 @@ def panel_of(request: Request) -> Panel:
     return request.app.state.panel
 
 
+def sent_path(request: Request) -> str:
+    """The path as the client sent it, still quoted (``raw_path``)."""
+    raw = request.scope.get("raw_path")
+    return raw.decode("latin-1").split("?", 1)[0] if raw else quote(request.url.path, safe="/")
+
+
+def name_after(request: Request, prefix: str) -> str:
+    """The routine name in the path after ``prefix`` (``/routines/``), read
+    from the path as sent and unquoted once: ``100%2541x`` is ``100%41x``."""
+    path = sent_path(request)
+    marker = request.scope.get("root_path", "") + prefix
+    found = path.find(marker)
+    return unquote(path[found + len(marker) :] if found >= 0 else path.rsplit("/", 1)[-1])
+
+
 def error_status(exc: BaseException) -> int:
     if isinstance(exc, LookupError):
         return 404
@@ -82,7 +99,9 @@ def error_text(exc: BaseException, panel: Panel) -> str:
     return text.splitlines()[0]
 
 
-HANDLED = (RoutinesError, ValueError, LookupError, SQLAlchemyError)
+# OverflowError: a last net under the checks that name the field (a value
+# past datetime's or C's range is bad input, never a 500).
+HANDLED = (RoutinesError, ValueError, LookupError, SQLAlchemyError, OverflowError)
 
 
 def refuse(api: bool, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -98,12 +117,14 @@ def jsonable_error(exc: BaseException, panel: Panel) -> JSONResponse:
 def render(request: Request, template: str, status: int = 200, **context: Any) -> Response:
     """A page, with what every page needs."""
     panel = panel_of(request)
-    principal = getattr(request.state, "principal", "local")
+    principal = getattr(request.state, "principal", LOCAL)
     live = request.query_params.get("live") == "1"
     params = [(k, v) for k, v in request.query_params.multi_items() if k not in ("live", "msg")]
     if not live:
         params.append(("live", "1"))
-    toggle = request.url.path + ("?" + urlencode(params) if params else "")
+    # The path as sent (still quoted): a name holding "%41" or "/" must come
+    # back as the same routine, not as its decoded spelling.
+    toggle = sent_path(request) + ("?" + urlencode(params) if params else "")
     page = panel.templates.get_template(template).render(
         base=request.scope.get("root_path", ""),
         read_only=panel.read_only,

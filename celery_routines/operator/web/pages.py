@@ -3,11 +3,13 @@ endpoint every form posts to, which checks the CSRF token before anything."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -21,12 +23,15 @@ from celery_routines.operator.web.context import (
     Panel,
     error_status,
     error_text,
+    name_after,
     panel_of,
     render,
 )
 from celery_routines.store.panel_queries import ROUTINE_STATES
 
 from celery_routines.policy.states import RUN_STATES  # isort: skip
+
+logger = logging.getLogger("celery_routines.web")
 
 OPEN_STATES = ("pending", "sent", "running", "retrying")
 LATENESS_HOURS = 24
@@ -52,8 +57,16 @@ def home(request: Request) -> Response:
 
 
 def healthz(request: Request) -> Response:
-    """For health checks, without a login: the store answers."""
-    panel_of(request).admin.store.db_now()
+    """For health checks, without a login: the store answers (503 when it
+    does not: the panel is up but cannot serve)."""
+    panel = panel_of(request)
+    try:
+        # A read of the routines table: the database answers and has our
+        # schema (on SQLite, db_now() would not even open the file).
+        panel.admin.store.admin.routine_counts(panel.admin.clock())
+    except SQLAlchemyError as exc:
+        logger.warning("health check: the store does not answer: %s", error_text(exc, panel))
+        return Response("store unavailable", status_code=503, media_type="text/plain")
     return Response("ok", media_type="text/plain")
 
 
@@ -90,7 +103,7 @@ def routines(request: Request) -> Response:
 def routine(request: Request) -> Response:
     panel = panel_of(request)
     admin = panel.admin
-    name = request.path_params["name"]
+    name = name_after(request, "/routines/")
     detail = admin.show(name, windows=10)
     runs = admin.runs(name, limit=100)
     windows: dict[str, list[Any]] = {}

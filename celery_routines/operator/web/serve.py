@@ -20,7 +20,20 @@ def password_hash_prompt() -> str:
     return hash_password(password)
 
 
-def serve(admin: Routines, *, host: str, port: int, read_only: bool) -> None:
+def serve(
+    admin: Routines,
+    *,
+    host: str,
+    port: int,
+    read_only: bool,
+    forwarded_allow_ips: str | None = None,
+) -> None:
+    if isinstance(port, bool) or not 1 <= port <= 65535:
+        raise ValueError(f"--port must be a whole number from 1 to 65535, got {port}")
+    # uvicorn wants an IPv6 address bare; people (and URLs) write it in brackets.
+    host = host.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
     try:
         import uvicorn
 
@@ -33,8 +46,15 @@ def serve(admin: Routines, *, host: str, port: int, read_only: bool) -> None:
     auth = parse_web_auth(setting(admin.app, "routines_web_auth"))
     # Refuses a non-loopback address without authentication, saying how.
     check_bind(host, auth)
-    app = create_app(admin.app, read_only=read_only, routines=admin, auth=auth)
-    guard = app.state.panel.guard
+    app = create_app(
+        admin.app,
+        read_only=read_only,
+        routines=admin,
+        auth=auth,
+        bind_host=host,
+        forwarded_allow_ips=forwarded_allow_ips,
+    )
+    hosts = app.state.panel.hosts
     shown = f"[{host}]" if ":" in host else host
     store = safe_url(admin.settings.database_url)
     click.echo(f"celery-routines panel on http://{shown}:{port}/ (store {store})")
@@ -42,10 +62,14 @@ def serve(admin: Routines, *, host: str, port: int, read_only: bool) -> None:
         "  read-only: no action is offered or accepted"
         if read_only
         else "  actions on; every POST needs the page's CSRF token or the API bearer token"
+        if auth.token
+        else "  actions on; every POST needs the page's CSRF token (no bearer token configured)"
     )
-    if auth.token is None and not read_only:
-        # Made up for this process: scripts on this machine use it for POSTs.
-        click.echo(f"  API token for this run (Authorization: Bearer ...): {guard.api_token}")
+    click.echo(f"  answers to the host names: {', '.join(sorted(hosts.allowed))}")
+    if hosts.forwarded_allow is None or hosts.forwarded_allow:
+        click.echo(f"  X-Forwarded-* read from: {forwarded_allow_ips}")
     if not auth.configured:
         click.echo("  no authentication configured: serving loopback only")
-    uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
+    # proxy_headers off: X-Forwarded-* are read by the panel itself, from
+    # --forwarded-allow-ips only (uvicorn would trust 127.0.0.1 by default).
+    uvicorn.run(app, host=host, port=port, log_level="info", access_log=False, proxy_headers=False)

@@ -20,6 +20,8 @@ from tests.conftest import FakeClock
 from tests.operators import make_app
 
 TOKEN = "test-token-0123456789"
+# A name the panel answers to by default (a loopback name).
+BASE_URL = "http://localhost"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -39,12 +41,13 @@ def admin(store: Store, database_url: str, tmp_path: Path, clock: FakeClock) -> 
 def client_for(admin: Routines, **options: object) -> TestClient:
     """No authentication (the loopback default) unless ``auth`` is given;
     the API token is always ``TOKEN``."""
+    peer = options.pop("peer", ("testclient", 50000))
     auth = options.pop("auth", WebAuth())
     assert isinstance(auth, WebAuth)
     auth = WebAuth(auth.users, auth.token or TOKEN) if auth.users else auth
     app = create_app(admin.app, routines=admin, auth=auth, **options)  # type: ignore[arg-type]
     app.state.panel.guard.api_token = auth.token or TOKEN
-    return TestClient(app, base_url="http://testserver")
+    return TestClient(app, base_url=BASE_URL, client=peer)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from celery_routines.operator.admin import Routines
+from celery_routines.operator.web.auth import LOCAL
 from celery_routines.store import Store
 from tests.conftest import FakeClock
 from tests.harness import published
@@ -128,7 +129,7 @@ def test_a_post_without_the_token_is_refused_and_with_it_pauses(
     assert store.routines.by_name("nightly").paused is False
 
     # The panel's own CSRF token works as a header too (for its script).
-    csrf = client.app.state.panel.guard.csrf_token("local")
+    csrf = client.app.state.panel.guard.csrf_token(LOCAL)
     by_csrf = client.post("/api/routines/nightly/pause", headers={"X-CSRF-Token": csrf})
     assert by_csrf.status_code == 200
 
@@ -145,7 +146,7 @@ def test_a_cross_site_post_is_refused_whatever_it_carries(admin: Routines, store
         assert refused.json() == {"error": "cross-site POST refused"}
     assert store.routines.by_name("nightly").paused is False
     same = client.post(
-        "/api/routines/nightly/pause", headers={**BEARER, "Origin": "http://testserver"}
+        "/api/routines/nightly/pause", headers={**BEARER, "Origin": "http://localhost"}
     )
     assert same.status_code == 200
 

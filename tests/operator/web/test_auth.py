@@ -93,3 +93,19 @@ def test_the_web_command_prints_a_hash_for_a_password_it_never_stores(tmp_path, 
     hashed = result.output.strip().splitlines()[-1]
     assert hashed.startswith("pbkdf2_sha256$") and check_password("pw", hashed)
     assert parse_web_auth(f"alice:{hashed}", {}).users["alice"] == hashed
+
+
+def test_the_setting_and_the_token_may_come_from_secret_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    hashed = hash_password("pw", iterations=FAST)
+    (tmp_path / "auth").write_text(f"alice:{hashed} bearer:PANEL_TOKEN\n")
+    (tmp_path / "token").write_text("tok-from-file\n")
+    env = {
+        "ROUTINES_WEB_AUTH_FILE": str(tmp_path / "auth"),
+        "PANEL_TOKEN_FILE": str(tmp_path / "token"),
+    }
+    auth = parse_web_auth(None, env)
+    assert (dict(auth.users), auth.token) == ({"alice": hashed}, "tok-from-file")
+    # The setting itself wins over the file.
+    assert parse_web_auth("bearer:PANEL_TOKEN", env).users == {}
+    with pytest.raises(ConfigurationError, match=r"ROUTINES_WEB_AUTH_FILE names .* cannot be read"):
+        parse_web_auth(None, {"ROUTINES_WEB_AUTH_FILE": str(tmp_path / "missing")})

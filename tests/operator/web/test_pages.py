@@ -9,7 +9,7 @@ from datetime import timedelta
 from celery_routines.operator.admin import Routines
 from celery_routines.store import Store
 from tests.conftest import FakeClock
-from tests.operator.web.conftest import BEARER, client_for
+from tests.operator.web.conftest import BASE_URL, BEARER, client_for
 from tests.operators import add_routine, add_run
 
 SCRIPT = "<script>alert(1)</script>"
@@ -218,7 +218,7 @@ def test_mounted_under_a_prefix_its_links_and_forms_follow(admin: Routines, stor
     host = Starlette(
         routes=[Mount("/ops/routines", app=create_app(routines=admin, auth=WebAuth()))]
     )
-    client = TestClient(host)
+    client = TestClient(host, base_url=BASE_URL)
     page = client.get("/ops/routines/routines").text
     assert 'href="/ops/routines/routines/nightly"' in page
     assert 'href="/ops/routines/static/panel.css"' in page
