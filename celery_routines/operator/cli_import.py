@@ -104,11 +104,51 @@ def register_import_commands(
         plan = source.read(url, now=admin(ctx).clock(), naive_zone=naive_tz, catch_up=catch_up)
         carry_out(ctx, plan, disabled=disabled, dry_run=dry_run, by=by, as_json=as_json)
 
+    @import_.command(name="redbeat")
+    @click.argument("redis_url")
+    @click.option(
+        "--key-prefix",
+        default="redbeat",
+        show_default=True,
+        help="RedBeat's redbeat_key_prefix (with or without its trailing colon).",
+    )
+    @click.option(
+        "--tz",
+        "timezone",
+        help="Zone RedBeat's crontabs run in: the app's timezone (default routines_timezone).",
+    )
+    @dry_run_option
+    @disabled_option
+    @catch_up_option
+    @by_option
+    @json_option
+    @click.pass_context
+    @errors
+    def redbeat(
+        ctx: click.Context,
+        redis_url: str,
+        key_prefix: str,
+        timezone: str | None,
+        dry_run: bool,
+        disabled: bool,
+        catch_up: str,
+        by: str | None,
+        as_json: bool,
+    ) -> None:
+        """Import RedBeat's entries from the Redis at REDIS_URL. Each entry's
+        first window is the next one after its last_run_at; the entries
+        RedBeat copied from beat_schedule are left to the code."""
+        from celery_routines.operator.importers import redbeat as source
+
+        zone = timezone or admin(ctx).settings.timezone
+        plan = source.read(redis_url, key_prefix=key_prefix, zone=zone, catch_up=catch_up)
+        carry_out(ctx, plan, disabled=disabled, dry_run=dry_run, by=by, as_json=as_json)
+
 
 def _print_result(result: ImportResult, disabled: bool) -> None:
     for line in result.lines:
-        if line.action == "not imported":
-            click.echo(f"not imported  {line.name}: {line.reason}")
+        if line.action in ("not imported", "left alone"):
+            click.echo(f"{line.action:<13} {line.name}: {line.reason}")
             continue
         text = f"{line.action:<13} {line.name}"
         if line.action in ("added", "updated"):
@@ -118,7 +158,7 @@ def _print_result(result: ImportResult, disabled: bool) -> None:
         click.echo(text.rstrip())
     counts = ", ".join(
         f"{result.count(action)} {action}"
-        for action in ("added", "updated", "unchanged", "retired", "not imported")
+        for action in ("added", "updated", "unchanged", "retired", "left alone", "not imported")
         if result.count(action) or action in ("added", "not imported")
     )
     tail = " (dry run: nothing written)" if result.dry_run else ""

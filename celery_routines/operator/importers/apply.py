@@ -73,6 +73,7 @@ class Importer:
         lines: list[ImportLine] = [
             ImportLine(u.name, "not imported", reason=u.reason) for u in plan.unmappable
         ]
+        lines += [ImportLine(u.name, "left alone", reason=u.reason) for u in plan.left]
         store = self.admin.store
         if not dry_run:
             store.migrate()  # like `sync`: moving in may be the store's first use

@@ -40,6 +40,8 @@ class ImportPlan:
     """The ``owner`` written on the routines it adds, e.g. ``import:redbeat``."""
     routines: list[Planned] = field(default_factory=list)
     unmappable: list[Unmappable] = field(default_factory=list)
+    left: list[Unmappable] = field(default_factory=list)
+    """Entries deliberately not imported (RedBeat's copies of beat_schedule)."""
     exclusive: bool = True
     """Refuse to update a routine stored under another owner (a routine of the
     same name added by hand or by another import); a file updates any routine
@@ -50,7 +52,8 @@ class ImportPlan:
 class ImportLine:
     name: str
     action: str
-    """``added``, ``updated``, ``unchanged``, ``retired`` or ``not imported``."""
+    """``added``, ``updated``, ``unchanged``, ``retired``, ``left alone`` or
+    ``not imported``."""
     fields: dict[str, Any] = field(default_factory=dict)
     next_run_at: datetime | None = None
     reason: str | None = None
