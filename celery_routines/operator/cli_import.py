@@ -144,10 +144,60 @@ def register_import_commands(
         plan = source.read(redis_url, key_prefix=key_prefix, zone=zone, catch_up=catch_up)
         carry_out(ctx, plan, disabled=disabled, dry_run=dry_run, by=by, as_json=as_json)
 
+    @import_.command(name="file")
+    @click.argument("path")
+    @click.option(
+        "--prune",
+        is_flag=True,
+        help="Retire the routines not declared in code that the file does not have.",
+    )
+    @dry_run_option
+    @disabled_option
+    @by_option
+    @json_option
+    @click.pass_context
+    @errors
+    def file(
+        ctx: click.Context,
+        path: str,
+        prune: bool,
+        dry_run: bool,
+        disabled: bool,
+        by: str | None,
+        as_json: bool,
+    ) -> None:
+        """Upsert the routines of PATH (as `export` writes it, JSON or .yaml)
+        by name. Routines declared in code are changed in the code."""
+        from celery_routines.operator.importers import files
+
+        plan = files.read(path)
+        carry_out(
+            ctx, plan, disabled=disabled, dry_run=dry_run, by=by, as_json=as_json, prune=prune
+        )
+
+    @group.command(name="export")
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["json", "yaml"]),
+        default="json",
+        show_default=True,
+        help="yaml needs PyYAML.",
+    )
+    @click.pass_context
+    @errors
+    def export(ctx: click.Context, fmt: str) -> None:
+        """Print every routine's definition (no runs, no runtime state), for
+        review, git, or `import file` in another environment."""
+        from celery_routines.operator.importers import files
+
+        data = files.export(admin(ctx).store.routines.all())
+        click.echo(files.dumps(data, fmt), nl=False)
+
 
 def _print_result(result: ImportResult, disabled: bool) -> None:
     for line in result.lines:
-        if line.action in ("not imported", "left alone"):
+        if line.action in ("not imported", "left alone", "retired"):
             click.echo(f"{line.action:<13} {line.name}: {line.reason}")
             continue
         text = f"{line.action:<13} {line.name}"
