@@ -58,19 +58,13 @@ def main() -> None:
             routines_url,
             E2E_QUEUE=f"import-dcb-{redis_db}",
         )
+        celery = [sys.executable, "-m", "celery", "-A", "e2e_app", "routines"]
+        t0 = time.monotonic()
+        subprocess.run([*celery, "migrate"], cwd=HERE, env=env, check=True, capture_output=True)
+        migrate_seconds = time.monotonic() - t0
         t0 = time.monotonic()
         imported = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "e2e_app",
-                "routines",
-                "import",
-                "django-celery-beat",
-                source_url,
-            ],
+            [*celery, "import", "django-celery-beat", source_url],
             cwd=HERE,
             env=env,
             capture_output=True,
@@ -79,7 +73,10 @@ def main() -> None:
         )
         import_seconds = time.monotonic() - t0
         print(imported.stdout.splitlines()[-1] if imported.stdout else imported.stderr)
-        print(f"import of {args.tasks} tasks: {import_seconds:.2f} s (the whole command)")
+        print(
+            f"import of {args.tasks} tasks: {import_seconds:.2f} s (the whole command, "
+            f"Celery's start included; `routines migrate` before it: {migrate_seconds:.2f} s)"
+        )
         if imported.returncode != 0:
             raise SystemExit(imported.stderr)
         beat = CeleryProcess(

@@ -332,21 +332,25 @@ def test_unmappable_tasks_are_listed_and_the_rest_written_whole(
 def test_a_failure_while_writing_leaves_nothing_written(
     dcb: DCB, invoke, admin: Routines, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The routines are inserted, then writing their history fails: the
+    whole import is rolled back."""
     every_kind(dcb)
     from celery_routines.store.imports import ImportQueries
 
-    insert, calls = ImportQueries.insert, []
+    insert_many, inserted = ImportQueries.insert_many, []
 
-    def failing(self: ImportQueries, values: Any) -> int:
-        calls.append(values["name"])
-        if len(calls) == 4:
-            raise RuntimeError("the disk is full")
-        return insert(self, values)
+    def counted(self: ImportQueries, rows: Any) -> None:
+        inserted.extend(rows)
+        insert_many(self, rows)
 
-    monkeypatch.setattr(ImportQueries, "insert", failing)
+    def failing(self: ImportQueries, *args: Any) -> None:
+        raise RuntimeError("the disk is full")
+
+    monkeypatch.setattr(ImportQueries, "insert_many", counted)
+    monkeypatch.setattr(ImportQueries, "record_changes", failing)
     with pytest.raises(RuntimeError):
         invoke("import", "django-celery-beat", dcb.url)
-    assert len(calls) == 4
+    assert len(inserted) == 7
     assert admin.list() == [] and admin.store.changes.latest_id() == 0
 
 

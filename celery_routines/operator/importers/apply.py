@@ -22,6 +22,7 @@ real run would write.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,16 @@ SOURCE = "import"
 
 class _RollBack(Exception):
     """Raised inside the transaction of a dry run to undo it."""
+
+
+@dataclass
+class _Batch:
+    """What one import writes in bulk at its end (in its transaction)."""
+
+    new: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    # Routines whose next window the import computed (to fingerprint).
+    scheduled: list[str] = field(default_factory=list)
 
 
 class Importer:
@@ -93,20 +104,18 @@ class Importer:
         with_runs = self.queries.with_runs(
             r.id for name, r in stored.items() if name in planned_names
         )
-        lines, scheduled = [], []
+        lines, batch = [], _Batch()
         for planned in plan.routines:
-            line, routine_id = self._one(
+            line = self._one(
                 plan,
                 planned,
                 stored.get(planned.definition.name),
+                batch,
                 routine_id_has_runs=with_runs,
                 paused=paused,
                 now=now,
-                by=by,
             )
             lines.append(line)
-            if routine_id is not None:
-                scheduled.append(routine_id)
         if prune:
             for record in stored.values():
                 if record.name in planned_names or not _prunable(record):
@@ -120,11 +129,11 @@ class Importer:
                         "updated_at": now,
                     },
                 )
-                self.admin.store.changes.record(
-                    record.name, "retired", by, now, {"by_import": plan.source}
-                )
+                batch.changes.append((record.name, "retired", {"by_import": plan.source}))
                 lines.append(ImportLine(record.name, "retired", reason="not in the file"))
-        self.queries.fingerprint(scheduled)
+        self.queries.insert_many(batch.new)
+        self.queries.record_changes(batch.changes, by, now)
+        self.queries.fingerprint(batch.scheduled)
         return lines
 
     def _one(
@@ -132,21 +141,20 @@ class Importer:
         plan: ImportPlan,
         planned: Planned,
         record: RoutineRecord | None,
+        batch: _Batch,
         *,
         routine_id_has_runs: set[int],
         paused: bool,
         now: datetime,
-        by: str,
-    ) -> tuple[ImportLine, int | None]:
-        """Write one routine; the line saying what happened, and its id when
-        the import computed its next window."""
+    ) -> ImportLine:
+        """Write one routine (or add it to ``batch``); the line saying what happened."""
         definition = planned.definition
         name = definition.name
         columns = {k: v for k, v in definition.columns().items() if k != "name"}
         try:
             next_run_at = self._next_window(planned, now)
         except ScheduleError as exc:
-            return ImportLine(name, "not imported", reason=str(exc)), None
+            return ImportLine(name, "not imported", reason=str(exc))
         detail: dict[str, Any] = {"from": plan.source}
         if planned.description:
             detail["description"] = planned.description
@@ -163,14 +171,15 @@ class Importer:
                 "next_run_at": next_run_at,
                 "paused": paused,
             }
-            routine_id = self.queries.insert(values)
+            batch.new.append(values)
             fields = {k: shown(k, v) for k, v in columns.items() if v is not None}
-            self.admin.store.changes.record(name, "imported", by, now, {**detail, **fields})
-            scheduled = routine_id if next_run_at is not None else None
-            return ImportLine(name, "added", fields, next_run_at), scheduled
+            batch.changes.append((name, "imported", {**detail, **fields}))
+            if next_run_at is not None:
+                batch.scheduled.append(name)
+            return ImportLine(name, "added", fields, next_run_at)
         refused = self._refusal(plan, record, columns)
         if refused is not None:
-            return refused, None
+            return refused
         changed = {k: v for k, v in columns.items() if not same_column(k, getattr(record, k), v)}
         values: dict[str, Any] = dict(changed)
         reschedule = any(k in changed for k in SCHEDULE_COLUMNS) or record.retired_at is not None
@@ -182,17 +191,17 @@ class Importer:
         if paused and not record.paused:
             values["paused"] = True
         if not values:
-            return ImportLine(name, "unchanged", {}, record.next_run_at), None
+            return ImportLine(name, "unchanged", {}, record.next_run_at)
         self.queries.update(record.id, {**values, "updated_at": now})
         fields = {
             k: shown(k, v)
             for k, v in values.items()
             if k not in ("schedule_fingerprint", "last_error")
         }
-        self.admin.store.changes.record(name, "reimported", by, now, {**detail, **fields})
-        next_run = values.get("next_run_at", record.next_run_at)
-        scheduled = record.id if "next_run_at" in values and next_run_at is not None else None
-        return ImportLine(name, "updated", fields, next_run), scheduled
+        batch.changes.append((name, "reimported", {**detail, **fields}))
+        if "next_run_at" in values and next_run_at is not None:
+            batch.scheduled.append(name)
+        return ImportLine(name, "updated", fields, values.get("next_run_at", record.next_run_at))
 
     def _refusal(
         self, plan: ImportPlan, record: RoutineRecord, columns: Mapping[str, Any]
