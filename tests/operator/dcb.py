@@ -69,31 +69,68 @@ def configure_django(sqlite_path: Path, postgres_url: str) -> None:
     from django.core.management import call_command
 
     pg = make_url(postgres_url)
+    postgresql = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": pg.database,
+        "USER": pg.username or "",
+        "PASSWORD": pg.password or "",
+        "HOST": pg.host or "",
+        "PORT": str(pg.port or ""),
+    }
     settings.configure(
         DATABASES={
-            # django-celery-beat's change marker (PeriodicTasks.changed) is
-            # written to the default alias whatever alias a row is saved to.
-            "default": {
-                "ENGINE": "django.db.backends.sqlite3",
-                "NAME": str(sqlite_path.with_name("default.db")),
-            },
+            # Django's own tables (users, sessions, admin log) and the change
+            # marker of django-celery-beat (PeriodicTasks.changed, written to
+            # the default alias whatever alias a row is saved to) live in
+            # PostgreSQL, where the admin tests also keep celery-routines' tables.
+            "default": postgresql,
             "sqlite": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(sqlite_path)},
-            "postgresql": {
-                "ENGINE": "django.db.backends.postgresql",
-                "NAME": pg.database,
-                "USER": pg.username or "",
-                "PASSWORD": pg.password or "",
-                "HOST": pg.host or "",
-                "PORT": str(pg.port or ""),
-            },
+            "postgresql": postgresql,
         },
-        INSTALLED_APPS=["django_celery_beat"],
+        INSTALLED_APPS=[
+            "django.contrib.admin",
+            "django.contrib.auth",
+            "django.contrib.contenttypes",
+            "django.contrib.sessions",
+            "django.contrib.messages",
+            "django_celery_beat",
+            "celery_routines.contrib.django",
+        ],
+        MIDDLEWARE=[
+            "django.contrib.sessions.middleware.SessionMiddleware",
+            "django.middleware.common.CommonMiddleware",
+            "django.middleware.csrf.CsrfViewMiddleware",
+            "django.contrib.auth.middleware.AuthenticationMiddleware",
+            "django.contrib.messages.middleware.MessageMiddleware",
+        ],
+        TEMPLATES=[
+            {
+                "BACKEND": "django.template.backends.django.DjangoTemplates",
+                "APP_DIRS": True,
+                "OPTIONS": {
+                    "context_processors": [
+                        "django.template.context_processors.request",
+                        "django.contrib.auth.context_processors.auth",
+                        "django.contrib.messages.context_processors.messages",
+                    ]
+                },
+            }
+        ],
+        ROOT_URLCONF="tests.contrib.django_urls",
+        SECRET_KEY="celery-routines-tests",
+        ALLOWED_HOSTS=["testserver"],
         USE_TZ=True,
         TIME_ZONE="UTC",
+        CELERY_ROUTINES_DATABASE="default",
     )
     django.setup()
-    for alias in ("default", *ALIASES):
+    for alias in ("default", "sqlite"):
         call_command("migrate", database=alias, verbosity=0)
+
+
+# The databases this process configured Django with (settings.configure
+# happens once; the fixture is registered by more than one conftest).
+_configured: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")
@@ -103,12 +140,14 @@ def dcb_databases(
     pytest.importorskip("django_celery_beat")
     from django.conf import settings
 
-    if settings.configured:
-        pytest.skip("Django was configured by another test of this process")
-    sqlite_path = tmp_path_factory.mktemp("dcb") / "django.db"
-    postgres_url = postgres_databases.create()
-    configure_django(sqlite_path, postgres_url)
-    yield {"sqlite": f"sqlite:///{sqlite_path}", "postgresql": postgres_url}
+    if not _configured:
+        if settings.configured:
+            pytest.skip("Django was configured by another test of this process")
+        sqlite_path = tmp_path_factory.mktemp("dcb") / "django.db"
+        postgres_url = postgres_databases.create()
+        configure_django(sqlite_path, postgres_url)
+        _configured.update(sqlite=f"sqlite:///{sqlite_path}", postgresql=postgres_url)
+    yield dict(_configured)
     from django.db import connections
 
     connections.close_all()

@@ -161,17 +161,18 @@ class Importer:
         if planned.last_run_at is not None:
             detail["last_run_at"] = planned.last_run_at.isoformat()
         if record is None:
-            values = {
-                "name": name,
-                **columns,
-                "source": SOURCE,
-                "owner": plan.owner,
-                "created_at": now,
-                "updated_at": now,
-                "next_run_at": next_run_at,
-                "paused": paused,
-            }
-            batch.new.append(values)
+            batch.new.append(
+                {
+                    "name": name,
+                    **columns,
+                    "source": SOURCE,
+                    "owner": plan.owner,
+                    "created_at": now,
+                    "updated_at": now,
+                    "next_run_at": next_run_at,
+                    "paused": paused,
+                }
+            )
             fields = {k: shown(k, v) for k, v in columns.items() if v is not None}
             batch.changes.append((name, "imported", {**detail, **fields}))
             if next_run_at is not None:

@@ -29,7 +29,7 @@ SOURCE = "file"
 OWNER = f"import:{SOURCE}"
 FORMAT_VERSION = 1
 # The definition as the file spells it: (key, column, default left out).
-FIELDS = (
+FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("task", "task", None),
     ("cron", "cron", None),
     ("every", "interval_seconds", None),
