@@ -395,3 +395,38 @@ def test_bad_source_is_one_line(invoke, url: str, expected: str) -> None:
 def test_a_database_without_django_celery_beat_is_one_line(invoke, routines_url: str) -> None:
     line = one_error(invoke("import", "django-celery-beat", routines_url))
     assert "is not a django-celery-beat database: no table django_celery_beat_" in line
+
+
+def test_the_switch_over_hands_over_where_the_old_beat_stopped(
+    dcb: DCB, invoke, routines_url: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    """docs/migrating.md's steps: import paused; the old beat keeps sending;
+    stop it and import again; resume with --catch-up. Each window is sent once,
+    by one of the two."""
+    dcb.task("hourly", crontab=dcb.schedule("CrontabSchedule", minute="0", timezone="UTC"))
+    dcb.set("hourly", last_run_at=NOW + timedelta(seconds=0.4))  # DCB sent 12:00
+    ok(invoke("import", "django-celery-beat", dcb.url, "--disabled"))
+    folder = tmp_path / "beat-broker"
+    scheduler = Scheduler(make_app(folder, routines_url), clock=clock)
+    try:
+        clock.advance(hours=2, minutes=30)  # DCB sent 13:00 and 14:00 meanwhile
+        scheduler.tick()
+        assert published(folder) == []  # paused
+        dcb.set("hourly", last_run_at=utc(2026, 10, 24, 14, 0, 0, 300000))
+        out = ok(invoke("import", "django-celery-beat", dcb.url, "--disabled"))
+        assert "updated       hourly  next window 2026-10-24 15:00:00 UTC  (next_run_at)" in out
+        clock.advance(minutes=40)  # 15:10: the old beat is stopped; 15:00 was not sent
+        ok(invoke("resume", "hourly", "--catch-up"))
+        scheduler.tick()
+        keys = [m["id"] for m in published(folder)]
+        assert len(keys) == 1
+        with Routines(Settings(database_url=routines_url), clock=clock) as admin:
+            (run,) = admin.runs("hourly")
+            assert run.scheduled_for == utc(2026, 10, 24, 15)
+            # Our run history owns the next window now: importing again leaves it.
+            dcb.set("hourly", last_run_at=utc(2026, 10, 24, 9))
+            ok(invoke("import", "django-celery-beat", dcb.url))
+            record = admin.store.routines.by_name("hourly")
+            assert record.next_run_at == utc(2026, 10, 24, 16)
+    finally:
+        scheduler.close()
