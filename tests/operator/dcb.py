@@ -1,6 +1,6 @@
 """django-celery-beat's real tables, made by its own migrations, in a
-throwaway SQLite file and a throwaway PostgreSQL database, with rows written
-through its own models.
+throwaway SQLite file, a throwaway PostgreSQL database and a throwaway
+MariaDB database, with rows written through its own models.
 
 Django is configured once per test process (``settings.configure`` cannot be
 undone): two database aliases, ``sqlite`` and ``postgresql``, migrated once;
@@ -153,9 +153,43 @@ def dcb_databases(
     connections.close_all()
 
 
-@pytest.fixture(params=ALIASES)
+@pytest.fixture(scope="session")
+def dcb_mariadb(dcb_databases: dict[str, str], mysql_databases: services.MySQLDatabases) -> str:
+    """A third alias, ``mariadb``, added to the configured Django (through
+    PyMySQL standing in for mysqlclient, as Django's MySQL backend allows)."""
+    if "mariadb" not in _configured:
+        import pymysql
+        from django.conf import settings
+        from django.core.management import call_command
+        from django.db import connections
+
+        pymysql.install_as_MySQLdb()
+        url = mysql_databases.create()
+        parsed = make_url(url)
+        entry = {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": parsed.database,
+            "USER": parsed.username or "",
+            "PASSWORD": parsed.password or "",
+            "HOST": parsed.host or "",
+            "PORT": str(parsed.port or ""),
+        }
+        filled = connections.configure_settings(
+            {"default": dict(settings.DATABASES["default"]), "mariadb": entry}
+        )
+        connections.settings["mariadb"] = filled["mariadb"]
+        call_command("migrate", database="mariadb", verbosity=0)
+        _configured["mariadb"] = url
+    return _configured["mariadb"]
+
+
+@pytest.fixture(params=[*ALIASES, "mariadb"])
 def dcb(request: pytest.FixtureRequest, dcb_databases: dict[str, str]) -> Iterator[DCB]:
-    source = DCB(request.param, dcb_databases[request.param])
+    if request.param == "mariadb":
+        url = request.getfixturevalue("dcb_mariadb")
+    else:
+        url = dcb_databases[request.param]
+    source = DCB(request.param, url)
     source.clear()
     yield source
     source.clear()
