@@ -24,6 +24,7 @@ from celery_routines.operator.admin import (
     Routines,
     preview,
 )
+from celery_routines.operator.cli_import import register_import_commands
 from celery_routines.operator.cli_manage import by_option, register_commands
 from celery_routines.operator.output import (
     fail_if_not_sent,
@@ -444,3 +445,4 @@ def web(
 
 
 register_commands(routines, _admin, _errors, json_option)
+register_import_commands(routines, _admin, _errors, json_option)

@@ -1,0 +1,1 @@
+"""Integrations with other frameworks; each imports its framework only when used."""

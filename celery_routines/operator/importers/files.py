@@ -1,0 +1,162 @@
+"""Routines as a reviewable file: ``celery routines export`` and
+``celery routines import file PATH``.
+
+The file holds definitions only (no runs, no next window, no pause): what
+``define`` takes, one object per routine, keyed by name, JSON or YAML. A
+value equal to its default is left out, so a file reads like the
+declaration that would make it, and ``export | import file`` changes
+nothing: each entry goes through ``define`` and compares equal to the
+columns it came from.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from celery_routines.errors import RoutinesError, ScheduleError
+from celery_routines.operator.importers.django_celery_beat import ImportSourceError
+from celery_routines.operator.importers.plan import ImportPlan, Planned, Unmappable
+from celery_routines.policy.ceilings import parse_ceilings
+from celery_routines.policy.routine import define
+from celery_routines.schedules.solar import SolarSchedule
+from celery_routines.store import RoutineRecord
+
+SOURCE = "file"
+OWNER = f"import:{SOURCE}"
+FORMAT_VERSION = 1
+# The definition as the file spells it: (key, column, default left out).
+FIELDS: tuple[tuple[str, str, Any], ...] = (
+    ("task", "task", None),
+    ("cron", "cron", None),
+    ("every", "interval_seconds", None),
+    ("at", "at", None),
+    ("solar", "solar", None),
+    ("rrule", "rrule", None),
+    ("timezone", "timezone", None),
+    ("starts_at", "starts_at", None),
+    ("ends_at", "ends_at", None),
+    ("jitter", "jitter_seconds", None),
+    ("args", "args", []),
+    ("kwargs", "kwargs", {}),
+    ("options", "options", {}),
+    ("enabled", "enabled", True),
+    ("catch_up", "catch_up", "catch_up"),
+    ("catch_up_cap", "catch_up_cap", 25),
+    ("max_lateness", "max_lateness", None),
+    ("overlap", "overlap", "skip"),
+    ("max_retries", "max_retries", 4),
+    ("retry_base_seconds", "retry_base_seconds", 60.0),
+    ("ceiling", "ceiling", []),
+    ("run_timeout", "run_timeout", None),
+)
+KEYS = frozenset(key for key, _, _ in FIELDS)
+
+
+class MissingExtra(RoutinesError, ValueError):
+    """A format needs a library that is not installed."""
+
+
+def export(records: list[RoutineRecord]) -> dict[str, Any]:
+    """The definitions of ``records`` (retired ones left out), by name."""
+    routines: dict[str, Any] = {}
+    for record in sorted(records, key=lambda r: r.name):
+        if record.retired_at is not None:
+            continue
+        entry: dict[str, Any] = {}
+        for key, column, default in FIELDS:
+            value = getattr(record, column)
+            if column in ("args", "kwargs", "options"):
+                value = json.loads(value) if value else default
+            elif column == "ceiling":
+                value = [c.as_json() for c in parse_ceilings(value)]
+            elif hasattr(value, "isoformat"):
+                value = value.isoformat()
+            if value != default:
+                entry[key] = value
+        routines[record.name] = entry
+    return {"version": FORMAT_VERSION, "routines": routines}
+
+
+def dumps(data: Mapping[str, Any], fmt: str) -> str:
+    if fmt == "yaml":
+        yaml = _yaml()
+        return str(yaml.safe_dump(dict(data), sort_keys=False, allow_unicode=True))
+    return json.dumps(data, indent=2) + "\n"
+
+
+def read(path: str) -> ImportPlan:
+    """The import plan of the file at ``path`` (``.yaml``/``.yml`` is YAML, else JSON)."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ImportSourceError(f"cannot read {path}: {exc}") from None
+    try:
+        if file.suffix.lower() in (".yaml", ".yml"):
+            data = _yaml().safe_load(text)
+        else:
+            data = json.loads(text)
+    except MissingExtra:
+        raise
+    except Exception as exc:  # json's and yaml's parse errors share no base
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ImportSourceError(f"{path} does not parse: {first}") from None
+    entries = data.get("routines") if isinstance(data, dict) else None
+    if not isinstance(entries, dict):
+        raise ImportSourceError(
+            f"{path} is not a routines file: expected an object with 'routines' "
+            "(name -> definition), as `celery routines export` writes"
+        )
+    plan = ImportPlan(SOURCE, OWNER, exclusive=False)
+    for name, entry in entries.items():
+        try:
+            plan.routines.append(Planned(_define(str(name), entry)))
+        except (ScheduleError, ValueError, TypeError) as exc:
+            plan.unmappable.append(Unmappable(str(name), getattr(exc, "problem", None) or str(exc)))
+    return plan
+
+
+def _define(name: str, entry: Any) -> Any:
+    if not isinstance(entry, dict):
+        raise ScheduleError(f"its definition must be an object, got {entry!r}")
+    unknown = set(entry) - KEYS
+    if unknown:
+        raise ScheduleError(
+            f"unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(KEYS))}"
+        )
+    if "task" not in entry:
+        raise ScheduleError("its task is missing")
+    given = {k: v for k, v in entry.items() if k not in ("task", "cron", "every", "solar", "rrule")}
+    kinds = [k for k in ("cron", "every", "solar", "rrule") if entry.get(k) is not None]
+    if len(kinds) > 1:
+        raise ScheduleError(f"give one schedule, got {', '.join(kinds)}")
+    schedule: Any = None
+    if "cron" in kinds:
+        schedule = entry["cron"]
+    elif "every" in kinds:
+        if isinstance(entry["every"], bool) or not isinstance(entry["every"], int | float):
+            raise ScheduleError(f"every must be a number of seconds, got {entry['every']!r}")
+        schedule = timedelta(seconds=entry["every"])
+    elif "solar" in kinds:
+        schedule = SolarSchedule.from_spec(entry["solar"])
+    elif "rrule" in kinds:
+        schedule = entry["rrule"]
+    if "ceiling" in given:
+        given["ceiling"] = parse_ceilings(json.dumps(given["ceiling"]))
+    if isinstance(given.get("args"), list):
+        given["args"] = tuple(given["args"])
+    return define(str(entry["task"]), schedule, name=name, **given)
+
+
+def _yaml() -> Any:
+    try:
+        import yaml
+    except ModuleNotFoundError:
+        raise MissingExtra(
+            "YAML needs PyYAML, which is not installed: pip install pyyaml (or use JSON)"
+        ) from None
+    return yaml

@@ -1,0 +1,99 @@
+"""What an import means to write, and what it wrote: plain dataclasses."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from celery_routines.policy.routine import Routine
+
+# The columns of the routine's definition that, when they differ, are shown
+# as JSON (compared as parsed values, not as text).
+JSON_COLUMNS = ("args", "kwargs", "options", "ceiling")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One routine read from a source, already validated."""
+
+    definition: Routine
+    # When the source last sent it: the first window is the next one after.
+    last_run_at: datetime | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class Unmappable:
+    """An entry of the source that cannot become a routine, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass
+class ImportPlan:
+    source: str
+    """``django-celery-beat``, ``redbeat`` or ``file``."""
+    owner: str
+    """The ``owner`` written on the routines it adds, e.g. ``import:redbeat``."""
+    routines: list[Planned] = field(default_factory=list)
+    unmappable: list[Unmappable] = field(default_factory=list)
+    left: list[Unmappable] = field(default_factory=list)
+    """Entries deliberately not imported (RedBeat's copies of beat_schedule)."""
+    exclusive: bool = True
+    """Refuse to update a routine stored under another owner (a routine of the
+    same name added by hand or by another import); a file updates any routine
+    not declared in code."""
+
+
+@dataclass(frozen=True)
+class ImportLine:
+    name: str
+    action: str
+    """``added``, ``updated``, ``unchanged``, ``retired``, ``left alone`` or
+    ``not imported``."""
+    fields: dict[str, Any] = field(default_factory=dict)
+    next_run_at: datetime | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    source: str
+    dry_run: bool
+    lines: list[ImportLine]
+    by: str | None = None
+
+    def count(self, action: str) -> int:
+        return sum(1 for line in self.lines if line.action == action)
+
+    @property
+    def refused(self) -> list[ImportLine]:
+        return [line for line in self.lines if line.action == "not imported"]
+
+
+def same_column(key: str, stored: Any, new: Any) -> bool:
+    """Whether a stored column already holds ``new`` (JSON compared parsed)."""
+    if key in JSON_COLUMNS:
+        return _parsed(stored) == _parsed(new)
+    return bool(stored == new)
+
+
+def shown(key: str, value: Any) -> Any:
+    """A column value as the change history and ``--json`` show it."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if key in JSON_COLUMNS and isinstance(value, str):
+        return _parsed(value)
+    return value
+
+
+def _parsed(value: Any) -> Any:
+    if not isinstance(value, str) or not value:
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value

@@ -1,0 +1,215 @@
+"""Reading RedBeat's entries from Redis, without RedBeat.
+
+RedBeat keeps each entry in a hash ``<prefix><name>`` with two JSON fields:
+``definition`` (name, task, schedule, args, kwargs, options, enabled) and
+``meta`` (``last_run_at``, ``total_run_count``), and indexes the entries in
+the sorted set ``<prefix>:schedule``. Its JSON spells datetimes, intervals,
+crontabs and rrules as objects with a ``__type__``; they are decoded here as
+RedBeat's own decoder reads them. A RedBeat crontab has no zone of its own:
+it is read in the app's timezone (``--tz``). Entries RedBeat copied from
+``beat_schedule`` (listed in ``<prefix>:statics``) are declared in code,
+which our beat imports itself: they are left alone.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+from celery_routines.errors import ScheduleError
+from celery_routines.operator.importers.django_celery_beat import ImportSourceError
+from celery_routines.operator.importers.plan import ImportPlan, Planned, Unmappable
+from celery_routines.policy.routine import define
+from celery_routines.schedules.parse import crontab_to_cron
+from celery_routines.schedules.zones import load_zone
+
+SOURCE = "redbeat"
+OWNER = f"import:{SOURCE}"
+RRULE_FIELDS = (
+    "bysetpos",
+    "bymonth",
+    "bymonthday",
+    "byyearday",
+    "byeaster",
+    "byweekno",
+    "byweekday",
+    "byhour",
+    "byminute",
+    "bysecond",
+)
+
+
+def read(url: str, *, key_prefix: str, zone: str, catch_up: str = "latest") -> ImportPlan:
+    """The import plan of the RedBeat entries at ``url`` under ``key_prefix``
+    (RedBeat's ``redbeat_key_prefix``; ``redbeat`` and ``redbeat:`` both work)."""
+    load_zone(zone)
+    client = _client(url)
+    try:
+        prefix = _prefix(client, key_prefix)
+        keys = [_text(k) for k in client.zrange(f"{prefix}:schedule", 0, -1)]
+        statics = {_text(k) for k in client.smembers(f"{prefix}:statics")}
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hmget(key, "definition", "meta")
+        stored = pipe.execute()
+    except ImportSourceError:
+        raise
+    except Exception as exc:  # redis-py's errors share no base with ours
+        raise ImportSourceError(f"cannot read RedBeat's keys at {_shown(url)}: {exc}") from None
+    finally:
+        client.close()
+    plan = ImportPlan(SOURCE, OWNER)
+    for key, (definition, meta) in zip(keys, stored, strict=True):
+        name = key[len(prefix) :] if key.startswith(prefix) else key
+        if definition is None:
+            plan.unmappable.append(Unmappable(name, f"{key} is listed but has no definition"))
+            continue
+        try:
+            entry = json.loads(definition, object_hook=_decoded)
+            name = str(entry.get("name") or name)
+            if name in statics:
+                plan.left.append(
+                    Unmappable(name, "a beat_schedule entry: our beat declares it from the code")
+                )
+                continue
+            last = json.loads(meta, object_hook=_decoded).get("last_run_at") if meta else None
+            plan.routines.append(_planned(name, entry, last, zone, catch_up))
+        except (ScheduleError, ValueError, TypeError, KeyError) as exc:
+            reason = getattr(exc, "problem", None) or str(exc)
+            plan.unmappable.append(Unmappable(name, reason))
+    return plan
+
+
+def _client(url: str) -> Any:
+    try:
+        import redis
+    except ModuleNotFoundError:
+        raise ImportSourceError(
+            "reading RedBeat needs redis-py: pip install 'celery-routines[redis]'"
+        ) from None
+    try:
+        return redis.Redis.from_url(url)
+    except ValueError as exc:
+        raise ImportSourceError(f"{url!r} is not a Redis URL: {exc}") from None
+
+
+def _prefix(client: Any, given: str) -> str:
+    """RedBeat's key prefix, as written (``redbeat:``) or without its colon."""
+    for prefix in (given, f"{given}:"):
+        if client.exists(f"{prefix}:schedule"):
+            return prefix
+    raise ImportSourceError(
+        f"no RedBeat schedule under the key prefix {given!r} (no key {given}:schedule or "
+        f"{given}::schedule): give RedBeat's redbeat_key_prefix with --key-prefix"
+    )
+
+
+def _planned(
+    name: str, entry: dict[str, Any], last_run_at: Any, zone: str, catch_up: str
+) -> Planned:
+    schedule, schedule_zone = _schedule(entry.get("schedule"), zone)
+    given: dict[str, Any] = {
+        "name": name,
+        "args": list(entry.get("args") or ()),
+        "kwargs": dict(entry.get("kwargs") or {}),
+        "options": dict(entry.get("options") or {}),
+        "enabled": bool(entry.get("enabled", True)),
+        "catch_up": catch_up,
+    }
+    if schedule_zone is not None:
+        given["timezone"] = schedule_zone
+    if last_run_at is not None and not isinstance(last_run_at, datetime):
+        raise ScheduleError(f"its last_run_at does not read: {last_run_at!r}")
+    if last_run_at is not None and last_run_at.tzinfo is None:
+        last_run_at = last_run_at.replace(tzinfo=UTC)
+    definition = define(str(entry["task"]), schedule, **given)
+    return Planned(definition, last_run_at.astimezone(UTC) if last_run_at else None)
+
+
+def _schedule(value: Any, zone: str) -> tuple[Any, str | None]:
+    """(the schedule, its zone) of a decoded RedBeat schedule."""
+    if not isinstance(value, dict) or "__type__" not in value:
+        raise ScheduleError(f"its schedule does not read: {value!r}")
+    kind = value["__type__"]
+    if kind == "interval":
+        return timedelta(seconds=float(value["every"])), None
+    if kind == "crontab":
+        from celery.schedules import crontab
+
+        fields = {k: value[k] for k in value if k != "__type__"}
+        try:
+            return crontab_to_cron(crontab(**fields)), zone
+        except ScheduleError:
+            raise
+        except Exception as exc:  # Celery raises ValueError and its own ParseException
+            raise ScheduleError(f"its crontab does not read: {exc}") from None
+    if kind == "rrule":
+        return _rrule_text(value, zone), zone
+    raise ScheduleError(f"its schedule type {kind!r} is unknown")
+
+
+def _rrule_text(value: dict[str, Any], zone: str) -> str:
+    """RFC 5545 text with a local DTSTART in ``zone`` (RedBeat stores the
+    start as a timestamp with a fixed offset)."""
+    from dateutil.rrule import rrule, weekday
+
+    local = load_zone(zone)
+    start = value.get("dtstart")
+    if start is None:
+        raise ScheduleError("its rrule has no dtstart: RedBeat started it when it was read")
+    dtstart = _instant(start, value.get("dtstart_tz", 0)).astimezone(local).replace(tzinfo=None)
+    until = value.get("until")
+    options: dict[str, Any] = {
+        k: value[k] for k in RRULE_FIELDS if value.get(k) not in (None, [], ())
+    }
+    if "byweekday" in options:
+        days = options["byweekday"]
+        days = days if isinstance(days, list | tuple) else [days]
+        options["byweekday"] = [d if isinstance(d, weekday) else weekday(int(d)) for d in days]
+    rule = rrule(
+        int(value["freq"]),
+        dtstart=dtstart,
+        interval=int(value.get("interval") or 1),
+        wkst=value.get("wkst"),
+        count=value.get("count"),
+        until=None
+        if until is None
+        else _instant(until, value.get("until_tz", 0)).astimezone(local).replace(tzinfo=None),
+        **options,
+    )
+    return str(rule)
+
+
+def _instant(timestamp: float, offset_minutes: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, tz=timezone(timedelta(minutes=offset_minutes or 0)))
+
+
+def _decoded(obj: dict[str, Any]) -> Any:
+    """RedBeat's ``__type__`` objects that are values, not schedules."""
+    kind = obj.get("__type__")
+    if kind == "datetime":
+        fields = {k: v for k, v in obj.items() if k not in ("__type__", "timezone")}
+        zone = obj.get("timezone", "UTC")
+        tz: Any = (
+            timezone(timedelta(seconds=zone)) if isinstance(zone, int | float) else load_zone(zone)
+        )
+        return datetime(tzinfo=tz, **fields)
+    if kind == "weekday":
+        from dateutil.rrule import weekday
+
+        return weekday(int(obj["wkday"]))
+    return obj
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _shown(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "the given URL"

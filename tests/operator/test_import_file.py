@@ -1,0 +1,225 @@
+"""``celery routines export`` and ``celery routines import file PATH``: the
+round trip changes nothing; upsert by name; ``--prune`` retires what the
+file lacks; on every store."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from sqlalchemy import select
+
+from celery_routines.config import Settings
+from celery_routines.operator import commands
+from celery_routines.operator.admin import Routines
+from celery_routines.operator.cli import routines
+from celery_routines.store.models import Routine
+from tests.conftest import FakeClock
+from tests.operators import add_routine, cli_context, make_app
+
+
+@pytest.fixture
+def admin(store, database_url: str, clock: FakeClock) -> Iterator[Routines]:
+    with Routines(Settings(database_url=database_url), clock=clock, store=store) as admin:
+        yield admin
+
+
+@pytest.fixture
+def invoke(store, database_url: str, tmp_path: Path, clock: FakeClock, monkeypatch):
+    app = make_app(tmp_path / "broker", database_url)
+    monkeypatch.setattr(commands, "CLOCK", clock)
+
+    def run(*args: str) -> Result:
+        return CliRunner().invoke(
+            routines, list(args), obj=cli_context(app), catch_exceptions=False
+        )
+
+    return run
+
+
+def ok(result: Result) -> str:
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def one_error(result: Result) -> str:
+    assert result.exit_code != 0, result.output
+    assert "Traceback" not in result.output
+    (line,) = result.stderr.strip().splitlines()
+    return line
+
+
+def every_kind(admin: Routines) -> None:
+    admin.add(
+        "poll",
+        "tasks.poll",
+        every="5m",
+        options={"queue": "slow"},
+        args=[1, "a"],
+        kwargs={"x": {"y": 2}},
+        ceilings=["100/day", "3 eur/month"],
+        max_lateness="10m",
+        overlap="queue",
+        catch_up="latest",
+    )
+    admin.add(
+        "nightly",
+        "tasks.report",
+        cron="30 2 * * *",
+        timezone="Europe/Rome",
+        starts_at="2026-12-01T00:00",
+        ends_at="2027-06-30T00:00",
+        jitter=30,
+    )
+    admin.add("christmas", "tasks.greet", at="2026-12-24T18:00", timezone="Europe/Rome")
+    admin.edit("poll", by="ana")
+    add_routine(admin.store, "sunrise", cron=None, solar="sunrise 41.9 12.5", source="cli")
+    add_routine(
+        admin.store,
+        "mondays",
+        cron=None,
+        timezone="Europe/Rome",
+        source="cli",
+        rrule="DTSTART:20261102T090000\nRRULE:FREQ=WEEKLY;COUNT=3;BYDAY=MO",
+    )
+    add_routine(admin.store, "from-code", cron="0 * * * *", source="code", owner="proj")
+    add_routine(admin.store, "by-sql", interval_seconds=90.5, enabled=False)
+
+
+def snapshot(admin: Routines) -> list[dict[str, Any]]:
+    table = Routine.__table__
+    with admin.store.engine.connect() as conn:
+        rows = conn.execute(select(table).order_by(table.c.name))
+        return [dict(row._mapping) for row in rows]
+
+
+def test_the_round_trip_changes_nothing(invoke, admin: Routines, tmp_path: Path) -> None:
+    every_kind(admin)
+    before, changes = snapshot(admin), admin.store.changes.latest_id()
+    exported = ok(invoke("export"))
+    data = json.loads(exported)
+    assert data["routines"]["poll"] == {
+        "task": "tasks.poll",
+        "every": 300.0,
+        "args": [1, "a"],
+        "kwargs": {"x": {"y": 2}},
+        "options": {"queue": "slow"},
+        "catch_up": "latest",
+        "max_lateness": 600.0,
+        "overlap": "queue",
+        "ceiling": [
+            {"limit": 100.0, "per": "day", "unit": "fires"},
+            {"limit": 3.0, "per": "month", "unit": "eur"},
+        ],
+    }
+    assert data["routines"]["nightly"]["starts_at"] == "2026-11-30T23:00:00+00:00"
+    path = tmp_path / "routines.json"
+    path.write_text(exported)
+    out = ok(invoke("import", "file", str(path)))
+    assert out.splitlines()[-1] == "file: 0 added, 7 unchanged, 0 not imported"
+    assert snapshot(admin) == before
+    assert admin.store.changes.latest_id() == changes
+    # The same through YAML.
+    yaml_path = tmp_path / "routines.yaml"
+    yaml_path.write_text(ok(invoke("export", "--format", "yaml")))
+    out = ok(invoke("import", "file", str(yaml_path)))
+    assert out.splitlines()[-1] == "file: 0 added, 7 unchanged, 0 not imported"
+    assert snapshot(admin) == before
+
+
+def test_upsert_by_name_and_prune_retires_what_the_file_lacks(
+    invoke, admin: Routines, tmp_path: Path
+) -> None:
+    every_kind(admin)
+    data = json.loads(ok(invoke("export")))
+    entries = data["routines"]
+    entries["nightly"]["cron"] = "45 2 * * *"
+    del entries["poll"], entries["by-sql"], entries["from-code"]
+    entries["new-one"] = {"task": "tasks.new", "cron": "0 8 * * 1-5", "timezone": "Europe/Rome"}
+    path = tmp_path / "routines.json"
+    path.write_text(json.dumps(data))
+    out = ok(invoke("import", "file", str(path), "--prune"))
+    lines = out.splitlines()
+    assert "added         new-one  next window: the first after beat adopts it" in lines
+    assert any(line.startswith("updated       nightly") for line in lines)
+    assert "retired       poll: not in the file" in lines
+    assert "retired       by-sql: not in the file" in lines
+    assert lines[-1] == "file: 1 added, 1 updated, 3 unchanged, 2 retired, 0 not imported"
+    states = {s.name: s.state for s in admin.list()}
+    assert states["poll"] == "retired" and states["by-sql"] == "retired"
+    assert states["from-code"] == "enabled"  # code routines are retired by their own app
+    assert admin.store.routines.by_name("nightly").cron == "45 2 * * *"
+    assert admin.store.routines.by_name("new-one").owner == "import:file"
+    # Back in the file: back in service, with a new first window.
+    entries["poll"] = {"task": "tasks.poll", "every": 300}
+    path.write_text(json.dumps(data))
+    out = ok(invoke("import", "file", str(path)))
+    assert any(line.startswith("updated       poll") for line in out.splitlines())
+    assert admin.store.routines.by_name("poll").retired_at is None
+
+
+def test_a_code_routine_is_changed_in_the_code(invoke, admin: Routines, tmp_path: Path) -> None:
+    add_routine(admin.store, "from-code", cron="0 * * * *", source="code", owner="proj")
+    path = tmp_path / "routines.json"
+    path.write_text(
+        json.dumps({"routines": {"from-code": {"task": "tasks.noop", "cron": "5 * * * *"}}})
+    )
+    result = invoke("import", "file", str(path))
+    assert result.exit_code == 1
+    assert (
+        "not imported  from-code: declared in the code of app 'proj': change it there"
+        in result.stdout
+    )
+    assert admin.store.routines.by_name("from-code").cron == "0 * * * *"
+
+
+def test_bad_entries_are_listed_and_bad_files_are_one_line(
+    invoke, admin: Routines, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "routines.json"
+    path.write_text(
+        json.dumps(
+            {
+                "routines": {
+                    "good": {"task": "tasks.ok", "every": 60},
+                    "typo": {"task": "tasks.ok", "every": 60, "catchup": "latest"},
+                    "bad-cron": {"task": "tasks.ok", "cron": "61 * * * *"},
+                    "two": {"task": "tasks.ok", "every": 60, "cron": "* * * * *"},
+                }
+            }
+        )
+    )
+    result = invoke("import", "file", str(path))
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("not imported  typo: unknown key(s) catchup") for line in lines)
+    assert any(line.startswith("not imported  bad-cron: ") and "61" in line for line in lines)
+    assert "not imported  two: give one schedule, got cron, every" in lines
+    assert [s.name for s in admin.list()] == ["good"]
+    (tmp_path / "broken.json").write_text("{nope")
+    assert "broken.json does not parse: Expecting property name" in one_error(
+        invoke("import", "file", str(tmp_path / "broken.json"))
+    )
+    (tmp_path / "list.json").write_text("[]")
+    assert "is not a routines file" in one_error(
+        invoke("import", "file", str(tmp_path / "list.json"))
+    )
+    assert "cannot read" in one_error(invoke("import", "file", str(tmp_path / "missing.json")))
+    monkeypatch.setitem(sys.modules, "yaml", None)
+    line = one_error(invoke("export", "--format", "yaml"))
+    assert (
+        line == "Error: YAML needs PyYAML, which is not installed: pip install pyyaml (or use JSON)"
+    )
+
+
+def test_dry_run_writes_nothing(invoke, admin: Routines, tmp_path: Path) -> None:
+    path = tmp_path / "routines.json"
+    path.write_text(json.dumps({"routines": {"good": {"task": "tasks.ok", "every": 60}}}))
+    out = ok(invoke("import", "file", str(path), "--dry-run"))
+    assert out.splitlines()[-1] == "file: 1 added, 0 not imported (dry run: nothing written)"
+    assert admin.list() == []
