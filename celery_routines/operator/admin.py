@@ -42,6 +42,7 @@ from celery_routines.operator.views import (
     WindowView,
     definition_of,
     describe_schedule,
+    next_excluded_text,
     routine_state,
     run_view,
     window_view,
@@ -172,9 +173,10 @@ class Routines(Sending, Managing, Listing):
         latest = newest[0] if newest else None
         timezone = self._zone_of(record)
         next_windows: list[WindowView] = []
-        schedule_error = None
+        schedule_error = next_excluded = None
         try:
             schedule = self._schedule(record)
+            next_excluded = next_excluded_text(schedule, now, timezone)
             # The stored next window is the first one; an unscheduled routine
             # (beat has not adopted it yet) starts from now.
             if is_never(record.next_run_at):
@@ -222,6 +224,7 @@ class Routines(Sending, Managing, Listing):
             suspended_reason=record.suspended_reason,
             schedule_error=schedule_error,
             ceiling_error=ceiling_error,
+            next_excluded=next_excluded,
         )
 
     def runs(

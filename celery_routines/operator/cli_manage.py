@@ -52,7 +52,11 @@ def _deletion_text(plan: Any) -> str:
 def _definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options ``add`` and ``edit`` share."""
     options = [
-        click.option("--cron", help="5-field cron expression, read in --tz."),
+        click.option(
+            "--cron",
+            multiple=True,
+            help="5-field cron expression, read in --tz; several fire on their union.",
+        ),
         click.option("--every", help="Interval: 30s, 5m, 1h30m, 1d (or seconds)."),
         click.option(
             "--at", help="A one-off: fire once at this time (2026-12-24T18:00, read in --tz)."
@@ -61,6 +65,17 @@ def _definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--ends-at", help="No window after this time (read in --tz); then done."),
         click.option(
             "--jitter", type=int, help="Send each window a fixed 0..N-1 seconds after it."
+        ),
+        click.option(
+            "--exclude",
+            multiple=True,
+            help="Not on: a date, a range A..B, a cron, holidays:CC[-SUBDIV] (repeatable; "
+            "'' clears).",
+        ),
+        click.option(
+            "--shift",
+            help="next_business_day or previous_business_day: move a window on a weekend or "
+            "excluded day instead of dropping it ('none' clears).",
         ),
         click.option("--tz", "timezone", help="IANA time zone (default routines_timezone)."),
         click.option(
@@ -93,6 +108,9 @@ def _definition(kw: dict[str, Any]) -> dict[str, Any]:
     if queue is not None:
         options = {**(options or {}), "queue": queue}
     ceilings = kw.pop("ceilings")
+    crons = kw.pop("cron")
+    kw["cron"] = None if not crons else crons[0] if len(crons) == 1 else list(crons)
+    kw["exclude"] = list(kw["exclude"]) if kw["exclude"] else None
     args = _json_arg(kw.pop("args_json"), "--args")
     kwargs = _json_arg(kw.pop("kwargs_json"), "--kwargs")
     return {

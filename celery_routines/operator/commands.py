@@ -375,15 +375,35 @@ def sync(ctx: click.Context, as_json: bool) -> None:
 @click.option("--tz", "timezone", default="UTC", show_default=True, help="IANA time zone.")
 @click.option("--from", "start", help="Start (inclusive), read in --tz; default now.")
 @click.option("-n", "count", default=10, show_default=True, help="How many windows.")
+@click.option(
+    "--exclude",
+    "exclude",
+    multiple=True,
+    help="A date, a range A..B, a cron, or holidays:CC[-SUBDIV] (repeatable).",
+)
+@click.option(
+    "--shift",
+    help="next_business_day or previous_business_day: move a window on a weekend or "
+    "excluded day instead of dropping it.",
+)
 @json_option
 @_errors
-def preview_(cron: str, timezone: str, start: str | None, count: int, as_json: bool) -> None:
+def preview_(
+    cron: str,
+    timezone: str,
+    start: str | None,
+    count: int,
+    exclude: tuple[str, ...],
+    shift: str | None,
+    as_json: bool,
+) -> None:
     """The windows CRON would fire in --tz, with DST notes. Needs no database."""
-    windows = preview(cron, timezone, start, count, clock=CLOCK)
+    windows = preview(cron, timezone, start, count, clock=CLOCK, exclude=exclude, shift=shift)
     if as_json:
         print_json(windows)
         return
-    click.echo(f"{cron!r} in {timezone} (UTC, then local):")
+    calendar_text = "".join(f" except {e}" for e in exclude) + (f", {shift}" if shift else "")
+    click.echo(f"{cron!r} in {timezone}{calendar_text} (UTC, then local):")
     print_windows(windows)
 
 

@@ -36,9 +36,11 @@ from celery_routines.policy.catch_up import SkippedWindows
 from celery_routines.policy.routine import define
 from celery_routines.policy.states import Reason
 from celery_routines.schedules.base import Schedule, count_windows, last_windows
+from celery_routines.schedules.exclusions import exclusion_entries
 from celery_routines.schedules.jitter import jitter_offset, send_instant, window_of
 from celery_routines.schedules.oneoff import parse_at
 from celery_routines.schedules.solar import SolarSchedule
+from celery_routines.schedules.union import spec_list
 from celery_routines.store import NewRun, RoutineRecord, Store
 from celery_routines.store.declarations import SCHEDULE_COLUMNS
 from celery_routines.tick.decide import skip_row
@@ -50,7 +52,7 @@ SOURCE = "cli"
 SCHEDULE_FIELDS = SCHEDULE_COLUMNS
 # Schedule bounds and jitter: define() options and the columns holding them.
 BOUND_OPTIONS = (("starts_at", "starts_at"), ("ends_at", "ends_at"), ("jitter", "jitter_seconds"))
-JSON_FIELDS = ("args", "kwargs", "options", "ceiling")
+JSON_FIELDS = ("args", "kwargs", "options", "ceiling", "schedules", "exclude")
 # The most rows one `prune` call deletes before it returns (it works in batches).
 PRUNE_CALL_LIMIT = 10_000_000
 
@@ -80,7 +82,7 @@ class Managing:
         name: str,
         task: str,
         *,
-        cron: str | None = None,
+        cron: str | list[str] | None = None,
         every: Any = None,
         timezone: str | None = None,
         args: Sequence[Any] | None = None,
@@ -95,6 +97,8 @@ class Managing:
         starts_at: Any = None,
         ends_at: Any = None,
         jitter: int | None = None,
+        exclude: Sequence[str] | None = None,
+        shift: str | None = None,
     ) -> ChangeResult:
         """Store a new routine (``source = 'cli'``); beat adopts it within
         ``routines_refresh_seconds``."""
@@ -109,6 +113,8 @@ class Managing:
             starts_at=starts_at,
             ends_at=ends_at,
             jitter=jitter,
+            exclude=exclude,
+            shift=shift,
             timezone=timezone,
             args=args,
             kwargs=kwargs,
@@ -137,7 +143,7 @@ class Managing:
         self,
         name: str,
         *,
-        cron: str | None = None,
+        cron: str | list[str] | None = None,
         every: Any = None,
         timezone: str | None = None,
         args: Sequence[Any] | None = None,
@@ -152,6 +158,8 @@ class Managing:
         starts_at: Any = None,
         ends_at: Any = None,
         jitter: int | None = None,
+        exclude: Sequence[str] | None = None,
+        shift: str | None = None,
     ) -> ChangeResult:
         """Change a routine added outside the code. A new schedule or zone
         takes effect from now (the stale next window never fires); any other
@@ -171,6 +179,8 @@ class Managing:
                 starts_at=starts_at,
                 ends_at=ends_at,
                 jitter=jitter,
+                exclude=exclude,
+                shift=shift,
                 timezone=timezone,
                 args=args,
                 kwargs=kwargs,
@@ -189,6 +199,8 @@ class Managing:
             schedule = SolarSchedule.from_spec(record.solar)
         elif record.rrule is not None:
             schedule = record.rrule
+        elif record.schedules is not None:
+            schedule = spec_list(record.schedules)
         elif record.cron is not None:
             schedule = record.cron
         else:
@@ -334,6 +346,10 @@ def _given(**values: Any) -> dict[str, Any]:
             key, value = "ceiling", tuple(ceiling(item) for item in value)
         if key in ("args",) and isinstance(value, list):
             value = tuple(value)
+        if key == "shift" and value == "none":
+            value = None  # `--shift none` clears it
+        if key == "exclude":
+            value = [entry for entry in value if entry.strip()]  # `--exclude ''` clears it
         options[key] = value
     return options
 
@@ -353,11 +369,11 @@ def _instants(name: str, zone: str, **values: Any) -> tuple[datetime | None, ...
         raise InvalidRoutine(name, f"{shown}: out of the calendar's range") from None
 
 
-def _schedule_of(name: str, cron: str | None, every: Any) -> Any:
+def _schedule_of(name: str, cron: str | list[str] | None, every: Any) -> Any:
     if cron is not None and every is not None:
         raise InvalidRoutine(name, "give either --cron or --every, not both")
     if cron is not None:
-        return cron
+        return cron  # several: their union
     return duration(every, "--every")
 
 
@@ -384,12 +400,21 @@ def _current_options(record: RoutineRecord) -> dict[str, Any]:
         "ceiling": ceilings,
         "enabled": record.enabled,
         **({"at": record.at} if record.at is not None else {}),
+        "exclude": _stored_exclusions(record.exclude),
+        "shift": record.shift,
         **{
             option: getattr(record, column)
             for option, column in BOUND_OPTIONS
             if getattr(record, column) is not None
         },
     }
+
+
+def _stored_exclusions(raw: str | None) -> Any:
+    try:
+        return list(exclusion_entries(raw))
+    except ScheduleError:
+        return raw  # for define to name, unless the edit replaces it
 
 
 def _loads(raw: str | None, empty: Any) -> Any:

@@ -174,6 +174,8 @@ def print_detail(detail: RoutineDetail) -> None:
             field(key, s.timezone if value else f"{s.timezone} (routines_timezone)")
         elif key == "ceiling":
             field(key, ceiling_words(value))
+        elif key == "exclude" and value:
+            field(key, "; ".join(value))
         else:
             field(key, words(value))
     last = f"{s.last_outcome} at {utc(s.last_run_at)}" if s.last_outcome else "no runs yet"
@@ -198,6 +200,8 @@ def print_detail(detail: RoutineDetail) -> None:
             "suspended until",
             f"{utc(detail.suspended_until)} ({detail.suspended_reason or 'no reason recorded'})",
         )
+    if detail.next_excluded:
+        field("next excluded", detail.next_excluded)
     if detail.schedule_error:
         field("schedule error", detail.schedule_error)
     else:

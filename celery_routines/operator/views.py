@@ -9,6 +9,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from celery_routines.schedules.base import Schedule, is_never
+from celery_routines.schedules.bounds import BoundedSchedule
+from celery_routines.schedules.calendar import CalendarSchedule
+from celery_routines.schedules.exclusions import exclusion_entries
 from celery_routines.schedules.marks import dst_note
 from celery_routines.schedules.zones import load_zone
 from celery_routines.sending.dispatch import EXISTS, SEND_FAILED, SENT, Dispatched
@@ -72,6 +75,9 @@ class RoutineDetail:
     ceiling_error: str | None = None
     retrying: list[RunView] = field(default_factory=list)
     """The routine's failed attempts waiting for their retry, soonest first."""
+    next_excluded: str | None = None
+    """The next window its calendar removes or moves, and why (issue 34):
+    ``2026-12-25, Christmas Day``."""
 
 
 @dataclass(frozen=True)
@@ -167,12 +173,20 @@ class SyncResult:
 def window_view(
     schedule: Schedule, window: datetime, key: str | None = None, timezone: str | None = None
 ) -> WindowView:
-    schedule = getattr(schedule, "inner", schedule)  # starts_at/ends_at: the bounded schedule
-    zone = timezone or getattr(schedule, "timezone", "UTC")
+    if isinstance(schedule, BoundedSchedule):  # starts_at/ends_at: the bounded schedule
+        schedule = schedule.inner
+    zone = str(timezone or getattr(schedule, "timezone", "UTC"))
+    note = None
+    if isinstance(schedule, CalendarSchedule):  # exclude/shift: say where a window moved from
+        moved = schedule.moved_from(window)
+        if moved is not None:
+            local = moved[0].astimezone(load_zone(zone))
+            note = f"moved from {local:%a %Y-%m-%d}, {moved[1]}"
+        schedule = schedule.inner
     return WindowView(
         utc=window,
         local=window.astimezone(load_zone(zone)),
-        note=dst_note(schedule, window),
+        note=note or dst_note(schedule, window),
         idempotency_key=key,
     )
 
@@ -201,6 +215,34 @@ def describe_schedule(record: RoutineRecord) -> str:
         text += f" until {iso_utc(record.ends_at)}"
     if record.jitter_seconds:
         text += f" (jitter {record.jitter_seconds}s)"
+    if record.exclude:
+        text += " except " + ", ".join(_entries(record.exclude))
+    if record.shift:
+        text += f", {record.shift}"
+    return text
+
+
+def _entries(raw: str) -> list[str]:
+    try:
+        return list(exclusion_entries(raw))
+    except ValueError:
+        return [raw]
+
+
+def next_excluded_text(schedule: Schedule, after: datetime, timezone: str) -> str | None:
+    """``2026-12-25, Christmas Day`` (and where a shift moves it): the next
+    window of the routine's calendar that does not fire as scheduled."""
+    if isinstance(schedule, BoundedSchedule):
+        schedule = schedule.inner
+    if not isinstance(schedule, CalendarSchedule):
+        return None
+    found = schedule.next_excluded(after)
+    if found is None:
+        return None
+    window, reason = found
+    text = f"{window.astimezone(load_zone(timezone)):%Y-%m-%d}, {reason}"
+    if schedule.shift is not None and schedule.cron_removes(window) is None:
+        text += f" (moved to the {schedule.shift.value.replace('_', ' ')})"
     return text
 
 
@@ -216,6 +258,11 @@ def _describe_kind(record: RoutineRecord) -> str:
         return f"solar {record.solar}"
     if record.rrule is not None:
         return "rrule " + " ".join(record.rrule.split())
+    if record.schedules is not None:
+        try:
+            return " + ".join(str(spec) for spec in json.loads(record.schedules))
+        except (ValueError, TypeError):
+            return record.schedules
     return "(none)"
 
 
@@ -242,6 +289,9 @@ def definition_of(record: RoutineRecord) -> dict[str, Any]:
         "starts_at": iso_utc(record.starts_at) if record.starts_at is not None else None,
         "ends_at": iso_utc(record.ends_at) if record.ends_at is not None else None,
         "jitter": record.jitter_seconds,
+        "schedules": loads(record.schedules),
+        "exclude": _entries(record.exclude) if record.exclude else None,
+        "shift": record.shift,
         "timezone": record.timezone,
         "enabled": record.enabled,
         "paused": record.paused,

@@ -5,13 +5,16 @@ argument."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from celery_routines.clock import Clock, utc_now
 from celery_routines.errors import ScheduleError
 from celery_routines.operator.views import WindowView, iso_utc, window_view
 from celery_routines.schedules.base import Schedule, count_windows, is_never
+from celery_routines.schedules.calendar import calendar, parse_shift
 from celery_routines.schedules.cron import CronSchedule
+from celery_routines.schedules.exclusions import Exclusions, exclusion_entries
 from celery_routines.schedules.interval import IntervalSchedule
 from celery_routines.schedules.solar import EVENTS as SOLAR_EVENTS
 from celery_routines.schedules.solar import SolarSchedule
@@ -81,12 +84,15 @@ def preview(
     n: int = 10,
     *,
     clock: Clock = utc_now,
+    exclude: Sequence[str] = (),
+    shift: str | None = None,
 ) -> list[WindowView]:
     """The next ``n`` windows of ``cron`` in ``timezone`` from ``start`` (inclusive).
 
     ``cron`` may also be a solar event, ``"sunrise 45.46 9.19"`` (event,
     latitude, longitude). Needs no database. A naive or string ``start`` is
-    read in ``timezone``.
+    read in ``timezone``. ``exclude`` and ``shift`` are the routine options of
+    the same names, so a calendar can be checked before it is saved.
     """
     check_count("n", n, MAX_PREVIEW)
     schedule: Schedule
@@ -94,6 +100,10 @@ def preview(
         schedule = SolarSchedule.from_spec(cron)
     else:
         schedule = CronSchedule(cron, timezone)
+    entries = exclusion_entries(list(exclude))
+    schedule = calendar(
+        schedule, Exclusions(entries) if entries else None, parse_shift(shift), timezone
+    )
     after = to_instant(start, timezone, clock(), "--from") - ONE_MICROSECOND
     try:
         windows = take_windows(schedule, after, n)

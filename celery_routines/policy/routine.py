@@ -25,10 +25,12 @@ from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.policy.ceilings import Ceiling, one_per_unit
 from celery_routines.policy.states import CatchUp, Overlap, choices
 from celery_routines.schedules.base import NEVER
+from celery_routines.schedules.calendar import parse_shift
 from celery_routines.schedules.cron import CronSchedule
+from celery_routines.schedules.exclusions import Exclusions, exclusion_entries
 from celery_routines.schedules.interval import IntervalSchedule
 from celery_routines.schedules.oneoff import OneOffSchedule, parse_at
-from celery_routines.schedules.parse import check_one_kind, parse_schedule
+from celery_routines.schedules.parse import check_one_kind, parse_schedule, parse_specs, schedule_of
 from celery_routines.schedules.rrule import RRuleSchedule
 from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.schedules.zones import load_zone
@@ -64,6 +66,8 @@ OPTION_NAMES = frozenset(
         "starts_at",
         "ends_at",
         "jitter",
+        "exclude",  # issue 34: calendars
+        "shift",
     }
 )
 # The widest jitter: a day (a send instant further from its window is a schedule).
@@ -105,6 +109,10 @@ class Routine:
     ends_at: datetime | None = None
     jitter: int | None = None
     """Whole seconds; each window goes out ``[0, jitter)`` seconds after it."""
+    # Calendars (issue 34): several specs, exclusions, business-day shift.
+    schedules: tuple[str | float, ...] | None = None
+    exclude: tuple[str, ...] = ()
+    shift: str | None = None
     # Set by from_columns: args, kwargs and options were just read from JSON,
     # so serialising them again to check them would only cost time.
     from_json: InitVar[bool] = False
@@ -129,6 +137,7 @@ class Routine:
         set_(self, "ceilings", _ceilings(self.ceilings))
         set_(self, "run_timeout", _run_timeout(self.run_timeout))
         _check_schedule_fields(self)
+        _check_calendar(self)
         if not isinstance(self.enabled, bool):
             raise ScheduleError(f"enabled must be True or False, got {self.enabled!r}")
         args, kwargs, options = self.args, self.kwargs, self.options
@@ -169,6 +178,9 @@ class Routine:
             "starts_at": self.starts_at,
             "ends_at": self.ends_at,
             "jitter_seconds": self.jitter,
+            "schedules": json.dumps(list(self.schedules)) if self.schedules else None,
+            "exclude": json.dumps(list(self.exclude)) if self.exclude else None,
+            "shift": self.shift,
         }
 
 
@@ -198,7 +210,11 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
         if options.get("at") is not None:
             # A schedule given as well is refused by the model, like a row with both.
             at = parse_at(options["at"], timezone)
-        parsed = None if schedule is None and at is not None else parse_schedule(schedule, zone)
+        if isinstance(schedule, list | tuple):
+            specs, parsed = tuple(parse_specs(schedule, zone)), None
+        else:
+            specs = None
+            parsed = None if schedule is None and at is not None else parse_schedule(schedule, zone)
     except ScheduleError as exc:
         raise InvalidRoutine(name, str(exc)) from None
     if isinstance(parsed, CronSchedule):
@@ -238,6 +254,9 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
         starts_at=starts_at,
         ends_at=ends_at,
         jitter=options.get("jitter"),
+        schedules=specs,
+        exclude=options.get("exclude", ()),
+        shift=options.get("shift"),
     )
 
 
@@ -265,7 +284,14 @@ def _check_schedule_fields(routine: Routine) -> None:
         value = getattr(routine, label)
         if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
             raise ScheduleError(f"{label} must be a timezone-aware datetime, got {value!r}")
-    check_one_kind(routine.cron, routine.interval_seconds, routine.at, routine.solar, routine.rrule)
+    check_one_kind(
+        routine.cron,
+        routine.interval_seconds,
+        routine.at,
+        routine.solar,
+        routine.rrule,
+        routine.schedules,
+    )
     if routine.at is not None and routine.at >= NEVER:
         raise ScheduleError(f"at must be before {NEVER.date()}, got {routine.at.isoformat()}")
     starts, ends = routine.starts_at, routine.ends_at
@@ -277,6 +303,19 @@ def _check_schedule_fields(routine: Routine) -> None:
         SolarSchedule.from_spec(routine.solar)
     if routine.jitter is not None:
         _whole("jitter", routine.jitter, 1, JITTER_LIMIT)
+
+
+def _check_calendar(routine: Routine) -> None:
+    """``schedules``, ``exclude`` and ``shift`` (issue 34), normalised; the
+    calendar is built once here so that a bad country, date or combination is
+    refused at the door, not at a tick."""
+    set_ = object.__setattr__
+    if routine.schedules is not None:
+        set_(routine, "schedules", tuple(parse_specs(routine.schedules, routine.timezone or "UTC")))
+    set_(routine, "exclude", Exclusions(exclusion_entries(routine.exclude)).entries)
+    set_(routine, "shift", None if (shift := parse_shift(routine.shift)) is None else shift.value)
+    if routine.exclude or routine.shift is not None:
+        schedule_of(routine, routine.timezone or "UTC")
 
 
 def _instant_option(label: str, value: Any, timezone: str | None) -> datetime | None:

@@ -33,11 +33,12 @@ SHARED_COLUMNS = (
     "run_timeout",
 )
 OPTIONAL_COLUMNS = ("at", "solar", "rrule", "starts_at", "ends_at", "jitter_seconds")
+CALENDAR_COLUMNS = ("schedules", "exclude", "shift")  # issue 34
 # Distinct definitions (all columns but the name) kept validated; bounded, so
 # a million routines that all differ cost a miss each, never memory.
 VALIDATED_CACHE_SIZE = 1024
 _validated: dict[tuple[Any, ...], Routine] = {}
-_every_column = attrgetter(*SHARED_COLUMNS, *OPTIONAL_COLUMNS)
+_every_column = attrgetter(*SHARED_COLUMNS, *OPTIONAL_COLUMNS, *CALENDAR_COLUMNS)
 
 
 def from_columns(row: Any) -> Routine:
@@ -57,7 +58,7 @@ def from_columns(row: Any) -> Routine:
         values = _every_column(row)
     except AttributeError:  # a row without the newer, optional columns
         values = tuple(getattr(row, column) for column in SHARED_COLUMNS) + tuple(
-            getattr(row, column, None) for column in OPTIONAL_COLUMNS
+            getattr(row, column, None) for column in (*OPTIONAL_COLUMNS, *CALENDAR_COLUMNS)
         )
     key = (values, tuple(map(type, values)))
     template = _validated.get(key)
@@ -106,6 +107,9 @@ def _from_columns(row: Any) -> Routine:
         starts_at=getattr(row, "starts_at", None),
         ends_at=getattr(row, "ends_at", None),
         jitter=getattr(row, "jitter_seconds", None),
+        schedules=getattr(row, "schedules", None),
+        exclude=getattr(row, "exclude", None) or (),
+        shift=getattr(row, "shift", None),
         from_json=True,
     )
 

@@ -170,6 +170,34 @@ class CronSchedule:
                 enough_on = day
         return tuple(sorted(found)[-n:])
 
+    def fires_at(self, instant: datetime) -> bool:
+        """Whether ``instant`` is one of the windows, without walking to it
+        (``exclude`` crons ask this of every window of a routine)."""
+        instant = aware_utc(instant, "instant")
+        if instant.second or instant.microsecond:
+            return False
+        wall = instant.astimezone(self._zone).replace(tzinfo=None)
+        if self._matches_wall(wall):
+            # Real time: every instant whose wall clock matches. Fixed hours:
+            # only the first pass of a repeated time.
+            return self.real_time or local_to_utc_first(wall, self._zone) == instant
+        if self.real_time:
+            return False
+        # A fixed hour that does not exist fires the gap later: is this
+        # instant such a shifted time? (The offset 25 hours earlier is the
+        # one before any gap that could have shifted a time to here.)
+        before = (instant - timedelta(hours=25)).astimezone(self._zone).utcoffset()
+        now = instant.astimezone(self._zone).utcoffset()
+        if before is None or now is None or now <= before:
+            return False
+        nominal = wall - (now - before)
+        return self._matches_wall(nominal) and local_to_utc_first(nominal, self._zone) == instant
+
+    def _matches_wall(self, wall: datetime) -> bool:
+        return wall.hour * 60 + wall.minute in _minute_set(self._spec) and _day_matches(
+            self._spec, wall.date()
+        )
+
     # -- internals ----------------------------------------------------------
 
     def _date_range(self, after: datetime, until: datetime) -> tuple[date, date]:
@@ -280,3 +308,13 @@ _ANSWERS = 8192
 _next_after = lru_cache(maxsize=_ANSWERS)(CronSchedule._next_after)
 _count_windows = lru_cache(maxsize=_ANSWERS)(CronSchedule._count_windows)
 _last_windows = lru_cache(maxsize=_ANSWERS)(CronSchedule._last_windows)
+
+
+@lru_cache(maxsize=256)
+def _minute_set(spec: CronSpec) -> frozenset[int]:
+    return frozenset(spec.minutes_of_day)
+
+
+@lru_cache(maxsize=_ANSWERS)
+def _day_matches(spec: CronSpec, day: date) -> bool:
+    return next(days_from(spec, day), None) == day

@@ -31,13 +31,13 @@ _FIELDS = (
     ("hour", 0, 23, ""),
     ("day-of-month", 1, 31, ", L, nW"),
     ("month", 1, 12, " or jan-dec"),
-    ("day-of-week", 0, 7, " or sun-sat, n#k"),
+    ("day-of-week", 0, 7, " or sun-sat, n#k, nL"),
 )
 
-# croniter's non-standard shorthands we refuse: '@daily' and friends hide the
-# fields from anyone reading the database, and 'R' (random) / 'H' (hashed)
-# fields are not deterministic without a seed we do not store.
-_ALIASES = {
+# The '@' shorthands teams paste from crontabs. They are kept as written (the
+# database shows '@daily'), and read as the fields below. 'R' (random) and 'H'
+# (hashed) fields are refused: not deterministic without a seed we do not store.
+ALIASES = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
     "@monthly": "0 0 1 * *",
@@ -69,24 +69,24 @@ def _invalid(expression: object, problem: str) -> ScheduleError:
     return ScheduleError(f"cron expression {expression!r} is invalid: {problem}")
 
 
-def _diagnose(fields: list[str], error: BaseException | None) -> str:
+def _diagnose(fields: list[str], read: list[str], error: BaseException | None) -> str:
     """Which field croniter refused, and why. Only on failure: a tick parses
     the cron of every due routine, and the per-field probes cost five more
-    croniter parses."""
+    croniter parses. ``read`` is how croniter spells ``fields``."""
     for index, field in enumerate(fields):
-        problem = _field_problem(index, field)
+        problem = _field_problem(index, field, read[index])
         if problem is not None:
             return problem
     reason = (str(error) or type(error).__name__) if error is not None else "croniter rejects it"
     return f"{reason}; {_EXPECTED}"
 
 
-def _field_problem(index: int, field: str) -> str | None:
+def _field_problem(index: int, field: str, read: str) -> str | None:
     """What is wrong with field ``index`` on its own (the others wildcards),
     in the user's terms: ``minute field '61' is out of range 0-59``."""
     name, low, high, names = _FIELDS[index]
     probe = ["*"] * 5
-    probe[index] = field
+    probe[index] = read
     try:
         croniter.expand(" ".join(probe))
     except (CroniterError, ValueError, TypeError, KeyError, IndexError):
@@ -120,9 +120,11 @@ def parse_cron(expression: str) -> CronSpec:
 @lru_cache(maxsize=4096)
 def _parse_cron(expression: str) -> CronSpec:
     fields = expression.split()
-    if len(fields) == 1 and fields[0].lower() in _ALIASES:
-        alias = fields[0].lower()
-        raise _invalid(expression, f"write {_ALIASES[alias]!r} instead of {alias!r}")
+    alias = fields[0].lower() if len(fields) == 1 else None
+    if alias is not None and alias.startswith("@"):
+        if alias not in ALIASES:
+            raise _invalid(expression, f"unknown alias {fields[0]!r}; known: {', '.join(ALIASES)}")
+        return _spec(expression, alias, ALIASES[alias].split(), ALIASES[alias].split())
     if len(fields) != 5:
         # Six fields is most often a seconds field from another cron dialect.
         seconds = "; a seconds field is not supported" if len(fields) == 6 else ""
@@ -130,13 +132,33 @@ def _parse_cron(expression: str) -> CronSpec:
     normalised = " ".join(fields)
     if _RANDOM_OR_HASHED.search(normalised):
         raise _invalid(expression, "random (R) and hashed (H) fields are not supported")
+    return _spec(expression, normalised, fields, [*fields[:4], _croniter_weekdays(fields[4])])
+
+
+def _croniter_weekdays(field: str) -> str:
+    """The day-of-week field as croniter spells it: Quartz's ``5L`` (the last
+    Friday of the month), which teams paste, is croniter's ``L5``."""
+    return _LAST_WEEKDAY.sub(lambda m: f"L{_weekday_number(m.group(1))}", field)
+
+
+_LAST_WEEKDAY = re.compile(r"(?<![\w#])([0-7]|sun|mon|tue|wed|thu|fri|sat)L(?![\w#])", re.I)
+_WEEKDAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+def _weekday_number(token: str) -> int:
+    return int(token) if token.isdigit() else _WEEKDAY_NAMES.index(token.lower())
+
+
+def _spec(expression: str, normalised: str, fields: list[str], read: list[str]) -> CronSpec:
+    """The spec of ``expression`` (kept as ``normalised``), whose fields as
+    written are ``fields`` and as croniter reads them ``read``."""
     try:
-        valid = croniter.is_valid(normalised)
-        expanded, _nth = croniter.expand(normalised)
+        valid = croniter.is_valid(" ".join(read))
+        expanded, _nth = croniter.expand(" ".join(read))
     except (CroniterError, ValueError, TypeError, KeyError, IndexError) as exc:
-        raise _invalid(expression, _diagnose(fields, exc)) from exc
+        raise _invalid(expression, _diagnose(fields, read, exc)) from exc
     if not valid:
-        raise _invalid(expression, _diagnose(fields, None))
+        raise _invalid(expression, _diagnose(fields, read, None))
 
     minutes = range(60) if expanded[0] == ["*"] else sorted(int(m) for m in expanded[0])
     hours = range(24) if expanded[1] == ["*"] else sorted(int(h) for h in expanded[1])
@@ -148,7 +170,7 @@ def _parse_cron(expression: str) -> CronSpec:
         minutes_of_day=tuple(h * 60 + m for h in hours for m in minutes),
         minutes_by_hour=tuple((h, tuple(h * 60 + m for m in minutes)) for h in hours),
         real_time=real_time,
-        day_expression=f"0 0 {fields[2]} {fields[3]} {fields[4]}",
+        day_expression=f"0 0 {read[2]} {read[3]} {read[4]}",
     )
     if next(days_from(spec, date(2000, 1, 1)), None) is None:
         raise _invalid(

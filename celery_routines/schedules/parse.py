@@ -8,6 +8,7 @@ from a ``routines`` row.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -19,16 +20,20 @@ from croniter import croniter
 from celery_routines.errors import ScheduleError
 from celery_routines.schedules.base import Schedule
 from celery_routines.schedules.bounds import bounded
+from celery_routines.schedules.calendar import calendar, parse_shift
 from celery_routines.schedules.cron import CronSchedule
+from celery_routines.schedules.exclusions import Exclusions, exclusion_entries
 from celery_routines.schedules.interval import IntervalSchedule
 from celery_routines.schedules.oneoff import OneOffSchedule
 from celery_routines.schedules.rrule import RRuleSchedule, looks_like_rrule
 from celery_routines.schedules.solar import SolarSchedule
+from celery_routines.schedules.union import EpochGridSchedule, UnionSchedule, spec_list
 
 __all__ = [
     "check_one_kind",
     "crontab_to_cron",
     "parse_schedule",
+    "parse_specs",
     "schedule_from_columns",
     "schedule_of",
 ]
@@ -81,13 +86,19 @@ def schedule_from_columns(
     starts_at: datetime | None = None,
     ends_at: datetime | None = None,
     rrule: str | None = None,
+    schedules: Any = None,
+    exclude: Any = None,
+    shift: str | None = None,
 ) -> Schedule:
     """The schedule of a stored row; exactly one of ``cron``,
-    ``interval_seconds``, ``at`` and ``solar`` is set, and ``starts_at`` /
-    ``ends_at`` bound any of them."""
-    check_one_kind(cron, interval_seconds, at, solar, rrule)
+    ``interval_seconds``, ``at``, ``solar``, ``rrule`` and ``schedules`` is
+    set; ``exclude`` and ``shift`` apply to its windows (issue 34), and
+    ``starts_at`` / ``ends_at`` bound any of them."""
+    check_one_kind(cron, interval_seconds, at, solar, rrule, schedules)
     base: Schedule
-    if cron is not None:
+    if schedules is not None:
+        base = UnionSchedule(tuple(_union_member(spec, timezone) for spec in spec_list(schedules)))
+    elif cron is not None:
         base = CronSchedule(cron, timezone)
     elif interval_seconds is not None:
         base = IntervalSchedule(interval_seconds)
@@ -98,7 +109,49 @@ def schedule_from_columns(
     else:
         assert solar is not None  # narrowed by the check above
         base = SolarSchedule.from_spec(solar)
+    if exclude is not None or shift is not None:
+        entries = exclusion_entries(exclude)
+        base = calendar(
+            base, Exclusions(entries) if entries else None, parse_shift(shift), timezone
+        )
     return bounded(base, starts_at, ends_at)
+
+
+def parse_specs(value: Any, timezone: str) -> list[str | float]:
+    """``schedule=[...]`` as the ``schedules`` column stores it: each spec
+    validated and written as text (a cron expression, an rrule) or seconds."""
+    specs: list[str | float] = []
+    for item in value if isinstance(value, list | tuple) else spec_list(value):
+        parsed = parse_schedule(item, timezone)
+        if isinstance(parsed, CronSchedule):
+            if parsed.timezone != timezone:
+                raise ScheduleError(
+                    f"a crontab with its own zone ({parsed.timezone}) cannot be part of a list: "
+                    "every spec of a routine is read in the routine's timezone"
+                )
+            specs.append(parsed.expression)
+        elif isinstance(parsed, IntervalSchedule):
+            specs.append(parsed.seconds)
+        elif isinstance(parsed, RRuleSchedule):
+            specs.append(parsed.rule)
+        else:
+            raise ScheduleError(
+                f"a list of schedules takes crons, intervals and rrules; got {parsed.describe()}"
+            )
+    UnionSchedule(tuple(_union_member(spec, timezone) for spec in specs))  # the count
+    if len(set(specs)) != len(specs):
+        raise ScheduleError(f"a list of schedules names the same spec twice: {specs!r}")
+    return specs
+
+
+def _union_member(spec: Any, timezone: str) -> Schedule:
+    if isinstance(spec, str):
+        return (
+            RRuleSchedule(spec, timezone)
+            if looks_like_rrule(spec)
+            else CronSchedule(spec, timezone)
+        )
+    return EpochGridSchedule(IntervalSchedule(spec))
 
 
 def check_one_kind(
@@ -107,6 +160,7 @@ def check_one_kind(
     at: datetime | None,
     solar: str | None,
     rrule: str | None = None,
+    schedules: Any = None,
 ) -> None:
     """Exactly one schedule kind is set; the same words for a declaration and a row."""
     kinds = {
@@ -115,6 +169,7 @@ def check_one_kind(
         "at": at,
         "solar": solar,
         "rrule": rrule,
+        "schedules": schedules,
     }
     given = {name: value for name, value in kinds.items() if value is not None}
     if len(given) != 1:
@@ -123,7 +178,8 @@ def check_one_kind(
             for name, value in given.items()
         )
         raise ScheduleError(
-            f"set exactly one of cron, interval_seconds, at, solar or rrule (got {shown or 'none'})"
+            "set exactly one of cron, interval_seconds, at, solar, rrule or schedules "
+            f"(got {shown or 'none'})"
         )
 
 
@@ -141,6 +197,12 @@ def schedule_of(row: Any, timezone: str) -> Schedule:
     ends_at = getattr(row, "ends_at", None)
     solar = getattr(row, "solar", None)
     rrule = getattr(row, "rrule", None)
+    # issue 34: a Routine holds tuples, a row the stored text
+    calendar_columns: dict[str, Any] = {
+        "schedules": _column_text(getattr(row, "schedules", None)),
+        "exclude": _column_text(getattr(row, "exclude", None)),
+        "shift": getattr(row, "shift", None),
+    }
     cron, interval = row.cron, row.interval_seconds
     if at is not None or starts_at is not None or ends_at is not None:
         return schedule_from_columns(
@@ -152,15 +214,25 @@ def schedule_of(row: Any, timezone: str) -> Schedule:
             starts_at=starts_at,
             ends_at=ends_at,
             rrule=rrule,
+            **calendar_columns,
         )
-    key = (cron, interval, type(interval), timezone, solar, rrule)
+    key = (cron, interval, type(interval), timezone, solar, rrule, *calendar_columns.values())
     found = _shared_schedules.get(key)
     if found is None:
-        found = schedule_from_columns(cron, interval, timezone, solar=solar, rrule=rrule)
+        found = schedule_from_columns(
+            cron, interval, timezone, solar=solar, rrule=rrule, **calendar_columns
+        )
         if len(_shared_schedules) >= SHARED_SCHEDULES_SIZE:
             _shared_schedules.clear()
         _shared_schedules[key] = found
     return found
+
+
+def _column_text(value: Any) -> str | None:
+    """A list option (``schedules``, ``exclude``) as its column's JSON text."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(list(value)) if value else None
 
 
 def _unsupported(value: object) -> ScheduleError:

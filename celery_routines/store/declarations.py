@@ -36,6 +36,9 @@ SCHEDULE_COLUMNS = (
     "starts_at",
     "ends_at",
     "jitter_seconds",
+    "schedules",
+    "exclude",
+    "shift",
 )
 
 

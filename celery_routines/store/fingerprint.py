@@ -1,7 +1,7 @@
 """The schedule fingerprint: what ``next_run_at`` was computed from.
 
 ``cron | interval_seconds | timezone | at | solar | rrule | starts_at |
-ends_at | jitter_seconds | on/off``, spelled by the database
+ends_at | jitter_seconds [| schedules | exclude | shift] | on/off``, spelled by the database
 itself from the row's own columns, both when it is stored (adoption, a
 recomputation) and when it is compared: a float or a NULL reads the same on
 both sides whatever the dialect, so a row edited by plain SQL is told apart
@@ -47,9 +47,20 @@ def current_fingerprint() -> ColumnElement[str]:
         + text(cast(c.ends_at, String))
         + sep
         + text(cast(c.jitter_seconds, String))
+        + calendar_part(sep, text)
         + sep
         + case((c.enabled, literal("on", String)), else_=literal("off", String))
     )
+
+
+def calendar_part(sep: Any, text: Any) -> ColumnElement[str]:
+    """The calendar columns of issue 34, spelled only when one is set: a row
+    without them keeps the fingerprint it was stored with before they existed
+    (no routine is rescheduled by the upgrade). NULLIF, not a CASE on IS NOT
+    NULL: SQLite 3.4x evaluated that CASE as true for NULL columns inside
+    UPDATE ... RETURNING (the claim), seen as every routine "changed"."""
+    spelled = sep + text(c.schedules) + sep + text(c.exclude) + sep + text(c.shift)
+    return func.coalesce(func.nullif(spelled, literal("|||", String)), literal("", String))
 
 
 def schedule_changed() -> ColumnElement[bool]:

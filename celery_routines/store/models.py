@@ -96,6 +96,12 @@ ROUTINES = Table(
     Column("starts_at", UTCDateTime, nullable=True),
     Column("ends_at", UTCDateTime, nullable=True),
     Column("jitter_seconds", Integer, nullable=True),
+    # Calendars (issue 34): several specs (a JSON list of crons, rrules and
+    # interval seconds), exclusions (a JSON list, or entries separated by ';'),
+    # and "next_business_day" / "previous_business_day".
+    Column("schedules", Text, nullable=True),
+    Column("exclude", Text, nullable=True),
+    Column("shift", String(32), nullable=True),
     # The due-query walks this index from the oldest due row: a range scan
     # whose cost grows with what is due, not with what is stored.
     partial_index("ix_routines_due", "next_run_at", where="enabled AND NOT paused"),

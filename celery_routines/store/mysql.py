@@ -73,7 +73,9 @@ ADOPT = text(
     " coalesce(CAST(r.at AS CHAR), ''), '|', coalesce(r.solar, ''), '|',"
     " coalesce(r.rrule, ''), '|',"
     " coalesce(CAST(r.starts_at AS CHAR), ''), '|', coalesce(CAST(r.ends_at AS CHAR), ''), '|',"
-    " coalesce(CAST(r.jitter_seconds AS CHAR), ''), '|',"
+    " coalesce(CAST(r.jitter_seconds AS CHAR), ''),"
+    " coalesce(nullif(concat('|', coalesce(r.schedules, ''), '|', coalesce(r.exclude, ''),"
+    " '|', coalesce(r.shift, '')), '|||'), ''), '|',"
     " CASE WHEN r.enabled THEN 'on' ELSE 'off' END)"
     " WHERE r.next_run_at IS NULL"
 )

@@ -48,6 +48,10 @@ class RoutineRecord:
     starts_at: datetime | None = None
     ends_at: datetime | None = None
     jitter_seconds: int | None = None
+    # Calendars (issue 34): a JSON list of specs, a JSON list of exclusions, a shift.
+    schedules: str | None = None
+    exclude: str | None = None
+    shift: str | None = None
 
 
 ROUTINE_RECORD_FIELDS = tuple(RoutineRecord.__dataclass_fields__)

@@ -498,3 +498,68 @@ def test_show_prints_fields_in_words_with_one_indentation_and_the_effective_zone
     assert "  args:                none" in text.splitlines()
     assert "  kwargs:              {'dry_run': True, 'region': None}" in text.splitlines()
     assert "  ceiling:             5 fires per week" in text.splitlines()
+
+
+def test_preview_checks_a_calendar_before_it_is_saved() -> None:
+    """The two examples of issue 34, to the day."""
+    runner = CliRunner()
+
+    def dates(*args: str) -> list[str]:
+        windows = json.loads(ok(runner.invoke(routines, ["preview", *args, "--json"])))
+        return [w["local"][:10] for w in windows]
+
+    assert dates(
+        "0 9 * * 1-5",
+        "--tz",
+        "Europe/Rome",
+        "--from",
+        "2026-12-21",
+        "-n",
+        "6",
+        "--exclude",
+        "holidays:IT",
+    ) == ["2026-12-21", "2026-12-22", "2026-12-23", "2026-12-24", "2026-12-28", "2026-12-29"]
+    payroll = [
+        "0 9 25 * *",
+        "--tz",
+        "Europe/Rome",
+        "--from",
+        "2026-04-01",
+        "-n",
+        "3",
+        "--exclude",
+        "holidays:IT",
+        "--shift",
+        "previous_business_day",
+    ]
+    assert dates(*payroll) == ["2026-04-24", "2026-05-25", "2026-06-25"]
+    text = ok(runner.invoke(routines, ["preview", *payroll]))
+    assert "2026-04-24 09:00:00 CEST  (moved from Sat 2026-04-25, Liberation Day)" in text
+    # Repeatable, and every kind of entry at once.
+    assert dates(
+        "0 9 * * *",
+        "--tz",
+        "Europe/Rome",
+        "--from",
+        "2026-12-22",
+        "-n",
+        "3",
+        "--exclude",
+        "2026-12-23",
+        "--exclude",
+        "2026-12-25..2026-12-27",
+        "--exclude",
+        "* * 28 12 *",
+    ) == ["2026-12-22", "2026-12-24", "2026-12-29"]
+    fails_with(
+        runner.invoke(routines, ["preview", "0 9 * * *", "--exclude", "holidays:XX"]),
+        "exclude 'holidays:XX': Country XX not available",
+    )
+    fails_with(
+        runner.invoke(routines, ["preview", "0 9 * * *", "--exclude", "2026-13-01"]),
+        "exclude entry '2026-13-01'",
+    )
+    fails_with(
+        runner.invoke(routines, ["preview", "0 9 * * *", "--shift", "sideways"]),
+        "shift must be 'next_business_day' or 'previous_business_day' (or unset), got 'sideways'",
+    )

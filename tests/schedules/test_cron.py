@@ -41,7 +41,10 @@ def test_out_of_range_field_names_value_and_fix() -> None:
         ("*/0 * * * *", "minute field '*/0' has a step of 0, which never advances"),
         ("x * * * *", "minute field 'x' is not valid: write numbers 0-59"),
         ("0 0 * foo *", "month field 'foo' is not valid: write numbers 1-12 or jan-dec"),
-        ("0 0 * * 5L", "day-of-week field '5L' is not valid: write numbers 0-7 or sun-sat"),
+        ("0 0 * * 8L", "day-of-week field '8L' is not valid: write numbers 0-7 or sun-sat"),
+        ("0 0 LW * *", "day-of-month field 'LW' is not valid: write numbers 1-31, L, nW"),
+        ("0 0 * * 1#6", "day-of-week field '1#6' is not valid"),
+        ("0 0 * * 1-5L", "day-of-week field '1-5L' is not valid"),
     ],
 )
 def test_each_field_is_named_with_its_value_and_range(expression: str, problem: str) -> None:
@@ -67,8 +70,7 @@ def test_the_wrong_number_of_fields_says_which_five(expression: str, count: int)
 @pytest.mark.parametrize(
     ("expression", "problem"),
     [
-        ("@daily", "write '0 0 * * *' instead of '@daily'"),
-        ("@hourly", "write '0 * * * *' instead of '@hourly'"),
+        ("@dayly", "unknown alias '@dayly'; known: @yearly, @annually, @monthly"),
         ("R 0 * * *", "random (R) and hashed (H) fields are not supported"),
         ("H 0 * * *", "random (R) and hashed (H) fields are not supported"),
         ("0 0 30 2 *", "it never fires"),
@@ -101,6 +103,47 @@ def test_unknown_zone() -> None:
 )
 def test_croniter_extensions_are_accepted(expression: str) -> None:
     CronSchedule(expression, "UTC").next_after(utc(2026, 1, 1))
+
+
+@pytest.mark.parametrize(
+    ("alias", "fields"),
+    [
+        ("@yearly", "0 0 1 1 *"),
+        ("@annually", "0 0 1 1 *"),
+        ("@monthly", "0 0 1 * *"),
+        ("@weekly", "0 0 * * 0"),
+        ("@daily", "0 0 * * *"),
+        ("@midnight", "0 0 * * *"),
+        ("@hourly", "0 * * * *"),
+        (" @Daily ", "0 0 * * *"),
+    ],
+)
+def test_aliases_fire_as_their_fields_and_keep_their_spelling(alias: str, fields: str) -> None:
+    schedule = CronSchedule(alias, "Europe/Rome")
+    assert schedule.expression == alias.strip().lower()
+    after, until = utc(2026, 1, 1), utc(2028, 1, 1, 0, 0)
+    if alias.strip() == "@hourly":
+        until = utc(2026, 4, 1)  # through Rome's spring gap
+    assert list(schedule.windows(after, until)) == list(
+        CronSchedule(fields, "Europe/Rome").windows(after, until)
+    )
+
+
+@pytest.mark.parametrize(
+    ("expression", "first_dates"),
+    [
+        # The last Friday of each month (Quartz's 5L, croniter's L5), by name too.
+        ("0 9 * * 5L", ["2026-01-30", "2026-02-27", "2026-03-27"]),
+        ("0 9 * * friL", ["2026-01-30", "2026-02-27", "2026-03-27"]),
+        ("0 9 * * 0L", ["2026-01-25", "2026-02-22", "2026-03-29"]),
+        ("0 9 * * 7L", ["2026-01-25", "2026-02-22", "2026-03-29"]),
+        # A list mixing the forms: the first Monday or the last Friday.
+        ("0 9 * * 1#1,5L", ["2026-01-05", "2026-01-30", "2026-02-02"]),
+    ],
+)
+def test_last_weekday_of_the_month(expression: str, first_dates: list[str]) -> None:
+    windows = CronSchedule(expression, "UTC").windows(utc(2026, 1, 1), utc(2026, 4, 1))
+    assert [w.date().isoformat() for w in windows][:3] == first_dates
 
 
 def test_whitespace_is_normalised_and_equality_uses_the_text() -> None:

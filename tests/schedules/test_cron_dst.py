@@ -350,6 +350,160 @@ CASES = [
     ),
 ]
 
+# L, W, # and the @ aliases obey the same rules (issue 34): croniter only picks
+# the calendar dates; the wall times of those dates go through cron.py.
+# Asia/Jerusalem springs forward on a Friday (2026-03-27 02:00 -> 03:00, +2 ->
+# +3 at 00:00Z) and Africa/Cairo on a Friday (2026-04-24 00:00 -> 01:00 at
+# 04-23 22:00Z) and back on a Thursday (2026-10-29 24:00 +3 -> 23:00 +2 at
+# 21:00Z), so a W day can land on a transition. 2027: Rome 03-28 / 10-31, New
+# York 03-14 / 11-07, Lord_Howe 04-04 / 10-03, Santiago 04-03 (Sat 24:00 ->
+# 23:00) / 09-05.
+CALENDAR_CASES = [
+    (
+        "rome_last_sunday_0L_spring_gap_slides",
+        "30 2 * * 0L",
+        "Europe/Rome",
+        "2026-03-01 00:00",
+        "2026-04-30 00:00",
+        # 03-29 (the gap: 03:30 CEST), 04-26 02:30 CEST
+        ["2026-03-29 01:30", "2026-04-26 00:30"],
+    ),
+    (
+        "rome_last_sunday_0L_autumn_fires_once",
+        "30 2 * * 0L",
+        "Europe/Rome",
+        "2026-10-01 00:00",
+        "2026-11-30 00:00",
+        # 10-25 first 02:30 (CEST) only; 11-29 02:30 CET
+        ["2026-10-25 00:30", "2026-11-29 01:30"],
+    ),
+    (
+        "rome_last_sunday_7L_wildcard_hour_keeps_real_cadence",
+        "0 * * * 7L",
+        "Europe/Rome",
+        "2026-10-24 23:30",
+        "2026-10-25 02:00",
+        # 02:00 CEST, 02:00 CET, 03:00 CET
+        ["2026-10-25 00:00", "2026-10-25 01:00", "2026-10-25 02:00"],
+    ),
+    (
+        "rome_fifth_sunday_hash_spring_gap",
+        "30 2 * * 0#5",
+        "Europe/Rome",
+        "2026-03-01 00:00",
+        "2026-06-01 00:00",
+        # March 29 is the 5th Sunday (the gap); April has none; May 31 CEST
+        ["2026-03-29 01:30", "2026-05-31 00:30"],
+    ),
+    (
+        "rome_2027_last_day_L_is_the_autumn_sunday",
+        "30 2 L * *",
+        "Europe/Rome",
+        "2027-10-01 00:00",
+        "2027-11-30 12:00",
+        # 10-31 first 02:30 (CEST); 11-30 02:30 CET
+        ["2027-10-31 00:30", "2027-11-30 01:30"],
+    ),
+    (
+        "new_york_first_sunday_hash_autumn_once",
+        "30 1 * * 0#1",
+        "America/New_York",
+        "2026-10-01 00:00",
+        "2026-12-31 00:00",
+        # 10-04 01:30 EDT; 11-01 first 01:30 (EDT); 12-06 01:30 EST
+        ["2026-10-04 05:30", "2026-11-01 05:30", "2026-12-06 06:30"],
+    ),
+    (
+        "new_york_2027_second_sunday_hash_spring_gap",
+        "30 2 * * 0#2",
+        "America/New_York",
+        "2027-03-01 00:00",
+        "2027-04-30 00:00",
+        # 03-14 02:30 does not exist -> EST offset -> 03:30 EDT; 04-11 02:30 EDT
+        ["2027-03-14 07:30", "2027-04-11 06:30"],
+    ),
+    (
+        "jerusalem_W_friday_spring_gap",
+        "30 2 27W 3 *",
+        "Asia/Jerusalem",
+        "2026-03-01 00:00",
+        "2026-03-31 00:00",
+        # 27 is a Friday (itself); 02:30 does not exist -> +2 -> 03:30 +3
+        ["2026-03-27 00:30"],
+    ),
+    (
+        "cairo_W_friday_midnight_gap",
+        "30 0 24W 4 *",
+        "Africa/Cairo",
+        "2026-04-01 00:00",
+        "2026-05-01 00:00",
+        # 24 is a Friday; 00:30 does not exist -> +2 -> 01:30 +3 (04-23 22:30Z)
+        ["2026-04-23 22:30"],
+    ),
+    (
+        "cairo_W_thursday_repeated_2330_once",
+        "30 23 29W 10 *",
+        "Africa/Cairo",
+        "2026-10-01 00:00",
+        "2026-11-01 00:00",
+        # 29 is a Thursday; first 23:30 (+3) only
+        ["2026-10-29 20:30"],
+    ),
+    (
+        "cairo_W_thursday_wildcard_hour_twice",
+        "30 * 29W 10 *",
+        "Africa/Cairo",
+        "2026-10-29 19:45",
+        "2026-10-29 23:45",
+        # 23:30 +3, 23:30 +2; 10-30 is not the W day
+        ["2026-10-29 20:30", "2026-10-29 21:30"],
+    ),
+    (
+        "lord_howe_2027_first_sunday_hash_30_min_gap",
+        "15 2 * * 0#1",
+        "Australia/Lord_Howe",
+        "2027-09-01 00:00",
+        "2027-11-30 00:00",
+        # 09-05 02:15 +10:30; 10-03 02:15 does not exist -> 02:45 +11; 11-07 02:15 +11
+        ["2027-09-04 15:45", "2027-10-02 15:45", "2027-11-06 15:15"],
+    ),
+    (
+        "santiago_2027_first_saturday_hash_repeated_2330",
+        "30 23 * * 6#1",
+        "America/Santiago",
+        "2027-03-01 00:00",
+        "2027-05-31 00:00",
+        # 03-06 23:30 -03; 04-03 first 23:30 (-03); 05-01 23:30 -04
+        ["2027-03-07 02:30", "2027-04-04 02:30", "2027-05-02 03:30"],
+    ),
+    (
+        "santiago_daily_alias_midnight_gap",
+        "@daily",
+        "America/Santiago",
+        "2026-09-04 00:00",
+        "2026-09-08 00:00",
+        ["2026-09-04 04:00", "2026-09-05 04:00", "2026-09-06 04:00", "2026-09-07 03:00"],
+    ),
+    (
+        "rome_hourly_alias_autumn_real_cadence",
+        "@hourly",
+        "Europe/Rome",
+        "2026-10-24 23:30",
+        "2026-10-25 02:00",
+        ["2026-10-25 00:00", "2026-10-25 01:00", "2026-10-25 02:00"],
+    ),
+    (
+        "kolkata_last_day_L",
+        "0 9 L * *",
+        "Asia/Kolkata",
+        "2026-01-15 00:00",
+        "2026-04-15 00:00",
+        # +05:30 all year
+        ["2026-01-31 03:30", "2026-02-28 03:30", "2026-03-31 03:30"],
+    ),
+]
+CASES += CALENDAR_CASES
+
 
 @pytest.mark.parametrize(
     ("expression", "zone", "after", "until", "expected"),

@@ -8,6 +8,7 @@ under test.
 
 from __future__ import annotations
 
+import calendar
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -52,9 +53,52 @@ class Cron:
     weekdays: tuple[int, ...] | None  # cron numbering, Sunday = 0; None = every day
     text: str
     real_time: bool  # the hour field is a wildcard or a step
+    day_token: str | None = None  # L, nW (day of month), wL, w#k (day of week)
 
     def day_matches(self, day: date) -> bool:
+        if self.day_token is not None:
+            return day_token_matches(self.day_token, day)
         return self.weekdays is None or day.isoweekday() % 7 in self.weekdays
+
+
+def day_token_matches(token: str, day: date) -> bool:
+    """Whether ``day`` matches one of cron's calendar tokens, from the calendar
+    alone: ``L`` the last day of the month, ``nW`` the weekday nearest the
+    n-th (never in another month; n past the month's end reads as its last
+    day), ``wL`` the last weekday w of the month, ``w#k`` the k-th weekday w."""
+    last = calendar.monthrange(day.year, day.month)[1]
+    weekday = day.isoweekday() % 7  # cron numbering, Sunday = 0
+    if token == "L":
+        return day.day == last
+    if token.endswith("W"):
+        target = date(day.year, day.month, min(int(token[:-1]), last))
+        if target.weekday() == 5:  # Saturday: the Friday, or Monday at the 1st
+            target += timedelta(days=-1 if target.day > 1 else 2)
+        elif target.weekday() == 6:  # Sunday: the Monday, or Friday at the end
+            target += timedelta(days=1 if target.day < last else -2)
+        return day == target
+    if token.endswith("L"):
+        return weekday == int(token[:-1]) % 7 and day.day + 7 > last
+    wanted, nth = token.split("#")
+    return weekday == int(wanted) % 7 and (day.day - 1) // 7 + 1 == int(nth)
+
+
+day_tokens = st.one_of(
+    st.just("L"),
+    st.integers(1, 31).map(lambda n: f"{n}W"),
+    st.integers(0, 7).map(lambda w: f"{w}L"),
+    st.tuples(st.integers(0, 7), st.integers(1, 5)).map(lambda wk: f"{wk[0]}#{wk[1]}"),
+)
+
+
+@st.composite
+def calendar_token_crons(draw: st.DrawFn) -> Cron:
+    """A fixed-hour or real-time cron whose days are an L/W/# token."""
+    base = draw(st.one_of(fixed_hour_crons(), real_time_crons()))
+    token = draw(day_tokens)
+    minute, hour = base.text.split()[:2]
+    days = f"{token} * *" if token == "L" or token.endswith("W") else f"* * {token}"
+    return Cron(base.minutes, base.hours, None, f"{minute} {hour} {days}", base.real_time, token)
 
 
 def _list(values: list[int]) -> str:
@@ -97,7 +141,7 @@ def real_time_crons(draw: st.DrawFn) -> Cron:
     )
 
 
-any_crons = st.one_of(fixed_hour_crons(), real_time_crons())
+any_crons = st.one_of(fixed_hour_crons(), real_time_crons(), calendar_token_crons())
 zones = st.one_of(st.sampled_from(FOCUS_ZONES), st.sampled_from(ALL_ZONES))
 
 
@@ -126,6 +170,8 @@ def starts(draw: st.DrawFn, zone_name: str) -> datetime:
 
 # -- oracle -------------------------------------------------------------------
 
+_HOURS_6 = timedelta(hours=6)
+
 
 def expected_windows(
     cron: Cron, zone_name: str, after: datetime, until: datetime
@@ -134,19 +180,28 @@ def expected_windows(
     zone = ZoneInfo(zone_name)
     found: set[datetime] = set()
     if cron.real_time:
-        # Real-time cadence: every real minute whose local wall clock matches.
-        instant = after.replace(second=0, microsecond=0)
-        while instant <= until:
-            local = instant.astimezone(zone)
-            if (
-                instant > after
-                and local.second == 0
-                and local.minute in cron.minutes
-                and local.hour in cron.hours
-                and cron.day_matches(local.date())
-            ):
-                found.add(instant)
-            instant += timedelta(minutes=1)
+        # Real-time cadence: every real minute whose local wall clock matches,
+        # walked only around the local dates that match (a local date lasts
+        # at most 26 hours, wherever its midnight falls).
+        day = after.astimezone(zone).date() - timedelta(days=1)
+        last = until.astimezone(zone).date() + timedelta(days=1)
+        while day <= last:
+            if cron.day_matches(day):
+                midnight = datetime.combine(day, time()).replace(tzinfo=zone).astimezone(UTC)
+                instant = max(after.replace(second=0, microsecond=0), midnight - _HOURS_6)
+                end = min(until, midnight + timedelta(hours=30))
+                while instant <= end:
+                    local = instant.astimezone(zone)
+                    if (
+                        instant > after
+                        and local.date() == day
+                        and local.second == 0
+                        and local.minute in cron.minutes
+                        and local.hour in cron.hours
+                    ):
+                        found.add(instant)
+                    instant += timedelta(minutes=1)
+            day += timedelta(days=1)
     else:
         # Fixed hours: every matching wall time at fold=0 (gap: shifted by the
         # gap; repeated: first occurrence); instants shared by two wall times once.
@@ -174,6 +229,49 @@ def test_windows_match_the_contract_rules(
 ) -> None:
     after = data.draw(starts(zone))
     until = after + timedelta(hours=hours)
+    schedule = CronSchedule(cron.text, zone)
+    assert list(schedule.windows(after, until)) == expected_windows(cron, zone, after, until)
+
+
+# The zones and years issue 34 names for the calendar forms.
+CALENDAR_ZONES = [
+    "Europe/Rome",
+    "America/New_York",
+    "Australia/Lord_Howe",
+    "America/Santiago",
+    "Asia/Kolkata",
+    "Asia/Jerusalem",  # springs forward on a Friday: W days land on it
+    "Africa/Cairo",  # changes on a Friday and a Thursday
+]
+
+
+@st.composite
+def transition_starts(draw: st.DrawFn, zone_name: str) -> datetime:
+    """A UTC instant in 2026-2027, often a few days before an offset change."""
+    start = draw(
+        st.datetimes(min_value=datetime(2026, 1, 1), max_value=datetime(2027, 12, 1))
+    ).replace(tzinfo=UTC)
+    if draw(st.booleans()):
+        change = _next_offset_change(ZoneInfo(zone_name), start)
+        if change is not None:
+            start = change - timedelta(minutes=draw(st.integers(0, 40 * 24 * 60)))
+    return start
+
+
+@SETTINGS
+@given(
+    data=st.data(),
+    cron=calendar_token_crons(),
+    zone=st.sampled_from(CALENDAR_ZONES),
+    days=st.integers(1, 70),
+)
+def test_L_W_hash_windows_match_the_contract_rules(
+    data: st.DataObject, cron: Cron, zone: str, days: int
+) -> None:
+    """L, nW, wL and w#k days, in the issue's zones around their 2026 and 2027
+    transitions: the same gap, repeated-hour and real-cadence rules."""
+    after = data.draw(transition_starts(zone))
+    until = after + timedelta(days=days)
     schedule = CronSchedule(cron.text, zone)
     assert list(schedule.windows(after, until)) == expected_windows(cron, zone, after, until)
 
