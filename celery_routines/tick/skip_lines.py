@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from celery_routines.policy.runs import QUEUE_RECHECK
-from celery_routines.policy.states import Overlap, Reason
+from celery_routines.policy.states import Reason
 from celery_routines.schedules.keys import window_key
 from celery_routines.store import NewRun
 from celery_routines.tick.decide import Decision, Verdict
@@ -24,11 +24,11 @@ def log_overlap(decision: Decision) -> None:
             _holding(decision),
             QUEUE_RECHECK.total_seconds(),
         )
-    queue = decision.claimed.routine.overlap == Overlap.QUEUE
-    if queue and decision.verdict == Verdict.FIRE and decision.planned > len(decision.sends) > 0:
+    if decision.waiting and decision.sends:
         logger.info(
-            "%s: sending the oldest queued window; the next waits for it",
+            "%s: sending the oldest of %d queued window(s); the next waits for it",
             decision.claimed.routine.name,
+            decision.waiting + 1,
         )
 
 
@@ -38,9 +38,16 @@ def _holding(decision: Decision) -> str:
 
 def skip_note(decision: Decision, run: NewRun) -> str | None:
     """Why a skip row was written, beyond its reason: the open run an
-    overlap skip waited on."""
+    overlap skip waited on, or the window of the same recovery that went out
+    instead (see ``policy.catch_up.one_at_a_time``)."""
     if run.reason == Reason.OVERLAP and decision.holding:
         return f"previous run still open: {_holding(decision)}"
+    if run.reason == Reason.OVERLAP and decision.sends:
+        sent = decision.sends[0].idempotency_key
+        return f"a recovery under overlap=skip sends only its oldest window, {sent}"
+    if run.reason == Reason.REPLACED and decision.sends:
+        sent = decision.sends[-1].idempotency_key
+        return f"a recovery under overlap=replace sends only its newest window, {sent}"
     return None
 
 
