@@ -22,7 +22,7 @@ from celery_routines.policy.states import CatchUp, Overlap, Reason
 from celery_routines.schedules.base import Schedule, count_windows, last_windows
 from celery_routines.schedules.zones import aware_utc
 
-__all__ = ["FirePlan", "SkippedWindows", "one_at_a_time", "plan_due"]
+__all__ = ["FirePlan", "SkippedWindows", "one_at_a_time", "plan_due", "this_tick"]
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,9 @@ class FirePlan:
     """The first window strictly after ``now``, on the chain of the due windows
     (an interval stays anchored on its previous windows): the new due time."""
     waiting: int = 0
-    """``overlap="queue"``: planned windows left due behind the one sent
-    (``next_run_at`` is then the oldest of them, not after now)."""
+    """Planned windows left due behind the ones sent, for the next ticks
+    (``next_run_at`` is then the oldest of them, not after now): behind the
+    one run of ``overlap="queue"``, or beyond :func:`this_tick`'s share."""
 
 
 def plan_due(
@@ -158,3 +159,17 @@ def one_at_a_time(plan: FirePlan, overlap: Overlap) -> FirePlan:
     # queue: the rest stays due; the routine is looked at again once the run
     # sent now has ended (the tick's queue rule holds it meanwhile).
     return replace(plan, send=send[:1], next_run_at=send[1], waiting=len(send) - 1)
+
+
+def this_tick(plan: FirePlan, most: int) -> FirePlan:
+    """At most ``most`` windows of one routine go out in one tick; the rest
+    stay due (``next_run_at`` is the oldest of them) and go out in the next
+    ticks, oldest first. A tick that published a whole large catch-up at once
+    would hold back every other routine's window due meanwhile until it ended;
+    the next tick claims those beside this routine's remaining windows."""
+    if len(plan.send) <= most:
+        return plan
+    send = plan.send
+    return replace(
+        plan, send=send[:most], next_run_at=send[most], waiting=plan.waiting + len(send) - most
+    )

@@ -28,7 +28,13 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from celery_routines.policy.catch_up import FirePlan, SkippedWindows, one_at_a_time, plan_due
+from celery_routines.policy.catch_up import (
+    FirePlan,
+    SkippedWindows,
+    one_at_a_time,
+    plan_due,
+    this_tick,
+)
 from celery_routines.policy.ceilings import (
     Suspension,
     decide_before_send,
@@ -160,7 +166,7 @@ class Decision:
     holding: tuple[OpenRun, ...] = ()
     """The open runs that held the windows back (skip, queue, replace)."""
     waiting: int = 0
-    """``overlap="queue"``: planned windows left due behind the one sent."""
+    """Planned windows left due for the next ticks (see ``FirePlan.waiting``)."""
     resent: RunRecord | None = None
     """A dead beat's row of the due window, taken over by :func:`take_over`."""
 
@@ -182,9 +188,10 @@ def _lost_deadline(now: datetime, offset: timedelta, run_timeout: float) -> date
 # -- 1. the plan ---------------------------------------------------------------------
 
 
-def plan(claimed: Claimed, now: datetime) -> FirePlan:
-    """The windows of a due routine. Raises ScheduleError for a schedule that
-    does not move forward (the routine is then marked invalid)."""
+def plan(claimed: Claimed, now: datetime, most_per_tick: int | None = None) -> FirePlan:
+    """The windows of a due routine, at most ``most_per_tick`` of them this
+    tick (``routines_catch_up_per_tick``). Raises ScheduleError for a
+    schedule that does not move forward (the routine is then marked invalid)."""
     record, routine = claimed.record, claimed.routine
     if record.suspended_until is not None and record.suspended_until > now:
         suspended = plan_suspended(claimed.schedule, claimed.due, record.suspended_until)
@@ -199,7 +206,7 @@ def plan(claimed: Claimed, now: datetime) -> FirePlan:
     # (frozen). The key holds the schedule by identity, checked on a hit (the
     # answer holds it, so its id cannot be reused meanwhile); only UTC
     # instants are looked up (see _window_key).
-    key = (id(schedule), due, at, *options)
+    key = (id(schedule), due, at, most_per_tick, *options)
     cacheable = due.tzinfo is UTC and at.tzinfo is UTC
     if cacheable:
         found = _plans.get(key)
@@ -217,6 +224,8 @@ def plan(claimed: Claimed, now: datetime) -> FirePlan:
     # the ceiling and the open runs are looked at: a ceiling counts only what
     # would go out.
     planned = one_at_a_time(planned, routine.overlap)
+    if most_per_tick is not None:
+        planned = this_tick(planned, most_per_tick)
     if cacheable:
         if len(_plans) >= SHARED_ANSWERS:
             _plans.clear()

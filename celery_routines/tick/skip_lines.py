@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from celery_routines.policy.runs import QUEUE_RECHECK
-from celery_routines.policy.states import Reason
+from celery_routines.policy.states import Overlap, Reason
 from celery_routines.schedules.keys import window_key
 from celery_routines.store import NewRun
 from celery_routines.tick.decide import Decision, Verdict
@@ -25,11 +25,21 @@ def log_overlap(decision: Decision) -> None:
             QUEUE_RECHECK.total_seconds(),
         )
     if decision.waiting and decision.sends:
-        logger.info(
-            "%s: sending the oldest of %d queued window(s); the next waits for it",
-            decision.claimed.routine.name,
-            decision.waiting + 1,
-        )
+        name, sends = decision.claimed.routine.name, len(decision.sends)
+        if decision.claimed.routine.overlap == Overlap.QUEUE:
+            logger.info(
+                "%s: sending the oldest of %d queued window(s); the next waits for it",
+                name,
+                decision.waiting + sends,
+            )
+        else:
+            logger.info(
+                "%s: sending %d of %d window(s) of its catch-up this tick "
+                "(routines_catch_up_per_tick); the rest go out in the next ticks",
+                name,
+                sends,
+                decision.waiting + sends,
+            )
 
 
 def _holding(decision: Decision) -> str:

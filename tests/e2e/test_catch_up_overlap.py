@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from celery_routines.clock import utc_now
 from celery_routines.store import Store
@@ -313,3 +313,97 @@ def test_the_measurement_counts_overlapping_bodies() -> None:
     assert most_at_once(found, "x", 10.0) == 2
     assert most_at_once(found[2:4], "x", 10.0) == 1
     assert most_at_once(found, "y", 10.0) == 1
+
+
+# -- one routine's recovery does not starve another's ---------------------------------
+
+BACKLOG = 8000  # one-second windows a routine replays (catch_up_cap raised to fit)
+ONE_TICK = 1.0  # seconds: beat ticks at least this often (--max-interval 1)
+
+
+def send_times(store: Store, name: str) -> list[tuple[datetime, datetime, datetime | None]]:
+    """(window, created_at, sent) of the routine's sent runs, naive UTC; sent
+    is ``sent_at``, or the worker's ``started_at`` when the worker took the
+    run before beat marked it sent (later than the send: an upper bound)."""
+    runs, routines = RoutineRun.__table__, Routine.__table__
+    query = (
+        select(
+            runs.c.scheduled_for,
+            runs.c.created_at,
+            func.coalesce(runs.c.sent_at, runs.c.started_at).label("sent"),
+        )
+        .join(routines, routines.c.id == runs.c.routine_id)
+        .where(routines.c.name == name, runs.c.state != "skipped")
+        .order_by(runs.c.scheduled_for)
+    )
+    with store.engine.connect() as conn:
+        return [
+            (naive(w), naive(created), sent and naive(sent))
+            for w, created, sent in conn.execute(query)
+        ]
+
+
+def test_a_routine_due_during_anothers_large_recovery_is_sent_within_one_tick(
+    database: tuple[str, Store],
+    redis_url: str,
+    tmp_path: Path,
+    processes: list[CeleryProcess],
+) -> None:
+    """``backlog`` replays 8,000 windows (overlap="overlap", its cap raised);
+    ``live`` falls due every second meanwhile. With routines_catch_up_per_tick
+    (100) the backlog goes out over some 80 ticks and each of live's windows in
+    the tick after it falls due; sent in one tick, the backlog held live's
+    windows back for the seconds that tick took."""
+    store_url, store = database
+    back = utc_now().replace(microsecond=0)
+    body_log = tmp_path / "bodies.log"
+    insert_routine(
+        store,
+        "backlog",
+        task="e2e_app.sql_inserted",
+        interval_seconds=1,
+        overlap="overlap",
+        catch_up_cap=BACKLOG,
+        # Its messages wait on a queue no worker reads: only beat's side is measured.
+        options=json.dumps({"queue": f"unread-{uuid.uuid4().hex[:8]}"}),
+        next_run_at=naive(back - timedelta(seconds=BACKLOG - 1)),
+    )
+    insert_routine(
+        store,
+        "live",
+        task="e2e_app.timed",
+        interval_seconds=1,
+        # Every window of live gets a run (none is skipped), so each one's wait shows.
+        overlap="overlap",
+        kwargs=json.dumps({"path": str(body_log), "label": "live", "seconds": 0.1}),
+        next_run_at=naive(back + timedelta(seconds=2)),
+    )
+    env = environment(redis_url, store_url, E2E_QUEUE=f"live-{uuid.uuid4().hex[:8]}")
+    worker = start_worker(env, tmp_path, concurrency=1)
+    processes.append(worker)
+    wait_until(lambda: "ready" in worker.output(), 60, "the worker to start", [worker])
+    beat = start_beat(env, tmp_path)
+    processes.append(beat)
+
+    def recovered() -> bool:
+        backlog = send_times(store, "backlog")
+        return len(backlog) >= BACKLOG and all(sent for _, _, sent in backlog)
+
+    wait_until(recovered, 120, "the backlog to go out", [worker, beat])
+    beat.stop()
+    backlog = send_times(store, "backlog")
+    began = min(created for _, created, _ in backlog)
+    ended = max(sent for _, _, sent in backlog if sent)
+    ticks = len({created for _, created, _ in backlog})
+    during = [(w, sent) for w, _, sent in send_times(store, "live") if began <= w <= ended]
+    lags = [(sent - w).total_seconds() if sent else float("inf") for w, sent in during]
+    summary = (
+        f"backlog over {ticks} tick(s) in {(ended - began).total_seconds():.1f} s; "
+        f"live's windows meanwhile waited {[round(lag, 2) for lag in lags]} s"
+    )
+    assert len(during) >= 3, summary  # the recovery lasted long enough to show it
+    assert max(lags) <= ONE_TICK, summary
+    assert ticks >= BACKLOG // 100, summary
+    # live ran too, on a worker: its bodies are not stuck behind the backlog.
+    ran = {b.run_id for b in bodies(body_log)}
+    assert len(ran) >= len(during) - 1, summary

@@ -10,7 +10,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from celery_routines.errors import ScheduleError
-from celery_routines.policy.catch_up import FirePlan, SkippedWindows, one_at_a_time, plan_due
+from celery_routines.policy.catch_up import (
+    FirePlan,
+    SkippedWindows,
+    one_at_a_time,
+    plan_due,
+    this_tick,
+)
 from celery_routines.policy.states import CatchUp, Overlap
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.interval import IntervalSchedule
@@ -348,3 +354,27 @@ def test_a_single_window_or_none_is_left_as_planned(overlap: Overlap) -> None:
     nothing = plan_due(FIVE_MINUTES, at(10, 0), at(10, 20), catch_up="skip_to_next")
     assert one_at_a_time(single, overlap) is single
     assert one_at_a_time(nothing, overlap) is nothing
+
+
+# -- one routine's share of a tick (routines_catch_up_per_tick) ------------------------
+
+
+def test_a_catch_up_larger_than_a_ticks_share_goes_out_over_the_next_ticks() -> None:
+    recovery = plan_due(FIVE_MINUTES, at(10, 0), at(10, 20), catch_up_cap=10)  # 10:00 .. 10:20
+    first = this_tick(recovery, 2)
+    assert first == FirePlan(
+        send=(at(10, 0), at(10, 5)), skipped=(), next_run_at=at(10, 10), waiting=3
+    )
+    # The next tick plans from the oldest window left: the next two go.
+    second = this_tick(plan_due(FIVE_MINUTES, first.next_run_at, at(10, 20), catch_up_cap=10), 2)
+    assert second.send == (at(10, 10), at(10, 15)) and second.next_run_at == at(10, 20)
+    assert this_tick(recovery, 5) is recovery
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "many"])
+def test_the_share_of_a_tick_must_be_a_whole_number_of_windows(bad: object) -> None:
+    from celery_routines.config import Settings
+    from celery_routines.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=rf"routines_catch_up_per_tick .*{bad}"):
+        Settings(catch_up_per_tick=bad)  # type: ignore[arg-type]

@@ -227,6 +227,39 @@ def test_a_recovery_sends_what_its_overlap_policy_allows_at_once(
         scheduler.close()
 
 
+def test_a_large_catch_up_goes_out_over_ticks_beside_another_routines_window(
+    database_url: str, broker_folder: Path, clock: FakeClock
+) -> None:
+    # 13 windows to replay, at most 5 a tick; "live" falls due meanwhile.
+    register("tasks.poll", timedelta(minutes=1), name="backlog", overlap="overlap", catch_up_cap=50)
+    register("tasks.poll", timedelta(minutes=14), name="live")
+    scheduler = make_scheduler(broker_folder, database_url, clock, routines_catch_up_per_tick=5)
+
+    def sent(prefix: str) -> list[str]:
+        return sorted(
+            m["routine_window"].split("T")[1][:5]
+            for m in published(broker_folder)
+            if m["routine_window"].startswith(prefix)
+        )
+
+    try:
+        scheduler.tick()  # adopts both: first windows 12:01 and 12:14
+        clock.advance(minutes=13)  # 12:13: 13 windows of backlog due
+        scheduler.tick()
+        assert sent("backlog@") == ["12:01", "12:02", "12:03", "12:04", "12:05"]
+        record = scheduler.store.routines.by_name("backlog")
+        assert record.next_run_at == datetime(2026, 11, 30, 12, 6, tzinfo=UTC)  # still due
+        scheduler.tick()  # the next five
+        assert len(sent("backlog@")) == 10
+        clock.advance(minutes=1)  # 12:14: live falls due during the recovery
+        scheduler.tick()
+        assert sent("live@") == ["12:14"]  # in the first tick at which it was due
+        assert sent("backlog@") == [f"12:{m:02d}" for m in range(1, 15)]
+        assert not [r for r in runs_for(scheduler.store, record.id) if r.state == "skipped"]
+    finally:
+        scheduler.close()
+
+
 def test_tick_sleeps_until_the_next_due_instant_capped_by_max_interval(
     database_url: str, broker_folder: Path, clock: FakeClock
 ) -> None:
