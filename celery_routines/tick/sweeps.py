@@ -241,7 +241,6 @@ class Sweeps:
                 now,
             )
 
-
     def _runs_holding_retries(self, due: list[DueRetry], now: datetime) -> dict[int, list[str]]:
         """The window keys of the open runs of the routines whose overlap
         policy holds a retry back (skip, queue, replace), by routine id:
