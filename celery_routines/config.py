@@ -42,6 +42,10 @@ class Settings:
     # Processes forked to publish a tick's messages (sending/offload.py); 0:
     # beat publishes in its own process.
     publish_processes: int = 0
+    # The most windows one routine sends in one tick (a large catch-up goes
+    # out over the next ticks, which serve the other routines' windows too);
+    # the default keeps such a tick near a quarter second: docs/catch-up-and-overlap.md.
+    catch_up_per_tick: int = 100
 
     def __post_init__(self) -> None:
         if self.publish not in PUBLISH_PATHS:
@@ -64,6 +68,11 @@ class Settings:
         _require_positive("routines_lock_ttl", self.lock_ttl)
         _require_positive("routines_run_timeout", self.run_timeout)
         _require_positive("routines_batch_size", self.batch_size)
+        if not (isinstance(self.catch_up_per_tick, int) and self.catch_up_per_tick >= 1):
+            raise ConfigurationError(
+                "routines_catch_up_per_tick must be a whole number of windows, at least 1, "
+                f"got {self.catch_up_per_tick!r}"
+            )
         if not self.database_url:
             raise ConfigurationError(
                 "routines_database_url is empty: set a SQLAlchemy URL such as "
@@ -131,6 +140,9 @@ def settings_from(app: Celery | None) -> Settings:
         publish=_lookup(app, "routines_publish") or "send_task",
         publish_processes=_number(
             "routines_publish_processes", _lookup(app, "routines_publish_processes"), 0, int
+        ),
+        catch_up_per_tick=_number(
+            "routines_catch_up_per_tick", _lookup(app, "routines_catch_up_per_tick"), 100, int
         ),
     )
 

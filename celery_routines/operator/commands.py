@@ -294,6 +294,11 @@ def replay(ctx: click.Context, run_id: str, force: bool, by: str | None, as_json
     show_default=True,
     help="Refuse a range with more windows than this.",
 )
+@click.option(
+    "--overlap",
+    help="The overlap policy to follow (default: the routine's). skip/queue send the oldest "
+    "new window, replace the newest, overlap all of them at once.",
+)
 @click.option("--force", is_flag=True, help="Send even over an open run or a spent ceiling.")
 @by_option
 @json_option
@@ -305,6 +310,7 @@ def backfill(
     start: str,
     end: str,
     max_windows: int,
+    overlap: str | None,
     force: bool,
     by: str | None,
     as_json: bool,
@@ -316,8 +322,15 @@ def backfill(
     running the same backfill twice sends nothing the second time. Replay a
     skipped window with `replay RUN_ID`. Dates without an offset are read in
     the routine's timezone.
+
+    The routine's overlap policy holds, as in a catch-up: under skip and queue
+    one window goes out (the oldest not yet sent; run the same backfill again
+    once it has ended for the next), under replace only the newest; pass
+    --overlap overlap to send them all at once.
     """
-    result = _admin(ctx).backfill(name, start, end, max_windows=max_windows, force=force, by=by)
+    result = _admin(ctx).backfill(
+        name, start, end, max_windows=max_windows, force=force, by=by, overlap=overlap
+    )
     if as_json:
         print_json(result)
     else:
@@ -327,6 +340,12 @@ def backfill(
             f"{result.routine}: {len(result.windows)} window(s) from {utc(result.start)} "
             f"to {utc(result.end)}: {result.sent} sent, {result.existing} already stored, "
             f"{result.failed} failed"
+            + (
+                f"; {result.left} left unsent (overlap={result.overlap} sends one at a time: "
+                "run this backfill again once it has ended, or pass --overlap overlap)"
+                if result.left
+                else ""
+            )
         )
     fail_if_not_sent(result.windows)
 

@@ -32,7 +32,7 @@ from celery_routines.operator.windows import (
     to_instant,
 )
 from celery_routines.policy.ceilings import Ceiling, decide_before_send
-from celery_routines.policy.states import EXCLUSIVE_OVERLAP, RunState
+from celery_routines.policy.states import EXCLUSIVE_OVERLAP, Overlap, RunState, choices
 from celery_routines.schedules.base import Schedule
 from celery_routines.schedules.keys import window_key
 from celery_routines.sending.direct import publisher_for
@@ -66,6 +66,27 @@ MAX_BACKFILL = 1000
 # Above this many windows a preview counts stored runs by range, not by key.
 PREVIEW_KEYS = 10_000
 REPLAYABLE_STATES = (RunState.FAILED, RunState.SKIPPED, RunState.LOST)
+
+
+def backfill_overlap(record: RoutineRecord, overlap: str | None) -> Overlap:
+    """The overlap policy a backfill follows: ``overlap`` if given, else the routine's."""
+    if overlap is None:
+        return Overlap(record.overlap)
+    try:
+        return Overlap(overlap)
+    except ValueError:
+        raise InvalidRoutine(
+            record.name, f"--overlap must be {choices(Overlap)}, got {overlap!r}"
+        ) from None
+
+
+def one_window_at_a_time(runs: list[NewRun], policy: Overlap) -> list[NewRun]:
+    """What of a backfill's new windows (oldest first) goes out at once:
+    all of them under ``overlap``; the oldest under ``skip`` and ``queue``;
+    the newest under ``replace`` (as in a catch-up: policy.catch_up.one_at_a_time)."""
+    if policy == Overlap.OVERLAP or len(runs) < 2:
+        return runs
+    return runs[-1:] if policy == Overlap.REPLACE else runs[:1]
 
 
 class UnknownRun(RoutinesError, LookupError):
@@ -180,25 +201,39 @@ class Sending:
         max_windows: int = MAX_BACKFILL,
         force: bool = False,
         by: str | None = None,
+        overlap: str | None = None,
     ) -> BackfillResult:
         """Send the windows in ``[start, end]``, oldest first, each under its
         own window key: a window that already has a run row (sent by beat,
         skipped, or sent by an earlier backfill) is not sent again.
 
+        The overlap policy (``overlap``, else the routine's) holds here as in
+        a catch-up: ``"overlap"`` sends every window at once; ``"skip"`` and
+        ``"queue"`` send the oldest window not yet stored and leave the rest
+        (the same backfill run again once it has ended sends the next);
+        ``"replace"`` sends only the newest. Nothing is recorded for the
+        windows left: they are the operator's to send, not missed windows.
+
         Naive and string bounds are read in the routine's zone. ``end`` may
         not be in the future: beat sends those windows.
         """
         record = self._record(name)
+        policy = backfill_overlap(record, overlap)
         now = self.clock()
         first, last, runs = self._backfill_runs(record, start, end, max_windows, now)
-        if not force and runs:
-            new_count = len(runs) - self._stored(runs)
-            if new_count:
-                self._check_may_send(record, new_count, now)
-        results = self._dispatch(record, runs, "backfill") if runs else []
+        stored = self._stored_keys(runs)
+        new = [run for run in runs if run.idempotency_key not in stored]
+        chosen = one_window_at_a_time(new, policy)
+        if not force and chosen:
+            self._check_may_send(record, len(chosen), now, policy)
+        going = [run for run in runs if run.idempotency_key in stored or run in chosen]
+        results = self._dispatch(record, going, "backfill") if going else []
+        left = len(new) - len(chosen)
         detail = {"from": first, "to": last, "windows": len(runs), "force": force}
+        detail |= {"overlap": policy.value, "left": left}
         self._log_change(record.name, "backfilled", by, detail)
-        return BackfillResult(record.name, first, last, [send_result(record, d) for d in results])
+        sent = [send_result(record, d) for d in results]
+        return BackfillResult(record.name, first, last, sent, overlap=policy.value, left=left)
 
     def backfill_plan(
         self,
@@ -229,10 +264,14 @@ class Sending:
 
     def _stored(self, runs: list[NewRun]) -> int:
         """How many of these windows already have a run row."""
+        return len(self._stored_keys(runs))
+
+    def _stored_keys(self, runs: list[NewRun]) -> set[str]:
+        """The window keys of these windows that already have a run row."""
         if not runs:
-            return 0
+            return set()
         keys = [(r.routine_id, r.idempotency_key, r.attempt) for r in runs]
-        return len(self.store.runs.find_windows(keys))
+        return {row.idempotency_key for row in self.store.runs.find_windows(keys)}
 
     def _backfill_runs(
         self,
@@ -284,15 +323,18 @@ class Sending:
 
     # -- internals ---------------------------------------------------------
 
-    def _check_may_send(self, record: RoutineRecord, fires: int, now: datetime) -> None:
-        """Refuse a manual send that the overlap policy or a ceiling forbids."""
-        if record.overlap in EXCLUSIVE_OVERLAP:
+    def _check_may_send(
+        self, record: RoutineRecord, fires: int, now: datetime, overlap: Overlap | None = None
+    ) -> None:
+        """Refuse a manual send that the overlap policy (``overlap``, else the
+        routine's) or a ceiling forbids."""
+        if (overlap or record.overlap) in EXCLUSIVE_OVERLAP:
             open_runs = self._open_runs(record, now)
             if open_runs:
                 raise OperationRefused(
                     f"routine {record.name!r} has {len(open_runs)} open run(s) "
                     f"(oldest {open_runs[0].id}, {open_runs[0].state}) and overlap="
-                    f"{record.overlap!r}; wait for it to finish or pass --force"
+                    f"{str(overlap or record.overlap)!r}; wait for it to finish or pass --force"
                 )
         usage = self._usage(record, now)
         if not usage:

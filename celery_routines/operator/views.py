@@ -125,6 +125,11 @@ class BackfillResult:
     start: datetime
     end: datetime
     windows: list[SendResult] = field(default_factory=list)
+    overlap: str = "overlap"
+    """The overlap policy the backfill followed (``--overlap``, else the routine's)."""
+    left: int = 0
+    """New windows not sent: under ``skip``/``queue`` all but the oldest,
+    under ``replace`` all but the newest (see ``Sending.backfill``)."""
 
     @property
     def sent(self) -> int:

@@ -5,19 +5,24 @@ instant it read from its clock, and carries out the returned :class:`FirePlan`.
 Missed windows are never materialised: a routine that was down for a year
 is planned from ``count_windows``/``last_windows`` (arithmetic), so the cost
 depends on ``catch_up_cap``, not on the length of the outage.
+
+:func:`one_at_a_time` then applies the overlap policy among the windows of
+one plan: they are decided in window order, each seeing the run the one
+before it opened, so a recovery under ``skip``, ``queue`` or ``replace``
+never starts two bodies of a routine at once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from celery_routines.errors import ScheduleError
-from celery_routines.policy.states import CatchUp, Reason
+from celery_routines.policy.states import CatchUp, Overlap, Reason
 from celery_routines.schedules.base import Schedule, count_windows, last_windows
 from celery_routines.schedules.zones import aware_utc
 
-__all__ = ["FirePlan", "SkippedWindows", "plan_due"]
+__all__ = ["FirePlan", "SkippedWindows", "one_at_a_time", "plan_due", "this_tick"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +30,8 @@ class SkippedWindows:
     """A run of windows skipped for one reason, summarised in one row."""
 
     reason: Reason
-    """``"catch_up_cap"``, ``"latest"``, ``"skip_to_next"`` or ``"late"``."""
+    """``"catch_up_cap"``, ``"latest"``, ``"skip_to_next"``, ``"late"``, or,
+    from :func:`one_at_a_time`, ``"overlap"`` or ``"replaced"``."""
     count: int
     first: datetime
     """The oldest skipped window (UTC)."""
@@ -44,6 +50,10 @@ class FirePlan:
     next_run_at: datetime
     """The first window strictly after ``now``, on the chain of the due windows
     (an interval stays anchored on its previous windows): the new due time."""
+    waiting: int = 0
+    """Planned windows left due behind the ones sent, for the next ticks
+    (``next_run_at`` is then the oldest of them, not after now): behind the
+    one run of ``overlap="queue"``, or beyond :func:`this_tick`'s share."""
 
 
 def plan_due(
@@ -119,3 +129,47 @@ def plan_due(
             f"after {now.isoformat()}; a schedule must move forward"
         )
     return FirePlan(send=tuple(kept), skipped=tuple(skipped), next_run_at=next_run_at)
+
+
+def one_at_a_time(plan: FirePlan, overlap: Overlap) -> FirePlan:
+    """The overlap policy among the windows of one plan (a recovery).
+
+    The windows are decided oldest first, each seeing the run the one before
+    it opened (all of them are due now, so that run is still open):
+
+    - ``skip``: the oldest goes out; the others collide with it and become
+      one ``overlap`` summary, as an overlap skip of a tick always is;
+    - ``queue``: the oldest goes out; the others stay due (``next_run_at`` is
+      the next of them) and go out one by one as each run ends;
+    - ``replace``: each window would replace the one before it, so only the
+      newest goes out; the older ones become one ``replaced`` summary;
+    - ``overlap``: all of them go out (up to ``catch_up_cap``).
+
+    A plan of one window, or none, is returned as it is.
+    """
+    send = plan.send
+    if len(send) < 2 or overlap == Overlap.OVERLAP:
+        return plan
+    if overlap == Overlap.SKIP:
+        collided = SkippedWindows(Reason.OVERLAP, len(send) - 1, send[1], send[-1])
+        return replace(plan, send=send[:1], skipped=(*plan.skipped, collided))
+    if overlap == Overlap.REPLACE:
+        replaced = SkippedWindows(Reason.REPLACED, len(send) - 1, send[0], send[-2])
+        return replace(plan, send=send[-1:], skipped=(*plan.skipped, replaced))
+    # queue: the rest stays due; the routine is looked at again once the run
+    # sent now has ended (the tick's queue rule holds it meanwhile).
+    return replace(plan, send=send[:1], next_run_at=send[1], waiting=len(send) - 1)
+
+
+def this_tick(plan: FirePlan, most: int) -> FirePlan:
+    """At most ``most`` windows of one routine go out in one tick; the rest
+    stay due (``next_run_at`` is the oldest of them) and go out in the next
+    ticks, oldest first. A tick that published a whole large catch-up at once
+    would hold back every other routine's window due meanwhile until it ended;
+    the next tick claims those beside this routine's remaining windows."""
+    if len(plan.send) <= most:
+        return plan
+    send = plan.send
+    return replace(
+        plan, send=send[:most], next_run_at=send[most], waiting=plan.waiting + len(send) - most
+    )

@@ -105,3 +105,10 @@ class RunRetryQueries:
         )
         with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1
+
+    def postpone_retry(self, run_id: str, retry_at: datetime) -> bool:
+        """A due retry held back by another open run of its routine (overlap
+        ``skip``/``queue``): looked at again at ``retry_at``."""
+        stmt = update(table).where(c.id == run_id, c.state == "retrying").values(retry_at=retry_at)
+        with self.db.write() as conn:
+            return conn.execute(stmt).rowcount == 1

@@ -8,8 +8,9 @@ argument, and run ids come from ``new_id`` (random by default, fixed in tests).
 
 Catch-up, lateness, ceilings, overlap and takeover meet here, in this order:
 
-1. :func:`plan`: the catch-up planner's windows, or, for a suspended routine,
-   one ``ceiling`` skip up to the end of its suspension;
+1. :func:`plan`: the catch-up planner's windows, the overlap policy applied
+   among them (a recovery under ``skip``/``queue``/``replace`` sends one), or,
+   for a suspended routine, one ``ceiling`` skip up to the end of its suspension;
 2. :func:`decide`: the before-send ceiling check cuts the windows (and may
    suspend the routine), then the overlap policy meets the open runs: skip
    them as one ``overlap`` row, queue the routine (it stays due), replace the
@@ -27,7 +28,13 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from celery_routines.policy.catch_up import FirePlan, SkippedWindows, plan_due
+from celery_routines.policy.catch_up import (
+    FirePlan,
+    SkippedWindows,
+    one_at_a_time,
+    plan_due,
+    this_tick,
+)
 from celery_routines.policy.ceilings import (
     Suspension,
     decide_before_send,
@@ -158,6 +165,8 @@ class Decision:
     """Open runs to close and revoke for the new window (``overlap="replace"``)."""
     holding: tuple[OpenRun, ...] = ()
     """The open runs that held the windows back (skip, queue, replace)."""
+    waiting: int = 0
+    """Planned windows left due for the next ticks (see ``FirePlan.waiting``)."""
     resent: RunRecord | None = None
     """A dead beat's row of the due window, taken over by :func:`take_over`."""
 
@@ -179,9 +188,10 @@ def _lost_deadline(now: datetime, offset: timedelta, run_timeout: float) -> date
 # -- 1. the plan ---------------------------------------------------------------------
 
 
-def plan(claimed: Claimed, now: datetime) -> FirePlan:
-    """The windows of a due routine. Raises ScheduleError for a schedule that
-    does not move forward (the routine is then marked invalid)."""
+def plan(claimed: Claimed, now: datetime, most_per_tick: int | None = None) -> FirePlan:
+    """The windows of a due routine, at most ``most_per_tick`` of them this
+    tick (``routines_catch_up_per_tick``). Raises ScheduleError for a
+    schedule that does not move forward (the routine is then marked invalid)."""
     record, routine = claimed.record, claimed.routine
     if record.suspended_until is not None and record.suspended_until > now:
         suspended = plan_suspended(claimed.schedule, claimed.due, record.suspended_until)
@@ -190,13 +200,13 @@ def plan(claimed: Claimed, now: datetime) -> FirePlan:
     # at `now - offset` measures due-ness and lateness from the send instants.
     due, at = claimed.due, now - claimed.offset
     schedule = claimed.schedule
-    options = (routine.catch_up, routine.catch_up_cap, routine.max_lateness)
+    options = (routine.catch_up, routine.catch_up_cap, routine.max_lateness, routine.overlap)
     # plan_due is pure: routines that share a schedule object (schedule_of
     # shares them), a due window, an instant and the options share a plan
     # (frozen). The key holds the schedule by identity, checked on a hit (the
     # answer holds it, so its id cannot be reused meanwhile); only UTC
     # instants are looked up (see _window_key).
-    key = (id(schedule), due, at, *options)
+    key = (id(schedule), due, at, most_per_tick, *options)
     cacheable = due.tzinfo is UTC and at.tzinfo is UTC
     if cacheable:
         found = _plans.get(key)
@@ -210,6 +220,12 @@ def plan(claimed: Claimed, now: datetime) -> FirePlan:
         catch_up_cap=routine.catch_up_cap,
         max_lateness=routine.max_lateness,
     )
+    # The replayed windows meet the overlap policy among themselves before
+    # the ceiling and the open runs are looked at: a ceiling counts only what
+    # would go out.
+    planned = one_at_a_time(planned, routine.overlap)
+    if most_per_tick is not None:
+        planned = this_tick(planned, most_per_tick)
     if cacheable:
         if len(_plans) >= SHARED_ANSWERS:
             _plans.clear()
@@ -274,14 +290,12 @@ def decide(
             suspension=suspension,
             planned=wanted,
         )
-    return _overlap(
-        claimed, planned.next_run_at, sends, skips, suspension, wanted, facts, now, new_id
-    )
+    return _overlap(claimed, planned, sends, skips, suspension, wanted, facts, now, new_id)
 
 
 def _overlap(
     claimed: Claimed,
-    next_run_at: datetime,
+    planned: FirePlan,
     sends: list[NewRun],
     skips: list[NewRun],
     suspension: Suspension | None,
@@ -299,21 +313,16 @@ def _overlap(
         holding = tuple(in_progress(facts.open_runs, planned_keys, now + facts.offset))
     action = overlap_action(policy, len(holding))
     verdict, replaced = Verdict.FIRE, ()
+    next_run_at, waiting = planned.next_run_at, planned.waiting
     if action == Overlap.SKIP:
-        skips.append(_overlap_skip(claimed, sends, new_id))
+        skips = _overlap_skip(claimed, sends, skips, new_id)
         sends = []
     elif action == Overlap.QUEUE:
         # Nothing is written: the routine stays due and the same plan is made
         # again once the open run ends.
         verdict, next_run_at, skips = Verdict.QUEUED, now + QUEUE_RECHECK, []
-    else:
-        if policy == Overlap.QUEUE and len(sends) > 1:
-            # Queued windows go out one at a time: the next stays due and
-            # waits for this one to finish.
-            next_run_at = claimed.send_at(sends[1].scheduled_for)
-            sends = sends[:1]
-        if action == Overlap.REPLACE:
-            replaced = tuple(run.id for run in holding)
+    elif action == Overlap.REPLACE:
+        replaced = tuple(run.id for run in holding)
     return Decision(
         claimed,
         verdict,
@@ -324,6 +333,7 @@ def _overlap(
         planned=wanted,
         replace=replaced,
         holding=holding,
+        waiting=waiting if verdict == Verdict.FIRE else 0,
     )
 
 
@@ -349,11 +359,24 @@ def skip_row(
     )
 
 
-def _overlap_skip(claimed: Claimed, sends: Sequence[NewRun], new_id: IdFactory) -> NewRun:
-    """The windows of this tick as one ``skipped`` row, reason ``overlap``."""
-    first, last = sends[0].scheduled_for, sends[-1].scheduled_for
-    summary = SkippedWindows(Reason.OVERLAP, len(sends), first, last)
-    return skip_row(claimed.record.id, claimed.routine.name, claimed.timezone, summary, new_id)
+def _overlap_skip(
+    claimed: Claimed, sends: Sequence[NewRun], skips: list[NewRun], new_id: IdFactory
+) -> list[NewRun]:
+    """``skips`` with the windows of this tick as one ``skipped`` row, reason
+    ``overlap``: the windows a recovery already skipped behind its oldest
+    (see :func:`one_at_a_time`) are in the same row, so a tick writes one."""
+    first, last, count = sends[0].scheduled_for, sends[-1].scheduled_for, len(sends)
+    kept = []
+    for skip in skips:
+        if skip.reason == Reason.OVERLAP and skip.skipped_last is not None:
+            last, count = skip.skipped_last, count + (skip.skipped_count or 1)
+        else:
+            kept.append(skip)
+    summary = SkippedWindows(Reason.OVERLAP, count, first, last)
+    kept.append(
+        skip_row(claimed.record.id, claimed.routine.name, claimed.timezone, summary, new_id)
+    )
+    return kept
 
 
 # -- 3. takeover -----------------------------------------------------------------------

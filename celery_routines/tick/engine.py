@@ -382,7 +382,9 @@ class TickEngine(Recording, Writing):
                 # the row counts as valid (again: else it flips each minute).
                 routine = from_columns(record)
                 item = Claimed(record, routine, schedule, record.timezone or self.settings.timezone)
-                drafts.append((item, decide.plan(item, now) if record.last_error is None else None))
+                most = self.settings.catch_up_per_tick
+                planned = decide.plan(item, now, most) if record.last_error is None else None
+                drafts.append((item, planned))
             except (ScheduleError, InvalidRoutine) as exc:
                 self._invalid(record, exc, now, holder=self.holder)
                 report.invalid += 1

@@ -24,12 +24,22 @@ def log_overlap(decision: Decision) -> None:
             _holding(decision),
             QUEUE_RECHECK.total_seconds(),
         )
-    queue = decision.claimed.routine.overlap == Overlap.QUEUE
-    if queue and decision.verdict == Verdict.FIRE and decision.planned > len(decision.sends) > 0:
-        logger.info(
-            "%s: sending the oldest queued window; the next waits for it",
-            decision.claimed.routine.name,
-        )
+    if decision.waiting and decision.sends:
+        name, sends = decision.claimed.routine.name, len(decision.sends)
+        if decision.claimed.routine.overlap == Overlap.QUEUE:
+            logger.info(
+                "%s: sending the oldest of %d queued window(s); the next waits for it",
+                name,
+                decision.waiting + sends,
+            )
+        else:
+            logger.info(
+                "%s: sending %d of %d window(s) of its catch-up this tick "
+                "(routines_catch_up_per_tick); the rest go out in the next ticks",
+                name,
+                sends,
+                decision.waiting + sends,
+            )
 
 
 def _holding(decision: Decision) -> str:
@@ -38,20 +48,27 @@ def _holding(decision: Decision) -> str:
 
 def skip_note(decision: Decision, run: NewRun) -> str | None:
     """Why a skip row was written, beyond its reason: the open run an
-    overlap skip waited on."""
+    overlap skip waited on, or the window of the same recovery that went out
+    instead (see ``policy.catch_up.one_at_a_time``)."""
     if run.reason == Reason.OVERLAP and decision.holding:
         return f"previous run still open: {_holding(decision)}"
+    if run.reason == Reason.OVERLAP and decision.sends:
+        sent = decision.sends[0].idempotency_key
+        return f"a recovery under overlap=skip sends only its oldest window, {sent}"
+    if run.reason == Reason.REPLACED and decision.sends:
+        sent = decision.sends[-1].idempotency_key
+        return f"a recovery under overlap=replace sends only its newest window, {sent}"
     return None
 
 
 # Skips that are the routine's own policy doing what it was told (overlap
-# "skip", catch_up "skip_to_next"/"latest", a paused, retired or disabled
+# "skip" or "replace", catch_up "skip_to_next"/"latest", a paused, retired or disabled
 # routine): INFO, or a busy routine warns every other window. The others
 # (a window too late, windows dropped past catch_up_cap, a ceiling) say
 # something went wrong: WARNING.
 POLICY_SKIPS = frozenset(
     {Reason.OVERLAP, Reason.SKIP_TO_NEXT, Reason.LATEST, Reason.PAUSED}
-    | {Reason.RETIRED, Reason.DISABLED}
+    | {Reason.RETIRED, Reason.DISABLED, Reason.REPLACED}
 )
 
 

@@ -22,13 +22,14 @@ from celery_routines.policy.ceilings import Ceiling, decide_before_send
 from celery_routines.policy.routine import Routine
 from celery_routines.policy.routine_rows import from_columns
 from celery_routines.policy.runs import (
+    QUEUE_RECHECK,
     after_failure,
     blocked_reason,
     lost_deadline,
     policy_of,
     settled_state,
 )
-from celery_routines.policy.states import OPEN_STATES, Reason, RunState, no_retry
+from celery_routines.policy.states import OPEN_STATES, Overlap, Reason, RunState, no_retry
 from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
@@ -163,8 +164,11 @@ class Sweeps:
         and the taken ones go out together, batched like a tick's windows.
         What went out is entered in ``ledger``; the tick marks it sent."""
         taken: list[tuple[DueRetry, Routine, NewRun]] = []
+        holding = self._runs_holding_retries(due, now)
         for item in due:
             run, routine = item.run, item.routine
+            if self._held_by_overlap(item, holding, now, report):
+                continue
             settled = settled_state(run.reason)
             blocked = blocked_reason(policy_of(routine), now)
             model = None
@@ -210,6 +214,8 @@ class Sweeps:
                 )
                 continue
             taken.append((item, model, next_run))
+            # The attempt now open holds the routine's later retries back.
+            holding.setdefault(run.routine_id, []).append(next_run.idempotency_key)
         if not taken:
             return
         messages = [outgoing_run(model, next_run) for _, model, next_run in taken]
@@ -234,6 +240,62 @@ class Sweeps:
                 error,
                 now,
             )
+
+    def _runs_holding_retries(self, due: list[DueRetry], now: datetime) -> dict[int, list[str]]:
+        """The window keys of the open runs of the routines whose overlap
+        policy holds a retry back (skip, queue, replace), by routine id:
+        their ``pending`` rows too, the windows this tick is about to send."""
+        ids = sorted(
+            {item.run.routine_id for item in due if item.routine.overlap in EXCLUSIVE_RETRIES}
+        )
+        if not ids:
+            return {}
+        deadline = now + self.offset
+        return {
+            routine_id: [
+                run.idempotency_key
+                for run in runs
+                if run.deadline_at is None or run.deadline_at > deadline
+            ]
+            for routine_id, runs in self.store.runs.open_runs(ids).items()
+        }
+
+    def _held_by_overlap(
+        self, item: DueRetry, holding: dict[int, list[str]], now: datetime, report: TickReport
+    ) -> bool:
+        """A retry follows its routine's overlap policy like a window: with
+        another run of the routine open, under ``skip`` and ``queue`` it waits
+        for that run to end (it is the same window's next attempt, not a new
+        window to drop); under ``replace`` the newer run has replaced its
+        window, so it is not retried."""
+        run, routine = item.run, item.routine
+        others = [key for key in holding.get(run.routine_id, ()) if key != run.idempotency_key]
+        if not others or routine.overlap not in EXCLUSIVE_RETRIES:
+            return False
+        if routine.overlap == Overlap.REPLACE:
+            settled = settled_state(run.reason)
+            if self.store.runs.cancel_retry(run.id, settled, no_retry(Reason.REPLACED)):
+                report.retries_cancelled += 1
+                logger.warning(
+                    "retry of %s attempt %d dropped: overlap=replace and %s is open",
+                    run.idempotency_key,
+                    run.attempt,
+                    others[0],
+                )
+            return True
+        if self.store.runs.postpone_retry(run.id, now + QUEUE_RECHECK):
+            logger.info(
+                "retry of %s attempt %d waits: overlap=%s and %s is open",
+                run.idempotency_key,
+                run.attempt,
+                routine.overlap,
+                others[0],
+            )
+        return True
+
+
+# Overlap policies under which a retry never runs beside another run of its routine.
+EXCLUSIVE_RETRIES = (Overlap.SKIP, Overlap.QUEUE, Overlap.REPLACE)
 
 
 def late_retry(max_lateness: float | None, window: datetime, now: datetime) -> bool:

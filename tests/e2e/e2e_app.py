@@ -112,3 +112,21 @@ def hold(self, path: str, release: str, limit: float = 25.0) -> str:
 @app.task
 def boom() -> None:
     raise RuntimeError("boom")
+
+
+# -- the catch-up x overlap tests (tests/e2e/test_catch_up_overlap.py) ---------
+
+
+@app.task(bind=True)
+def timed(self, path: str, label: str, seconds: float) -> str:
+    """A body of ``seconds``: appends ``start``/``end`` lines with the run id,
+    the routine's label and the wall time, so a test can measure how many
+    bodies of one routine ran at once and in which order."""
+    import time
+
+    with open(path, "a") as log:
+        log.write(f"start {label} {self.request.id} {time.time():.3f}\n")
+    time.sleep(seconds)
+    with open(path, "a") as log:
+        log.write(f"end {label} {self.request.id} {time.time():.3f}\n")
+    return "timed"

@@ -99,7 +99,12 @@ class PanelCluster:
             "slow", "e2e_app.hold", interval_seconds=1, overlap="skip",
             kwargs=json.dumps({"path": holds, "release": str(self.release), "limit": 20}),
         )  # fmt: skip
-        self.add("words", "e2e_app.sql_inserted", cron="0 * * * *", timezone="Europe/Rome")
+        # overlap="overlap": a backfill sends all its windows at once (under
+        # skip, one at a time: tests/operator/test_admin.py).
+        self.add(
+            "words", "e2e_app.sql_inserted", cron="0 * * * *", timezone="Europe/Rome",
+            overlap="overlap",
+        )  # fmt: skip
         self.add(SCRIPT_NAME, "e2e_app.sql_inserted", cron="*/30 * * * *")
         for name, argv in (
             ("worker", ["worker", "--pool", "threads", "-c", "4", "--loglevel", "INFO",

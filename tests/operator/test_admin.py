@@ -348,7 +348,7 @@ def test_backfill_sends_past_windows_oldest_first_and_a_second_backfill_sends_no
         NOW,
     )
 
-    first = admin.backfill("nightly", "2026-11-25", "2026-11-28T02:30")
+    first = admin.backfill("nightly", "2026-11-25", "2026-11-28T02:30", overlap="overlap")
 
     assert (first.sent, first.existing, first.failed) == (3, 1, 0)
     # Sent in this order (the broker folder orders files only to the millisecond).
@@ -358,7 +358,7 @@ def test_backfill_sends_past_windows_oldest_first_and_a_second_backfill_sends_no
         "nightly@2026-11-26T02:30:00+01:00",
         "nightly@2026-11-28T02:30:00+01:00",
     ]
-    second = admin.backfill("nightly", "2026-11-25", "2026-11-28T02:30")
+    second = admin.backfill("nightly", "2026-11-25", "2026-11-28T02:30", overlap="overlap")
     assert (second.sent, second.existing) == (0, 4)
     assert len(published(broker_folder)) == 3
 
@@ -373,12 +373,56 @@ def test_backfill_of_an_interval_stays_on_the_routines_own_chain_of_windows(
         interval_seconds=600.0,
         next_run_at=datetime(2026, 11, 30, 12, 7, 30, tzinfo=UTC),
     )
-    result = admin.backfill("poll", "2026-11-30T11:20", "2026-11-30T11:50")
+    result = admin.backfill("poll", "2026-11-30T11:20", "2026-11-30T11:50", overlap="overlap")
     assert [w.scheduled_for.strftime("%H:%M:%S") for w in result.windows] == [
         "11:27:30",
         "11:37:30",
         "11:47:30",
     ]
+
+
+@pytest.mark.parametrize(
+    ("overlap", "first_call", "second_call"),
+    [
+        # skip and queue: the oldest new window; the next once it has ended.
+        ("skip", ["06:00"], ["07:00"]),
+        ("queue", ["06:00"], ["07:00"]),
+        # replace: only the newest; then the newest left.
+        ("replace", ["09:00"], ["08:00"]),
+        ("overlap", ["06:00", "07:00", "08:00", "09:00"], []),
+    ],
+)
+def test_a_backfill_follows_the_routines_overlap_policy(
+    overlap: str,
+    first_call: list[str],
+    second_call: list[str],
+    admin: Routines,
+    store: Store,
+    broker_folder: Path,
+) -> None:
+    add_routine(store, "hourly", cron="0 * * * *", timezone="UTC", overlap=overlap)
+    span = ("hourly", "2026-11-30T06:00", "2026-11-30T09:00")
+
+    def sent(result) -> list[str]:
+        return [w.scheduled_for.strftime("%H:%M") for w in result.windows if w.outcome == "sent"]
+
+    first = admin.backfill(*span)
+    assert sent(first) == first_call
+    assert (first.overlap, first.left) == (overlap, 4 - len(first_call))
+    if overlap in ("skip", "queue"):
+        # Its run is open: the next backfill waits for it (or is forced).
+        with pytest.raises(OperationRefused, match="wait for it to finish"):
+            admin.backfill(*span)
+    for window in first.windows:  # a worker ran them
+        assert store.runs.claim_start(window.run_id, "worker-1", NOW)
+        store.runs.finish(window.run_id, "succeeded", NOW)
+    second = admin.backfill(*span)
+    assert sent(second) == second_call
+    # The backfill's own --overlap: every window left at once.
+    rest = admin.backfill(*span, overlap="overlap")
+    assert rest.left == 0 and rest.sent == 4 - len(first_call) - len(second_call)
+    with pytest.raises(InvalidRoutine, match=r"routine 'hourly': --overlap must be .* got 'all'"):
+        admin.backfill(*span, overlap="all")
 
 
 def test_backfill_refuses_the_future_a_reversed_range_and_a_huge_range(
@@ -523,7 +567,9 @@ def test_a_run_past_its_deadline_or_still_pending_does_not_block_a_trigger(
 def test_backfill_keys_each_pass_of_a_repeated_hour_and_the_shifted_spring_window(
     admin: Routines, store: Store, broker_folder: Path
 ) -> None:
-    add_routine(store, "half-hourly", cron="*/30 * * * *", timezone="Europe/Rome")
+    add_routine(
+        store, "half-hourly", cron="*/30 * * * *", timezone="Europe/Rome", overlap="overlap"
+    )
     add_routine(store, "nightly", cron="30 2 * * *", timezone="Europe/Rome")
 
     autumn = admin.backfill("half-hourly", "2026-10-25T02:00+02:00", "2026-10-25T02:30+01:00")

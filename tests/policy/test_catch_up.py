@@ -10,8 +10,14 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from celery_routines.errors import ScheduleError
-from celery_routines.policy.catch_up import FirePlan, SkippedWindows, plan_due
-from celery_routines.policy.states import CatchUp
+from celery_routines.policy.catch_up import (
+    FirePlan,
+    SkippedWindows,
+    one_at_a_time,
+    plan_due,
+    this_tick,
+)
+from celery_routines.policy.states import CatchUp, Overlap
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.interval import IntervalSchedule
 from tests.work import ScheduleWork
@@ -296,3 +302,79 @@ def test_plan_matches_a_plan_built_from_every_window(
         schedule, first, now, catch_up=policy, catch_up_cap=cap, max_lateness=max_lateness
     )
     assert got == expected
+
+
+# -- the overlap policy among a recovery's windows (issue 28) ------------------------
+
+RECOVERY = plan_due(FIVE_MINUTES, at(10, 0), at(10, 20), catch_up_cap=3)  # 10:10, 10:15, 10:20
+CAPPED = SkippedWindows("catch_up_cap", 2, at(10, 0), at(10, 5))
+
+
+@pytest.mark.parametrize(
+    ("overlap", "send", "skipped", "next_run_at", "waiting"),
+    [
+        # skip: the oldest goes; the others collide with it, one summary row.
+        (
+            "skip",
+            (at(10, 10),),
+            (CAPPED, SkippedWindows("overlap", 2, at(10, 15), at(10, 20))),
+            at(10, 25),
+            0,
+        ),
+        # queue: the oldest goes; the next stays due and waits for it.
+        ("queue", (at(10, 10),), (CAPPED,), at(10, 15), 2),
+        # replace: each would replace the one before; only the newest goes.
+        (
+            "replace",
+            (at(10, 20),),
+            (CAPPED, SkippedWindows("replaced", 2, at(10, 10), at(10, 15))),
+            at(10, 25),
+            0,
+        ),
+        # overlap: all of them, up to catch_up_cap.
+        ("overlap", (at(10, 10), at(10, 15), at(10, 20)), (CAPPED,), at(10, 25), 0),
+    ],
+)
+def test_a_recovery_meets_the_overlap_policy_among_its_own_windows(
+    overlap: str,
+    send: tuple[datetime, ...],
+    skipped: tuple[SkippedWindows, ...],
+    next_run_at: datetime,
+    waiting: int,
+) -> None:
+    assert RECOVERY.send == (at(10, 10), at(10, 15), at(10, 20))
+    assert one_at_a_time(RECOVERY, Overlap(overlap)) == FirePlan(
+        send=send, skipped=skipped, next_run_at=next_run_at, waiting=waiting
+    )
+
+
+@pytest.mark.parametrize("overlap", tuple(Overlap))
+def test_a_single_window_or_none_is_left_as_planned(overlap: Overlap) -> None:
+    single = plan_due(FIVE_MINUTES, at(10, 0), at(10, 0, 30))
+    nothing = plan_due(FIVE_MINUTES, at(10, 0), at(10, 20), catch_up="skip_to_next")
+    assert one_at_a_time(single, overlap) is single
+    assert one_at_a_time(nothing, overlap) is nothing
+
+
+# -- one routine's share of a tick (routines_catch_up_per_tick) ------------------------
+
+
+def test_a_catch_up_larger_than_a_ticks_share_goes_out_over_the_next_ticks() -> None:
+    recovery = plan_due(FIVE_MINUTES, at(10, 0), at(10, 20), catch_up_cap=10)  # 10:00 .. 10:20
+    first = this_tick(recovery, 2)
+    assert first == FirePlan(
+        send=(at(10, 0), at(10, 5)), skipped=(), next_run_at=at(10, 10), waiting=3
+    )
+    # The next tick plans from the oldest window left: the next two go.
+    second = this_tick(plan_due(FIVE_MINUTES, first.next_run_at, at(10, 20), catch_up_cap=10), 2)
+    assert second.send == (at(10, 10), at(10, 15)) and second.next_run_at == at(10, 20)
+    assert this_tick(recovery, 5) is recovery
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "many"])
+def test_the_share_of_a_tick_must_be_a_whole_number_of_windows(bad: object) -> None:
+    from celery_routines.config import Settings
+    from celery_routines.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=rf"routines_catch_up_per_tick .*{bad}"):
+        Settings(catch_up_per_tick=bad)  # type: ignore[arg-type]

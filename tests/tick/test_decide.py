@@ -69,6 +69,7 @@ CASES = [
     Case(
         "recovery-catch_up-cap-3",
         now=at(10, 50),
+        overlap="overlap",
         sent=(at(10, 40), at(10, 45), at(10, 50)),
         skipped=(("catch_up_cap", 8),),
         next_run_at=at(10, 55),
@@ -93,6 +94,7 @@ CASES = [
     Case(
         "recovery-then-late",
         now=at(10, 50),
+        overlap="overlap",
         max_lateness=400,
         sent=(at(10, 45), at(10, 50)),
         skipped=(("catch_up_cap", 8), ("late", 1)),
@@ -120,6 +122,69 @@ CASES = [
         open_run="sent",
         skipped=(("catch_up_cap", 8), ("overlap", 3)),
         next_run_at=at(10, 55),
+    ),
+    # A recovery meets the overlap policy among its own windows (issue 28):
+    # the three kept by the cap (10:40, 10:45, 10:50) are all due at once.
+    Case(
+        "recovery-skip-sends-the-oldest",
+        now=at(10, 50),
+        sent=(at(10, 40),),
+        skipped=(("catch_up_cap", 8), ("overlap", 2)),
+        next_run_at=at(10, 55),
+    ),
+    Case(
+        "recovery-skip-after-late-sends-the-oldest-in-time",
+        now=at(10, 50),
+        max_lateness=400,
+        sent=(at(10, 45),),
+        skipped=(("catch_up_cap", 8), ("late", 1), ("overlap", 1)),
+        next_run_at=at(10, 55),
+    ),
+    Case(
+        "recovery-replace-sends-the-newest",
+        now=at(10, 50),
+        overlap="replace",
+        sent=(at(10, 50),),
+        skipped=(("catch_up_cap", 8), ("replaced", 2)),
+        next_run_at=at(10, 55),
+    ),
+    Case(
+        "recovery-replace-over-an-open-run",
+        now=at(10, 50),
+        overlap="replace",
+        open_run="running",
+        sent=(at(10, 50),),
+        skipped=(("catch_up_cap", 8), ("replaced", 2)),
+        next_run_at=at(10, 55),
+        replaced=True,
+    ),
+    Case(
+        "recovery-overlap-sends-every-kept-window",
+        now=at(10, 50),
+        overlap="overlap",
+        sent=(at(10, 40), at(10, 45), at(10, 50)),
+        skipped=(("catch_up_cap", 8),),
+        next_run_at=at(10, 55),
+    ),
+    Case(
+        "recovery-skip-counts-only-what-it-sends-against-the-ceiling",
+        now=at(10, 50),
+        ceiling=10,
+        used=8,
+        sent=(at(10, 40),),
+        skipped=(("catch_up_cap", 8), ("overlap", 2)),
+        next_run_at=at(10, 55),
+    ),
+    Case(
+        "recovery-queue-last-fire-suspends",
+        now=at(10, 50),
+        overlap="queue",
+        ceiling=10,
+        used=9,
+        sent=(at(10, 40),),
+        skipped=(("catch_up_cap", 8), ("ceiling", 159)),  # 10:45 .. 23:55
+        next_run_at=MIDNIGHT,
+        suspended=True,
     ),
     Case("overlap-queue", overlap="queue", open_run="running", verdict=Verdict.QUEUED),
     Case(
@@ -155,6 +220,7 @@ CASES = [
     Case(
         "ceiling-cuts-a-recovery",
         now=at(10, 50),
+        overlap="overlap",
         ceiling=10,
         used=8,
         sent=(at(10, 40), at(10, 45)),
@@ -443,6 +509,14 @@ def check_combination(
     # An open run holds new windows back under skip and queue, not under overlap/replace.
     if open_run is not None and overlap == "skip":
         assert sends == []
+    # Within a recovery too: under skip, queue and replace one window goes out
+    # (the oldest, or under replace the newest), never two at once.
+    if overlap != "overlap":
+        assert len(sends) <= 1
+        replaced = [r.skipped_last for r in decision.skips if r.reason == "replaced"]
+        if replaced:
+            assert overlap == "replace"
+            assert all(s.scheduled_for > last for s in sends for last in replaced if last)
     if overlap == "replace" and decision.replace:
         assert sends
     # Only a pending row left by a dead beat is sent again, and under its own key.

@@ -7,8 +7,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from celery_routines.policy.catch_up import plan_due
+from celery_routines.policy.catch_up import FirePlan, one_at_a_time, plan_due
 from celery_routines.policy.routine import define
+from celery_routines.policy.states import Overlap
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.keys import window_key
 from celery_routines.store.records import RoutineRecord
@@ -18,6 +19,12 @@ from celery_routines.tick.decide import Claimed, Facts, decide, plan, random_id
 DUE = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
 EVERY_FIVE = CronSchedule("*/5 * * * *", "UTC")
 HOURLY = CronSchedule("0 * * * *", "UTC")
+
+
+def planned(*args: object, overlap: Overlap = Overlap.SKIP, **options: object) -> FirePlan:
+    """What decide.plan answers: the catch-up plan, then the overlap policy
+    among its windows."""
+    return one_at_a_time(plan_due(*args, **options), overlap)  # type: ignore[arg-type]
 
 
 def claimed(name: str, schedule: CronSchedule, timezone: str = "UTC", **options: object) -> Claimed:
@@ -76,7 +83,7 @@ def test_routines_sharing_schedule_window_and_options_share_one_plan() -> None:
     now = DUE + timedelta(hours=3, minutes=1)
     first, second = claimed("first", EVERY_FIVE), claimed("second", EVERY_FIVE)
     assert plan(first, now) is plan(second, now)
-    assert plan(first, now) == plan_due(EVERY_FIVE, DUE, now)
+    assert plan(first, now) == planned(EVERY_FIVE, DUE, now)
 
 
 def test_a_plan_is_shared_only_with_the_same_schedule_and_options() -> None:
@@ -85,11 +92,15 @@ def test_a_plan_is_shared_only_with_the_same_schedule_and_options() -> None:
     capped = plan(claimed("b", EVERY_FIVE, catch_up_cap=2), now)
     latest = plan(claimed("c", EVERY_FIVE, catch_up="latest"), now)
     late = plan(claimed("d", EVERY_FIVE, max_lateness=600), now)
+    queued = plan(claimed("f", EVERY_FIVE, overlap="queue"), now)
+    overlapping = plan(claimed("g", EVERY_FIVE, overlap="overlap"), now)
     # Another schedule object: its own plan.
     hourly = plan(claimed("e", CronSchedule("0 * * * *", "UTC")), now)
-    assert every_five == plan_due(EVERY_FIVE, DUE, now)
-    assert capped == plan_due(EVERY_FIVE, DUE, now, catch_up_cap=2)
-    assert latest == plan_due(EVERY_FIVE, DUE, now, catch_up="latest")
-    assert late == plan_due(EVERY_FIVE, DUE, now, max_lateness=600)
-    assert hourly == plan_due(HOURLY, DUE, now)
-    assert len({every_five, capped, latest, late, hourly}) == 5
+    assert every_five == planned(EVERY_FIVE, DUE, now)
+    assert capped == planned(EVERY_FIVE, DUE, now, catch_up_cap=2)
+    assert latest == planned(EVERY_FIVE, DUE, now, catch_up="latest")
+    assert late == planned(EVERY_FIVE, DUE, now, max_lateness=600)
+    assert queued == planned(EVERY_FIVE, DUE, now, overlap=Overlap.QUEUE)
+    assert overlapping == plan_due(EVERY_FIVE, DUE, now)
+    assert hourly == planned(HOURLY, DUE, now)
+    assert len({every_five, capped, latest, late, queued, overlapping, hourly}) == 7

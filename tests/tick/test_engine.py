@@ -167,7 +167,7 @@ def test_a_failed_send_is_recorded_and_the_schedule_still_advances(
 def test_downtime_recovery_writes_one_summary_row_not_one_per_window(
     database_url: str, broker_folder: Path, clock: FakeClock
 ) -> None:
-    register("tasks.poll", "*/5 * * * *", name="poll", catch_up_cap=3)
+    register("tasks.poll", "*/5 * * * *", name="poll", catch_up_cap=3, overlap="overlap")
     scheduler = make_scheduler(broker_folder, database_url, clock)
     try:
         scheduler.tick()  # first window 12:05
@@ -183,6 +183,79 @@ def test_downtime_recovery_writes_one_summary_row_not_one_per_window(
         skipped = [r for r in runs_for(scheduler.store, record.id) if r.state == "skipped"]
         assert [(r.reason, r.skipped_count) for r in skipped] == [("catch_up_cap", 9)]
         assert record.next_run_at == datetime(2026, 11, 30, 13, 5, tzinfo=UTC)
+    finally:
+        scheduler.close()
+
+
+@pytest.mark.parametrize(
+    ("overlap", "sent", "skipped"),
+    [
+        ("skip", ["12:50"], [("catch_up_cap", 9), ("overlap", 2)]),
+        ("queue", ["12:50"], [("catch_up_cap", 9)]),
+        ("replace", ["13:00"], [("catch_up_cap", 9), ("replaced", 2)]),
+        ("overlap", ["12:50", "12:55", "13:00"], [("catch_up_cap", 9)]),
+    ],
+)
+def test_a_recovery_sends_what_its_overlap_policy_allows_at_once(
+    overlap: str,
+    sent: list[str],
+    skipped: list[tuple[str, int]],
+    database_url: str,
+    broker_folder: Path,
+    clock: FakeClock,
+) -> None:
+    register("tasks.poll", "*/5 * * * *", name="poll", catch_up_cap=3, overlap=overlap)
+    scheduler = make_scheduler(broker_folder, database_url, clock)
+    try:
+        scheduler.tick()  # first window 12:05
+        clock.advance(hours=1, minutes=2)  # 13:02: 12 windows missed, the newest 3 replayed
+        scheduler.tick()
+        scheduler.tick()  # no worker: what went out is still open
+        windows = sorted(m["routine_window"] for m in published(broker_folder))
+        assert windows == [f"poll@2026-11-30T{hhmm}:00+00:00" for hhmm in sent]
+        record = scheduler.store.routines.by_name("poll")
+        rows = runs_for(scheduler.store, record.id)
+        skips = sorted(
+            ((r.reason, r.skipped_count) for r in rows if r.state == "skipped"),
+            key=lambda s: s[0] != "catch_up_cap",
+        )
+        assert skips == skipped
+        # queue: the other two replayed windows stay due, behind the open run.
+        due = (12, 55) if overlap == "queue" else (13, 5)
+        assert record.next_run_at == datetime(2026, 11, 30, *due, tzinfo=UTC)
+    finally:
+        scheduler.close()
+
+
+def test_a_large_catch_up_goes_out_over_ticks_beside_another_routines_window(
+    database_url: str, broker_folder: Path, clock: FakeClock
+) -> None:
+    # 13 windows to replay, at most 5 a tick; "live" falls due meanwhile.
+    register("tasks.poll", timedelta(minutes=1), name="backlog", overlap="overlap", catch_up_cap=50)
+    register("tasks.poll", timedelta(minutes=14), name="live")
+    scheduler = make_scheduler(broker_folder, database_url, clock, routines_catch_up_per_tick=5)
+
+    def sent(prefix: str) -> list[str]:
+        return sorted(
+            m["routine_window"].split("T")[1][:5]
+            for m in published(broker_folder)
+            if m["routine_window"].startswith(prefix)
+        )
+
+    try:
+        scheduler.tick()  # adopts both: first windows 12:01 and 12:14
+        clock.advance(minutes=13)  # 12:13: 13 windows of backlog due
+        scheduler.tick()
+        assert sent("backlog@") == ["12:01", "12:02", "12:03", "12:04", "12:05"]
+        record = scheduler.store.routines.by_name("backlog")
+        assert record.next_run_at == datetime(2026, 11, 30, 12, 6, tzinfo=UTC)  # still due
+        scheduler.tick()  # the next five
+        assert len(sent("backlog@")) == 10
+        clock.advance(minutes=1)  # 12:14: live falls due during the recovery
+        scheduler.tick()
+        assert sent("live@") == ["12:14"]  # in the first tick at which it was due
+        assert sent("backlog@") == [f"12:{m:02d}" for m in range(1, 15)]
+        assert not [r for r in runs_for(scheduler.store, record.id) if r.state == "skipped"]
     finally:
         scheduler.close()
 
@@ -376,7 +449,7 @@ def test_the_engine_built_directly_reads_decides_writes_then_sends(
     settings = Settings(database_url=database_url)
     engine = TickEngine(store, publisher, OpenGate(), settings, "beat-1", clock)
     try:
-        insert_routine(store, "direct", cron="*/5 * * * *", catch_up_cap=2)
+        insert_routine(store, "direct", cron="*/5 * * * *", catch_up_cap=2, overlap="overlap")
         first = engine.tick()
         assert first.adopted == 1 and first.next_wakeup == datetime(2026, 11, 30, 12, 5, tzinfo=UTC)
         clock.advance(minutes=21)  # 12:05 .. 12:20 due: four windows, cap 2
@@ -436,7 +509,14 @@ def test_each_skip_is_logged_once_with_its_windows_written_like_keys(
                 "WARNING",
                 "skipped 9 windows of poll from 2026-11-30T13:05:00+01:00 "
                 "to 2026-11-30T13:45:00+01:00: catch_up_cap",
-            )
+            ),
+            # The routine's own overlap policy within the recovery: INFO.
+            (
+                "INFO",
+                "skipped 2 windows of poll from 2026-11-30T13:55:00+01:00 "
+                "to 2026-11-30T14:00:00+01:00: overlap (a recovery under overlap=skip sends "
+                "only its oldest window, poll@2026-11-30T13:50:00+01:00)",
+            ),
         ]
     finally:
         scheduler.close()

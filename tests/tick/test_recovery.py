@@ -190,7 +190,9 @@ def test_the_before_send_check_counts_runs_still_in_flight(
 def test_a_five_minute_routine_down_for_a_day_recovers_by_its_policy(
     tmp_path: Path, database_url: str, clock: FakeClock, policy: str, sent: int, skipped: int
 ) -> None:
-    register("tasks.poll", "*/5 * * * *", name="poll", catch_up=policy)
+    # overlap="overlap": what the catch-up policy replays, all of it sent at once
+    # (under skip, queue and replace a recovery sends one: tests/tick/test_decide.py).
+    register("tasks.poll", "*/5 * * * *", name="poll", catch_up=policy, overlap="overlap")
     scheduler = make(tmp_path, database_url, clock)
     try:
         scheduler.tick()  # first window 12:05
@@ -215,7 +217,7 @@ def test_a_five_minute_routine_down_for_a_day_recovers_by_its_policy(
 def test_a_minutely_routine_down_for_a_year_recovers_without_listing_the_year(
     tmp_path: Path, database_url: str, clock: FakeClock, schedule_work: ScheduleWork
 ) -> None:
-    register("tasks.poll", "* * * * *", name="poll")
+    register("tasks.poll", "* * * * *", name="poll", overlap="overlap")
     scheduler = make(tmp_path, database_url, clock)
     try:
         scheduler.tick()

@@ -99,7 +99,9 @@ def test_catch_up_never_replays_a_window_outside_starts_at_and_ends_at(
 ) -> None:
     start = clock.now + timedelta(minutes=2)
     end = clock.now + timedelta(minutes=4)
-    register("tasks.poll", "* * * * *", name="bounded", starts_at=start, ends_at=end)
+    register(
+        "tasks.poll", "* * * * *", name="bounded", starts_at=start, ends_at=end, overlap="overlap"
+    )
     beat = make(tmp_path, database_url, clock)
     try:
         beat.tick()
@@ -194,7 +196,7 @@ def test_an_rrule_row_fires_its_local_times_until_its_count_is_used_then_is_done
     beat = make(tmp_path, database_url, clock)
     rule = "DTSTART:20261130T133000\nRRULE:FREQ=DAILY;COUNT=2"
     try:
-        insert_routine(beat.store, "daily", rrule=rule, timezone="Europe/Rome")
+        insert_routine(beat.store, "daily", rrule=rule, timezone="Europe/Rome", overlap="overlap")
         beat.tick()
         clock.advance(days=3)  # both windows were missed: catch_up replays them
         beat.tick()

@@ -452,3 +452,45 @@ def test_a_retry_past_max_lateness_is_skipped_as_late_like_a_first_attempt(
         assert {r.attempt: r.state for r in runs(beat.store, "flaky")}[2] == "failed"
     finally:
         beat.close()
+
+
+@pytest.mark.parametrize("policy", ["skip", "queue", "replace", "overlap"])
+def test_a_retry_follows_the_overlap_policy_while_a_later_window_runs(
+    policy: str, database_url: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    register(
+        "tasks.flaky", timedelta(minutes=1), name="flaky", overlap=policy, retry_base_seconds=90
+    )
+    folder = tmp_path / "broker"
+    beat = make_scheduler(folder, database_url, clock)
+    try:
+        beat.tick()
+        clock.advance(minutes=1)
+        beat.tick()  # 12:01 attempt 1
+        [first] = runs(beat.store, "flaky")
+        fail(beat.store, first.id, clock.now)  # retried at 12:02:30
+        clock.advance(minutes=1)
+        beat.tick()  # 12:02: nothing open (the failed attempt waits as retrying)
+        later = next(r for r in runs(beat.store, "flaky") if r.scheduled_for == clock.now)
+        assert beat.store.runs.claim_start(later.id, "worker-1", clock.now)  # 12:02 runs
+        clock.advance(seconds=30)
+        beat.tick()  # 12:02:30: the retry is due while 12:02 runs
+        attempts = [m["routine_attempt"] for m in published(folder)]
+        retry = beat.store.runs.get(first.id)
+        if policy == "overlap":
+            assert attempts == [1, 1, 2]  # beside the run in progress
+            return
+        assert attempts == [1, 1]  # never two bodies at once
+        if policy == "replace":
+            # The newer window replaced it: not retried, visibly.
+            assert (retry.state, retry.reason) == ("failed", "no_retry:replaced")
+            return
+        # skip, queue: it waits for the run in progress, then goes.
+        assert retry.state == "retrying" and retry.retry_at > clock.now
+        beat.store.runs.finish(later.id, "succeeded", clock.now)
+        clock.advance(seconds=1)
+        beat.tick()
+        assert [m["routine_attempt"] for m in published(folder)] == [1, 1, 2]
+        assert published(folder)[-1]["routine_window"] == "flaky@2026-11-30T12:01:00+00:00"
+    finally:
+        beat.close()

@@ -164,8 +164,9 @@ def trigger(request: Request) -> Any:
 
 
 def backfill(request: Request) -> Any:
-    """``{"from": ..., "to": ..., "max": 1000, "force": false, "preview": false}``;
-    with ``preview`` it only counts the windows."""
+    """``{"from": ..., "to": ..., "max": 1000, "force": false, "preview": false,
+    "overlap": null}``; with ``preview`` it only counts the windows; ``overlap``
+    (default: the routine's) is the overlap policy the backfill follows."""
     panel = panel_of(request)
     data = body(request)
     for key in ("from", "to"):
@@ -177,10 +178,13 @@ def backfill(request: Request) -> Any:
         # A preview sends nothing: it does not hold up the actions.
         plan = panel.admin.backfill_plan(name, data["from"], data["to"], max_windows=most)
         return {**jsonable(plan), "to_send": plan.to_send}
+    overlap = data.get("overlap")
+    if overlap is not None and not isinstance(overlap, str):
+        raise ValueError(f"backfill's 'overlap' must be a policy name, got {overlap!r}")
     with panel.lock:
         return panel.admin.backfill(
             name, data["from"], data["to"], max_windows=most, force=flag(data, "force"),
-            by=who(request),
+            by=who(request), overlap=overlap,
         )  # fmt: skip
 
 

@@ -101,6 +101,7 @@ OPENAPI: dict[str, Any] = {
                 "to": {"type": "string"},
                 "max": {"type": "integer"},
                 "preview": {"type": "boolean"},
+                "overlap": {"type": "string", "enum": ["skip", "queue", "replace", "overlap"]},
                 **FORCE,
             },
             NAME,

@@ -209,9 +209,15 @@ def _do(panel: Panel, action: str, form: dict[str, str], by: str) -> tuple[str, 
         return back, f"{sent.outcome} {sent.idempotency_key} attempt {sent.attempt}"
     if action == "backfill":
         done = admin.backfill(name, form.get("from", ""), form.get("to", ""), by=by)
+        left = (
+            f"; {done.left} left unsent (overlap={done.overlap} sends one at a time: "
+            "backfill again once it has ended)"
+            if done.left
+            else ""
+        )
         return back, (
             f"backfill of {name}: {len(done.windows)} window(s), {done.sent} sent, "
-            f"{done.existing} already stored, {done.failed} failed"
+            f"{done.existing} already stored, {done.failed} failed{left}"
         )
     raise LookupError(f"no action named {action!r}")
 
