@@ -37,6 +37,7 @@ from .store.engine import explain_database_error, safe_url
 from .tick.declarations import declare
 from .tick.engine import TickEngine
 from .tick.prune import Pruner
+from .tick.write import CLAIM_TRUSTED_SHARE
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -169,8 +170,9 @@ class Scheduler(CeleryScheduler):
             self._error_backoff = min(
                 max(self._error_backoff * 2, ERROR_BACKOFF_START), ERROR_BACKOFF_CAP
             )
-            logger.exception("beat tick failed; trying again in %.0f s", self._error_backoff)
-            return min(self._error_backoff, self.max_interval)
+            wait = min(self._error_backoff, self.max_interval, self._ledger_deadline())
+            logger.exception("beat tick failed; trying again in %.0f s", wait)
+            return wait
         self._in_tick = False
         self._stop_if_requested()
         if self._error_backoff:
@@ -189,6 +191,17 @@ class Scheduler(CeleryScheduler):
             return longest
         until = (report.next_wakeup - self._clock()).total_seconds() + WAKE_SLACK
         return min(max(until, WAKE_SLACK), longest)
+
+    def _ledger_deadline(self) -> float:
+        """How long a failed tick may wait before the next: while this beat
+        holds runs it published and has not written down, a quarter of
+        ``routines_lock_ttl`` at most, so the write-down is tried again
+        several times before its claims expire (once they have, another
+        beat takes the routines over and sends those runs again)."""
+        engine = self._engine
+        if engine is None or not engine.ledger:
+            return float("inf")
+        return max(ERROR_BACKOFF_START, self.settings.lock_ttl * CLAIM_TRUSTED_SHARE)
 
     def _prune(self) -> None:
         """One batch of the run history's pruning, at most once a minute."""
@@ -329,6 +342,16 @@ class Scheduler(CeleryScheduler):
         if self._store is None:
             return
         why = f" ({self._stopped_by})" if self._stopped_by else ""
+        if self._engine is not None and self._engine.ledger:
+            # Handed back, these routines would be taken over at once and
+            # their pending runs, published by this beat, sent again.
+            logger.warning(
+                "beat stopped%s: not releasing its claims: %s are not written down; "
+                "the claims expire after routines_lock_ttl",
+                why,
+                self._engine.ledger.describe(),
+            )
+            return
         try:
             released = self._store.routines.release_claims(self.holder)
         except Exception:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
 from .dialects import is_mysql
 from .engine import fast_engine
@@ -68,6 +69,13 @@ class Connections:
             self._local.connection = connection
             try:
                 yield
+            except DBAPIError:
+                # Whatever failed, the next session (a beat's next tick, its
+                # retry) starts on a fresh connection: one whose server
+                # session may have gone wrong (a pooler's, a failover's) is
+                # not handed back to the pool to fail again.
+                connection.invalidate()
+                raise
             finally:
                 self._local.connection = None
 

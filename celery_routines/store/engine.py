@@ -57,14 +57,17 @@ def make_engine(url: str, *, ping_after_idle: float | None = None) -> Engine:
         # Pre-ping costs a round trip per checkout, but without it every pooled
         # connection cut by a database restart fails one tick somewhere in its
         # middle, each followed by a longer back-off.
+        driver_url = postgres_driver(parsed)
         engine = create_engine(
-            postgres_driver(parsed),
+            driver_url,
             pool_pre_ping=ping_after_idle is None,
             pool_size=5,
             max_overflow=5,
+            connect_args=postgres_connect_args(driver_url),
         )
         if ping_after_idle is not None:
             _ping_if_idle(engine, ping_after_idle)
+        event.listen(engine, "handle_error", _discard_mismatched_session)
         return engine
     except ModuleNotFoundError as exc:
         raise ConfigurationError(
@@ -102,6 +105,45 @@ def _ping_if_idle(engine: Engine, idle: float) -> None:
             alive = False
         if not alive:
             raise DisconnectionError("pooled connection failed its ping")  # the pool reconnects
+
+
+# SQLSTATEs that say the client's idea of its server session is wrong: a
+# prepared statement missing or named twice, a Bind that does not fit the
+# statement prepared under that name. Each means the connection's server
+# session changed under it (a pooler in transaction mode) or its state was
+# lost; every later statement on it may fail the same way.
+SESSION_MISMATCH_SQLSTATES = frozenset({"26000", "42P05", "08P01"})
+
+
+def _discard_mismatched_session(context: Any) -> None:
+    """Treat a session mismatch as a lost connection: this connection (only
+    this one) is discarded and the next checkout opens a fresh session, so
+    one mismatch fails one statement instead of every later tick on it."""
+    sqlstate = getattr(context.original_exception, "sqlstate", None)
+    if sqlstate in SESSION_MISMATCH_SQLSTATES:
+        context.is_disconnect = True
+        context.invalidate_pool_on_disconnect = False
+
+
+def postgres_connect_args(url: URL) -> dict[str, Any]:
+    """psycopg 3 without server-side prepared statements, always.
+
+    psycopg 3 prepares a statement on the server after its fifth execution
+    on a connection (``prepare_threshold``) and later sends only its name.
+    A prepared statement belongs to one server session; behind PgBouncer in
+    transaction pooling (PgBouncer before 1.21, or any without
+    ``max_prepared_statements``) the next transaction may run on another
+    server connection, where that name is missing or, worse, names another
+    statement: "prepared statement "_pg3_7" does not exist", "bind message
+    supplies 7 parameters, but prepared statement "_pg3_7" requires 1"
+    (issue 29). A pooler cannot be detected reliably from the client side,
+    so it is off whatever is in front: on a bare PostgreSQL it cost the tick
+    and the worker's statements little (benchmarks/prepared_statements.py,
+    figures in docs/pgbouncer.md). psycopg2 never prepares.
+    """
+    if url.get_driver_name() == "psycopg":
+        return {"prepare_threshold": None}
+    return {}
 
 
 def postgres_driver(url: URL, importable: Callable[[str], bool] | None = None) -> URL:

@@ -23,6 +23,10 @@ from celery_routines.tick.marking import Batch
 
 logger = logging.getLogger("celery_routines.beat")
 
+# A stopping beat tries this many times to write down what it published
+# before it gives up (each on a fresh connection: a failed one is discarded).
+STOP_WRITE_DOWN_ATTEMPTS = 3
+
 
 class Recording:
     """What the engine provides to this half."""
@@ -73,19 +77,23 @@ class Recording:
         """A stopping beat's ledger (its last bookkeeping failed), written
         before its claims are handed back: else the beat that takes them over
         finds those runs ``pending`` and publishes them again."""
-        if not self.ledger:
-            return
-        try:
-            with self.store.session():
-                logger.info("stopping: writing down %s", self.ledger.describe())
-                self._record_published(self.clock())
-        except Exception:
-            logger.warning(
-                "stopping: %s not written down; the beat taking these routines over "
-                "sends their pending runs again (the worker runs each once)",
-                self.ledger.describe(),
-                exc_info=True,
-            )
+        for attempt in range(1, STOP_WRITE_DOWN_ATTEMPTS + 1):
+            if not self.ledger:
+                return
+            try:
+                with self.store.session():  # a fresh connection after a failed one
+                    logger.info("stopping: writing down %s", self.ledger.describe())
+                    self._record_published(self.clock())
+            except Exception:
+                if attempt < STOP_WRITE_DOWN_ATTEMPTS:
+                    continue
+                logger.warning(
+                    "stopping: %s not written down; this beat's claims are kept until "
+                    "they expire, then the beat taking these routines over sends their "
+                    "pending runs again (the worker runs each once)",
+                    self.ledger.describe(),
+                    exc_info=True,
+                )
 
     def _say_taken_over(self, missed: int) -> None:
         if missed > 0:

@@ -10,6 +10,7 @@ import pytest
 from celery_routines.store import Store
 from tests import services
 from tests.faults.cluster import Cluster, MariaDBServer
+from tests.faults.pgbouncer import PgBouncer
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
@@ -72,3 +73,21 @@ def private_mariadb(tmp_path: Path) -> Iterator[MariaDBServer]:
     server.start()
     yield server
     server.kill()
+
+
+@pytest.fixture
+def pgbouncer(request: pytest.FixtureRequest) -> Iterator[PgBouncer]:
+    """A private PgBouncer in front of the test PostgreSQL, in transaction
+    pooling (``@pytest.mark.parametrize("pgbouncer", [...], indirect=True)``
+    for another mode, or ``(mode, pool_size)``); stopped at teardown."""
+    missing = PgBouncer.available()
+    if missing:
+        if services.services_required():
+            pytest.fail(missing, pytrace=False)
+        pytest.skip(missing)
+    param = getattr(request, "param", "transaction")
+    mode, size = param if isinstance(param, tuple) else (param, 20)
+    bouncer = PgBouncer(mode, size)
+    bouncer.start()
+    yield bouncer
+    bouncer.stop()

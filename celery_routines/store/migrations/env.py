@@ -9,9 +9,10 @@ from celery_routines.store.models import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - only when run through the alembic CLI
-    from sqlalchemy import create_engine
+    from celery_routines.store.engine import make_engine
 
-    engine = create_engine(context.config.get_main_option("sqlalchemy.url"))
+    # Ours: no server-side prepared statements (safe behind PgBouncer).
+    engine = make_engine(context.config.get_main_option("sqlalchemy.url"))
     connection = engine.connect()
 
 context.configure(
