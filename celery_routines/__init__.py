@@ -29,16 +29,19 @@ if TYPE_CHECKING:
     from .beat import Scheduler
     from .policy.ceilings import Ceiling
     from .registry import register, routine
+    from .worker.current_run import RoutineRun, current_run
     from .worker.spend import spend
 
 __all__ = [
     "Ceiling",
     "ConfigurationError",
     "InvalidRoutine",
+    "RoutineRun",
     "RoutinesError",
     "ScheduleError",
     "Scheduler",
     "UnknownRoutine",
+    "current_run",
     "register",
     "routine",
     "spend",
@@ -52,6 +55,8 @@ _LAZY = {
     "register": ".registry",
     "routine": ".registry",
     "spend": ".worker.spend",
+    "current_run": ".worker.current_run",
+    "RoutineRun": ".worker.current_run",
 }
 
 

@@ -295,6 +295,7 @@ class Sending:
             runs,
             self.clock,
             self.settings.run_timeout,
+            kind=how,
         )
         if self.events is not None:
             for done in results:

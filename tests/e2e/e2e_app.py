@@ -91,3 +91,38 @@ def hold(self, path: str, release: str, limit: float = 25.0) -> str:
 @app.task
 def boom() -> None:
     raise RuntimeError("boom")
+
+
+# -- current_run() in a real worker (tests/e2e/test_current_run.py) ------------
+
+
+@app.task
+def window_probe(path: str, fail_on: str = "") -> str:
+    """Appends what ``current_run()`` says as one JSON line; fails attempt 1
+    of the window whose local date is ``fail_on`` (to have a run to replay)."""
+    import json
+    import threading
+
+    from celery_routines import current_run
+
+    run = current_run()
+    line = (
+        None
+        if run is None
+        else {
+            "routine": run.routine,
+            "window": run.window.isoformat(),
+            "local_window": run.local_window.isoformat(),
+            "zone": str(run.local_window.tzinfo),
+            "attempt": run.attempt,
+            "run_id": run.run_id,
+            "kind": str(run.kind),
+            "pid": os.getpid(),
+            "thread": threading.current_thread().name,
+        }
+    )
+    with open(path, "a") as log:
+        log.write(json.dumps(line) + "\n")
+    if run is not None and run.attempt == 1 and run.local_window.date().isoformat() == fail_on:
+        raise RuntimeError(f"failing attempt 1 of {run.idempotency_key} on purpose")
+    return "probed"
