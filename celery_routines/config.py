@@ -42,6 +42,9 @@ class Settings:
     # Processes forked to publish a tick's messages (sending/offload.py); 0:
     # beat publishes in its own process.
     publish_processes: int = 0
+    # Beat's /livez and /readyz (observe/health.py); None: not served.
+    health_port: int | None = None
+    health_address: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         if self.publish not in PUBLISH_PATHS:
@@ -53,6 +56,10 @@ class Settings:
             raise ConfigurationError(
                 "routines_publish_processes must be a whole number from 0 (publish in beat's"
                 f" own process) to 16, got {self.publish_processes!r}"
+            )
+        if self.health_port is not None and not 0 <= self.health_port <= 65535:
+            raise ConfigurationError(
+                f"routines_health_port must be between 0 and 65535, got {self.health_port!r}"
             )
         _require_positive("routines_refresh_seconds", self.refresh_seconds)
         _require_positive("routines_keep_runs_days", self.keep_runs_days)
@@ -94,7 +101,7 @@ def setting(app: Celery | None, name: str) -> Any:
     return _lookup(app, name)
 
 
-def _number(name: str, raw: Any, default: float, kind: type) -> Any:
+def _number(name: str, raw: Any, default: float | None, kind: type) -> Any:
     if raw is None or raw == "":
         return default
     try:
@@ -132,6 +139,10 @@ def settings_from(app: Celery | None) -> Settings:
         publish_processes=_number(
             "routines_publish_processes", _lookup(app, "routines_publish_processes"), 0, int
         ),
+        health_port=_number(
+            "routines_health_port", _lookup(app, "routines_health_port"), None, int
+        ),
+        health_address=_lookup(app, "routines_health_address") or "127.0.0.1",
     )
 
 
