@@ -32,6 +32,7 @@ from celery_routines.schedules.base import Schedule
 from celery_routines.schedules.keys import window_key
 from celery_routines.sending.direct import publisher_for
 from celery_routines.sending.dispatch import SENT, Dispatched, dispatch
+from celery_routines.sending.offload import monitored
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
 from celery_routines.store.records import OpenRun
@@ -314,5 +315,5 @@ class Sending:
                 raise RoutinesError(
                     "sending needs the Celery app: build Routines(app), not Routines(settings)"
                 )
-            self._publisher = publisher_for(self.app, self.settings)
+            self._publisher = monitored(publisher_for(self.app, self.settings), self.settings)
         return self._publisher

@@ -5,6 +5,7 @@ line, and a failed send recorded under the routine's retry policy."""
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
@@ -41,6 +42,8 @@ def outgoing_run(
         run_timeout=routine.run_timeout,
         timezone=routine.timezone,
         kind=kind,
+        # Only a process that loaded sentry_sdk monitors runs (integrations/sentry.py).
+        routine=routine if "sentry_sdk" in sys.modules else None,
     )
 
 

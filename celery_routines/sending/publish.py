@@ -20,7 +20,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Protocol
@@ -69,6 +69,9 @@ class OutgoingRun:
     run_timeout: float | None = None
     timezone: str | None = None  # the routine's own zone; None: routines_timezone
     kind: str = "scheduled"  # RunKind: scheduled, backfill, replay or trigger
+    # The routine's definition, for a publisher that monitors runs (Sentry
+    # Crons, integrations/sentry.py), which drops it before the run is sent.
+    routine: Any = field(default=None, compare=False, repr=False)
 
 
 class NotSent(Exception):

@@ -126,3 +126,23 @@ def window_probe(path: str, fail_on: str = "") -> str:
     if run is not None and run.attempt == 1 and run.local_window.date().isoformat() == fail_on:
         raise RuntimeError(f"failing attempt 1 of {run.idempotency_key} on purpose")
     return "probed"
+
+
+# -- Sentry Crons (tests/e2e/test_sentry_crons.py) ------------------------------
+
+if os.environ.get("E2E_SENTRY_DSN"):
+    # The same beat_schedule runs under Celery's beat and under ours; Sentry
+    # watches both as its users set it up.
+    import sentry_sdk
+    from celery.schedules import crontab
+    from sentry_sdk.integrations.celery import CeleryIntegration
+
+    sentry_sdk.init(
+        dsn=os.environ["E2E_SENTRY_DSN"],
+        integrations=[CeleryIntegration(monitor_beat_tasks=True)],
+        default_integrations=False,
+    )
+    app.conf.beat_schedule = {
+        "minutely-ok": {"task": "e2e_app.legacy", "schedule": crontab()},
+        "minutely-fails": {"task": "e2e_app.boom", "schedule": crontab()},
+    }
