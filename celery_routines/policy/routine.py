@@ -39,6 +39,7 @@ CATCH_UP_CAP_LIMIT = 100_000
 MAX_RETRIES_LIMIT = 100
 # The longest wait a routine may ask for (max_lateness, retry_base_seconds).
 SECONDS_LIMIT = 366 * 86400
+PAUSE_AFTER_FAILURES_LIMIT = 1000
 # The shortest run_timeout: a heartbeat goes out every third of it.
 RUN_TIMEOUT_MIN = 1.0
 
@@ -64,6 +65,7 @@ OPTION_NAMES = frozenset(
         "starts_at",
         "ends_at",
         "jitter",
+        "pause_after_failures",
     }
 )
 # The widest jitter: a day (a send instant further from its window is a schedule).
@@ -105,6 +107,8 @@ class Routine:
     ends_at: datetime | None = None
     jitter: int | None = None
     """Whole seconds; each window goes out ``[0, jitter)`` seconds after it."""
+    pause_after_failures: int | None = None
+    """Pause the routine after this many consecutive final failures."""
     # Set by from_columns: args, kwargs and options were just read from JSON,
     # so serialising them again to check them would only cost time.
     from_json: InitVar[bool] = False
@@ -128,6 +132,10 @@ class Routine:
         set_(self, "retry_base_seconds", _seconds("retry_base_seconds", self.retry_base_seconds))
         set_(self, "ceilings", _ceilings(self.ceilings))
         set_(self, "run_timeout", _run_timeout(self.run_timeout))
+        if self.pause_after_failures is not None:
+            limit = PAUSE_AFTER_FAILURES_LIMIT
+            count = _whole("pause_after_failures", self.pause_after_failures, 1, limit)
+            set_(self, "pause_after_failures", count)
         _check_schedule_fields(self)
         if not isinstance(self.enabled, bool):
             raise ScheduleError(f"enabled must be True or False, got {self.enabled!r}")
@@ -169,6 +177,7 @@ class Routine:
             "starts_at": self.starts_at,
             "ends_at": self.ends_at,
             "jitter_seconds": self.jitter,
+            "pause_after_failures": self.pause_after_failures,
         }
 
 
@@ -238,6 +247,7 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
         starts_at=starts_at,
         ends_at=ends_at,
         jitter=options.get("jitter"),
+        pause_after_failures=options.get("pause_after_failures"),
     )
 
 

@@ -32,7 +32,9 @@ SHARED_COLUMNS = (
     "enabled",
     "run_timeout",
 )
-OPTIONAL_COLUMNS = ("at", "solar", "rrule", "starts_at", "ends_at", "jitter_seconds")
+OPTIONAL_COLUMNS = (
+    "at", "solar", "rrule", "starts_at", "ends_at", "jitter_seconds", "pause_after_failures",
+)  # fmt: skip
 # Distinct definitions (all columns but the name) kept validated; bounded, so
 # a million routines that all differ cost a miss each, never memory.
 VALIDATED_CACHE_SIZE = 1024
@@ -106,6 +108,7 @@ def _from_columns(row: Any) -> Routine:
         starts_at=getattr(row, "starts_at", None),
         ends_at=getattr(row, "ends_at", None),
         jitter=getattr(row, "jitter_seconds", None),
+        pause_after_failures=getattr(row, "pause_after_failures", None),
         from_json=True,
     )
 

@@ -96,6 +96,11 @@ ROUTINES = Table(
     Column("starts_at", UTCDateTime, nullable=True),
     Column("ends_at", UTCDateTime, nullable=True),
     Column("jitter_seconds", Integer, nullable=True),
+    # Pause after this many consecutive final failures (NULL: never); why it
+    # paused; the instant from which failures count (resume restarts the count).
+    Column("pause_after_failures", Integer, nullable=True),
+    Column("paused_reason", Text, nullable=True),
+    Column("failures_counted_from", UTCDateTime, nullable=True),
     # The due-query walks this index from the oldest due row: a range scan
     # whose cost grows with what is due, not with what is stored.
     partial_index("ix_routines_due", "next_run_at", where="enabled AND NOT paused"),

@@ -48,6 +48,8 @@ class RoutineRecord:
     starts_at: datetime | None = None
     ends_at: datetime | None = None
     jitter_seconds: int | None = None
+    pause_after_failures: int | None = None
+    paused_reason: str | None = None
 
 
 ROUTINE_RECORD_FIELDS = tuple(RoutineRecord.__dataclass_fields__)

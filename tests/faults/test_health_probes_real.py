@@ -139,6 +139,7 @@ def test_the_metrics_port_serves_the_probes_too(cluster: Cluster) -> None:
 def test_a_schema_behind_the_code_is_not_ready(tmp_path: Path) -> None:
     from celery_routines.observe.health import BeatHealth, store_checker
     from celery_routines.store import Store
+    from celery_routines.store.migrate import HEAD_REVISION
 
     store = Store.from_url(f"sqlite:///{tmp_path / 'r.db'}")
     store.migrate()
@@ -146,6 +147,6 @@ def test_a_schema_behind_the_code_is_not_ready(tmp_path: Path) -> None:
     health.tick_finished(ok=True)
     assert health.answer("/readyz") == (
         503,
-        "schema is at 0006_run_timeout, this code needs 0099_future",
+        f"schema is at {HEAD_REVISION}, this code needs 0099_future",
     )
     store.dispose()

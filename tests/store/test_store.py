@@ -316,6 +316,7 @@ def test_a_first_migration_logs_one_line_per_revision_and_no_alembic_chatter(
         "celery-routines schema: applied migration 0003_run_listing_indexes",
         "celery-routines schema: applied migration 0004_lifecycle",
         "celery-routines schema: applied migration 0005_schedule_types",
+        "celery-routines schema: applied migration 0006_run_timeout",
         f"celery-routines schema: applied migration {migrate.HEAD_REVISION}",
     ]
     assert logging.getLogger("alembic").level == logging.NOTSET  # left as it was
