@@ -146,3 +146,37 @@ if os.environ.get("E2E_SENTRY_DSN"):
         "minutely-ok": {"task": "e2e_app.legacy", "schedule": crontab()},
         "minutely-fails": {"task": "e2e_app.boom", "schedule": crontab()},
     }
+
+
+# -- OpenTelemetry (tests/integrations/test_tracing_real.py) ---------------------
+
+if os.environ.get("E2E_OTEL_SPANS"):
+    # OpenTelemetry's Celery instrumentation as its users set it up; every
+    # finished span is appended to a file as one JSON line (beat's publishing
+    # processes end with os._exit, so nothing can wait for an exit to dump).
+    import json as _json
+
+    from opentelemetry import trace
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    class _JsonLines(SpanExporter):
+        def export(self, spans):  # type: ignore[no-untyped-def]
+            with open(os.environ["E2E_OTEL_SPANS"], "a") as out:
+                for span in spans:
+                    parent = span.parent.span_id if span.parent else None
+                    out.write(_json.dumps({
+                        "name": span.name, "kind": span.kind.name, "pid": os.getpid(),
+                        "trace_id": f"{span.context.trace_id:032x}",
+                        "span_id": f"{span.context.span_id:016x}",
+                        "parent_id": f"{parent:016x}" if parent else None,
+                        "task_id": span.attributes.get("messaging.message.id")
+                        or span.attributes.get("celery.task_id"),
+                    }) + "\n")  # fmt: skip
+            return SpanExportResult.SUCCESS
+
+    _provider = TracerProvider()
+    _provider.add_span_processor(SimpleSpanProcessor(_JsonLines()))
+    trace.set_tracer_provider(_provider)
+    CeleryInstrumentor().instrument()
