@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .operator.admin import Routines
     from .policy.ceilings import Ceiling
     from .registry import register, routine
+    from .worker.current_run import RoutineRun, current_run
     from .worker.spend import spend
 
 __all__ = [
@@ -37,10 +38,12 @@ __all__ = [
     "ConfigurationError",
     "InvalidRoutine",
     "Routines",
+    "RoutineRun",
     "RoutinesError",
     "ScheduleError",
     "Scheduler",
     "UnknownRoutine",
+    "current_run",
     "register",
     "routine",
     "spend",
@@ -55,6 +58,8 @@ _LAZY = {
     "register": ".registry",
     "routine": ".registry",
     "spend": ".worker.spend",
+    "current_run": ".worker.current_run",
+    "RoutineRun": ".worker.current_run",
 }
 
 

@@ -27,6 +27,7 @@ from .config import Settings, settings_from
 from .errors import RoutinesError
 from .extras import check_extras
 from .observe.events import RoutineEvents
+from .observe.health import BeatHealth, ProbeServer, serve_health, store_checker
 from .observe.metrics import MeasuredPublisher, RoutineMetrics, metrics_for
 from .registry import InvalidEntry, celery_default_entries, definitions_for
 from .sending.gate import Gate, OpenGate, RedisGate
@@ -34,6 +35,7 @@ from .sending.offload import beats_publisher
 from .sending.publish import Publisher
 from .store import Store
 from .store.engine import explain_database_error, safe_url
+from .store.migrate import HEAD_REVISION
 from .tick.declarations import declare
 from .tick.engine import TickEngine
 from .tick.prune import Pruner
@@ -84,6 +86,8 @@ class Scheduler(CeleryScheduler):
         self.last_report = None
         # Served from setup_schedule, so the banner's lazy instance serves nothing.
         self.metrics: RoutineMetrics | None = None
+        self.health: BeatHealth | None = None
+        self._health_server: ProbeServer | None = None
         super().__init__(app, *args, **kwargs)
 
     # Celery calls this from __init__ unless lazy=True (the banner's instance),
@@ -121,8 +125,9 @@ class Scheduler(CeleryScheduler):
             _written(self.app, [d.name for d in definitions], self.settings.database_url),
         )
         self._store = store
+        self._serve_health(store)
         if self.metrics is None:
-            self.metrics = metrics_for(self.app, self._clock)
+            self.metrics = metrics_for(self.app, self._clock, self.health)
         if self._arbitrate_on_database:
             self._say_skew((store.db_now() - utc_now()).total_seconds())
         self._gate = (
@@ -164,6 +169,8 @@ class Scheduler(CeleryScheduler):
             report = self.engine.tick()
         except Exception:
             self._in_tick = False
+            if self.health is not None:
+                self.health.tick_finished(ok=False)
             self._stop_if_requested()
             if self.metrics is not None:
                 self.metrics.observe_tick_error()
@@ -174,6 +181,8 @@ class Scheduler(CeleryScheduler):
             logger.exception("beat tick failed; trying again in %.0f s", wait)
             return wait
         self._in_tick = False
+        if self.health is not None:
+            self.health.tick_finished(ok=True)
         self._stop_if_requested()
         if self._error_backoff:
             logger.info("beat tick succeeded again after errors")
@@ -202,6 +211,15 @@ class Scheduler(CeleryScheduler):
         if engine is None or not engine.ledger:
             return float("inf")
         return max(ERROR_BACKOFF_START, self.settings.lock_ttl * CLAIM_TRUSTED_SHARE)
+    def _serve_health(self, store: Store) -> None:
+        """Beat's probes (observe/health.py): on ``routines_health_port`` when
+        set, and beside ``/metrics`` on the metrics port."""
+        if self.health is None:
+            check = store_checker(store, HEAD_REVISION)
+            self.health = BeatHealth(float(self.max_interval), check)
+        port = self.settings.health_port
+        if port is not None and self._health_server is None:
+            self._health_server = serve_health(self.health, port, self.settings.health_address)
 
     def _prune(self) -> None:
         """One batch of the run history's pruning, at most once a minute."""
@@ -323,6 +341,8 @@ class Scheduler(CeleryScheduler):
         self._unwrap_stop_signals()
         if self.metrics is not None:
             self.metrics.close()
+        if self._health_server is not None:
+            self._health_server.close()
         if self._engine is not None:
             self._engine.settle()  # no claim taken after they are released
         self._release_claims()

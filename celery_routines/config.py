@@ -46,6 +46,9 @@ class Settings:
     # out over the next ticks, which serve the other routines' windows too);
     # the default keeps such a tick near a quarter second: docs/catch-up-and-overlap.md.
     catch_up_per_tick: int = 100
+    # Beat's /livez and /readyz (observe/health.py); None: not served.
+    health_port: int | None = None
+    health_address: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         if self.publish not in PUBLISH_PATHS:
@@ -57,6 +60,10 @@ class Settings:
             raise ConfigurationError(
                 "routines_publish_processes must be a whole number from 0 (publish in beat's"
                 f" own process) to 16, got {self.publish_processes!r}"
+            )
+        if self.health_port is not None and not 0 <= self.health_port <= 65535:
+            raise ConfigurationError(
+                f"routines_health_port must be between 0 and 65535, got {self.health_port!r}"
             )
         _require_positive("routines_refresh_seconds", self.refresh_seconds)
         _require_positive("routines_keep_runs_days", self.keep_runs_days)
@@ -103,7 +110,7 @@ def setting(app: Celery | None, name: str) -> Any:
     return _lookup(app, name)
 
 
-def _number(name: str, raw: Any, default: float, kind: type) -> Any:
+def _number(name: str, raw: Any, default: float | None, kind: type) -> Any:
     if raw is None or raw == "":
         return default
     try:
@@ -144,6 +151,10 @@ def settings_from(app: Celery | None) -> Settings:
         catch_up_per_tick=_number(
             "routines_catch_up_per_tick", _lookup(app, "routines_catch_up_per_tick"), 100, int
         ),
+        health_port=_number(
+            "routines_health_port", _lookup(app, "routines_health_port"), None, int
+        ),
+        health_address=_lookup(app, "routines_health_address") or "127.0.0.1",
     )
 
 

@@ -38,6 +38,8 @@ NOT_IN_BEAT = {
     "ephem": "solar schedules",
     "dateutil.rrule": "rrule schedules",
     "prometheus_client": "routines_metrics_port",
+    "sentry_sdk": "an application that uses Sentry (it imports it itself)",
+    "celery_routines.integrations.sentry": "an application that imported sentry_sdk",
 }
 
 APP = """

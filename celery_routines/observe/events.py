@@ -18,6 +18,11 @@ from typing import Any, Protocol
 
 from celery import Celery
 
+from celery_routines.observe.notify import DROPPED_WINDOWS, DROPPING_REASONS, Notifier, notifier_for
+from celery_routines.observe.notify import INVALID as NOTIFY_INVALID
+from celery_routines.observe.notify import LOST as NOTIFY_LOST
+from celery_routines.observe.notify import SUSPENDED as NOTIFY_SUSPENDED
+
 logger = logging.getLogger("celery_routines.events")
 
 SKIPPED = "routine-skipped"
@@ -51,11 +56,18 @@ class Events(Protocol):
 
     def lost(self, routine: str, *, run_id: str, idempotency_key: str) -> None: ...
 
+    def invalid(self, routine: str, *, error: str, before: str | None = None) -> None: ...
+
+    # Who is told of final failures and automatic pauses (routines_notify_url).
+    notifier: Notifier | None
+
     def close(self) -> None: ...
 
 
 class NoEvents:
     """Events switched off (tests and embedders that pass no app)."""
+
+    notifier: Notifier | None = None
 
     def skipped(self, routine: str, **fields: Any) -> None:
         pass
@@ -66,12 +78,17 @@ class NoEvents:
     def lost(self, routine: str, **fields: Any) -> None:
         pass
 
+    def invalid(self, routine: str, **fields: Any) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
 
 class RoutineEvents:
     """Publishes routine events through one lazily opened connection."""
+
+    notifier: Notifier | None = None
 
     def __init__(self, app: Celery, hostname: str | None = None) -> None:
         self.app = app
@@ -80,6 +97,8 @@ class RoutineEvents:
         self._dispatcher: Any = None
         self._failing = False
         self._lock = threading.RLock()
+        # The same moments, posted to routines_notify_url when it is set.
+        self.notifier = notifier_for(app)
 
     def skipped(
         self,
@@ -95,12 +114,30 @@ class RoutineEvents:
             SKIPPED, routine=routine, reason=reason, count=count, first=first, last=last,
             run_id=run_id,
         )  # fmt: skip
+        if self.notifier is not None and reason in DROPPING_REASONS:
+            self.notifier.notify(
+                DROPPED_WINDOWS, routine, window=first, run_id=run_id, state="skipped",
+                reason=reason, count=count, first=first, last=last,
+            )  # fmt: skip
 
     def suspended(self, routine: str, *, until: datetime, reason: str) -> None:
         self.send(SUSPENDED, routine=routine, until=until, reason=reason)
+        if self.notifier is not None:
+            self.notifier.notify(NOTIFY_SUSPENDED, routine, reason=reason, until=until)
 
     def lost(self, routine: str, *, run_id: str, idempotency_key: str) -> None:
         self.send(LOST, routine=routine, run_id=run_id, idempotency_key=idempotency_key)
+        if self.notifier is not None:
+            self.notifier.notify(
+                NOTIFY_LOST, routine, run_id=run_id, state="lost",
+                reason="no outcome by the run's deadline", idempotency_key=idempotency_key,
+            )  # fmt: skip
+
+    def invalid(self, routine: str, *, error: str, before: str | None = None) -> None:
+        """A routine marked invalid (its definition cannot be computed): notified
+        only, and only when it became invalid or invalid in another way than ``before``."""
+        if self.notifier is not None and error != before:
+            self.notifier.notify(NOTIFY_INVALID, routine, reason=error)
 
     def retired(self, routine: str, *, since: datetime, owner: str | None) -> None:
         """A code routine its owner no longer declares: it is not fired any more."""

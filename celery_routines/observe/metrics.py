@@ -42,6 +42,7 @@ from celery_routines.sending.publish import (
 )
 
 if TYPE_CHECKING:
+    from celery_routines.observe.health import BeatHealth
     from celery_routines.store import Store
     from celery_routines.tick.report import TickReport
 
@@ -241,9 +242,20 @@ class RoutineMetrics:
 
     # -- serving -------------------------------------------------------------
 
-    def serve(self, port: int, address: str = DEFAULT_ADDRESS) -> int:
-        """Serve ``/metrics`` from a daemon thread; returns the bound port."""
+    def serve(
+        self, port: int, address: str = DEFAULT_ADDRESS, health: BeatHealth | None = None
+    ) -> int:
+        """Serve ``/metrics`` from a daemon thread, and beat's ``/livez`` and
+        ``/readyz`` with ``health``; returns the bound port."""
         prom = _prometheus()
+        if health is not None:
+            from celery_routines.observe.health import ProbeServer, probe_handler
+
+            handler = probe_handler(health, prom.MetricsHandler.factory(self.registry))
+            probes = ProbeServer(handler, address, port, PORT_SETTING, "metrics")
+            self._server, self._thread = probes.server, probes.thread
+            logger.info("celery-routines metrics and probes on http://%s:%d", address, probes.port)
+            return probes.port
         try:
             self._server, self._thread = prom.start_http_server(
                 port, addr=address, registry=self.registry
@@ -309,11 +321,14 @@ class MeasuredPublisher:
         self.inner.close()
 
 
-def metrics_for(app: Celery, clock: Clock) -> RoutineMetrics | None:
-    """A serving ``RoutineMetrics`` when the port is set, else None."""
+def metrics_for(
+    app: Celery, clock: Clock, health: BeatHealth | None = None
+) -> RoutineMetrics | None:
+    """A serving ``RoutineMetrics`` when the port is set (with beat's probes
+    beside ``/metrics`` when ``health`` is given), else None."""
     port = metrics_port(app)
     if port is None:
         return None
     metrics = RoutineMetrics(clock)
-    metrics.serve(port, metrics_address(app))
+    metrics.serve(port, metrics_address(app), health)
     return metrics

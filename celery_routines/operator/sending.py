@@ -37,6 +37,7 @@ from celery_routines.schedules.base import Schedule
 from celery_routines.schedules.keys import window_key
 from celery_routines.sending.direct import publisher_for
 from celery_routines.sending.dispatch import SENT, Dispatched, dispatch
+from celery_routines.sending.offload import monitored
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
 from celery_routines.store.records import OpenRun
@@ -368,6 +369,7 @@ class Sending:
             runs,
             self.clock,
             self.settings.run_timeout,
+            kind=how,
         )
         if self.events is not None:
             for done in results:
@@ -386,5 +388,5 @@ class Sending:
                 raise RoutinesError(
                     "sending needs the Celery app: build Routines(app), not Routines(settings)"
                 )
-            self._publisher = publisher_for(self.app, self.settings)
+            self._publisher = monitored(publisher_for(self.app, self.settings), self.settings)
         return self._publisher

@@ -311,6 +311,8 @@ def definition_of(record: RoutineRecord) -> dict[str, Any]:
         "retry_base_seconds": record.retry_base_seconds,
         "ceiling": loads(record.ceiling),
         "run_timeout": record.run_timeout,
+        "pause_after_failures": record.pause_after_failures,
+        "paused_reason": record.paused_reason,
     }
 
 

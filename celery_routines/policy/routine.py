@@ -41,6 +41,7 @@ CATCH_UP_CAP_LIMIT = 100_000
 MAX_RETRIES_LIMIT = 100
 # The longest wait a routine may ask for (max_lateness, retry_base_seconds).
 SECONDS_LIMIT = 366 * 86400
+PAUSE_AFTER_FAILURES_LIMIT = 1000
 # The shortest run_timeout: a heartbeat goes out every third of it.
 RUN_TIMEOUT_MIN = 1.0
 
@@ -68,6 +69,7 @@ OPTION_NAMES = frozenset(
         "jitter",
         "exclude",  # issue 34: calendars
         "shift",
+        "pause_after_failures",
     }
 )
 # The widest jitter: a day (a send instant further from its window is a schedule).
@@ -113,6 +115,8 @@ class Routine:
     schedules: tuple[str | float, ...] | None = None
     exclude: tuple[str, ...] = ()
     shift: str | None = None
+    pause_after_failures: int | None = None
+    """Pause the routine after this many consecutive final failures."""
     # Set by from_columns: args, kwargs and options were just read from JSON,
     # so serialising them again to check them would only cost time.
     from_json: InitVar[bool] = False
@@ -136,6 +140,10 @@ class Routine:
         set_(self, "retry_base_seconds", _seconds("retry_base_seconds", self.retry_base_seconds))
         set_(self, "ceilings", _ceilings(self.ceilings))
         set_(self, "run_timeout", _run_timeout(self.run_timeout))
+        if self.pause_after_failures is not None:
+            limit = PAUSE_AFTER_FAILURES_LIMIT
+            count = _whole("pause_after_failures", self.pause_after_failures, 1, limit)
+            set_(self, "pause_after_failures", count)
         _check_schedule_fields(self)
         _check_calendar(self)
         if not isinstance(self.enabled, bool):
@@ -181,6 +189,7 @@ class Routine:
             "schedules": json.dumps(list(self.schedules)) if self.schedules else None,
             "exclude": json.dumps(list(self.exclude)) if self.exclude else None,
             "shift": self.shift,
+            "pause_after_failures": self.pause_after_failures,
         }
 
 
@@ -257,6 +266,7 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
         schedules=specs,
         exclude=options.get("exclude", ()),
         shift=options.get("shift"),
+        pause_after_failures=options.get("pause_after_failures"),
     )
 
 

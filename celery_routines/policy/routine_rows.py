@@ -32,7 +32,9 @@ SHARED_COLUMNS = (
     "enabled",
     "run_timeout",
 )
-OPTIONAL_COLUMNS = ("at", "solar", "rrule", "starts_at", "ends_at", "jitter_seconds")
+OPTIONAL_COLUMNS = (
+    "at", "solar", "rrule", "starts_at", "ends_at", "jitter_seconds", "pause_after_failures",
+)  # fmt: skip
 CALENDAR_COLUMNS = ("schedules", "exclude", "shift")  # issue 34
 # Distinct definitions (all columns but the name) kept validated; bounded, so
 # a million routines that all differ cost a miss each, never memory.
@@ -110,6 +112,7 @@ def _from_columns(row: Any) -> Routine:
         schedules=getattr(row, "schedules", None),
         exclude=getattr(row, "exclude", None) or (),
         shift=getattr(row, "shift", None),
+        pause_after_failures=getattr(row, "pause_after_failures", None),
         from_json=True,
     )
 

@@ -81,6 +81,15 @@ class Overlap(StrEnum):
     REPLACE = "replace"
 
 
+class RunKind(StrEnum):
+    """Why a run's message went out (``current_run().kind``)."""
+
+    SCHEDULED = "scheduled"  # a window beat found due, or beat's retry of one
+    BACKFILL = "backfill"
+    REPLAY = "replay"
+    TRIGGER = "trigger"
+
+
 # Policies under which a manual send must not start next to an open run either.
 EXCLUSIVE_OVERLAP = (Overlap.SKIP, Overlap.QUEUE)
 

@@ -5,12 +5,13 @@ line, and a failed send recorded under the routine's retry policy."""
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from celery_routines.policy.routine import Routine
 from celery_routines.policy.runs import after_failure, policy_of
-from celery_routines.policy.states import Reason
+from celery_routines.policy.states import Reason, RunKind
 from celery_routines.schedules.jitter import send_instant
 from celery_routines.sending.publish import NotSent, OutgoingRun, Publisher, begin_publish_many
 from celery_routines.store import NewRun, RoutineRecord, Store
@@ -18,9 +19,12 @@ from celery_routines.store import NewRun, RoutineRecord, Store
 logger = logging.getLogger("celery_routines.beat")
 
 
-def outgoing_run(routine: Routine, run: NewRun, run_id: str | None = None) -> OutgoingRun:
+def outgoing_run(
+    routine: Routine, run: NewRun, run_id: str | None = None, kind: str = RunKind.SCHEDULED
+) -> OutgoingRun:
     """The message of ``run`` of ``routine``; ``run_id`` when the row that
-    goes out is another with the same window (a dead beat's, taken over)."""
+    goes out is another with the same window (a dead beat's, taken over);
+    ``kind`` when an operator sent it (backfill, replay, trigger)."""
     options = dict(routine.options)
     expires = message_expiry(routine, run)
     if expires is not None:
@@ -36,6 +40,10 @@ def outgoing_run(routine: Routine, run: NewRun, run_id: str | None = None) -> Ou
         idempotency_key=run.idempotency_key,
         attempt=run.attempt,
         run_timeout=routine.run_timeout,
+        timezone=routine.timezone,
+        kind=kind,
+        # Only a process that loaded sentry_sdk monitors runs (integrations/sentry.py).
+        routine=routine if "sentry_sdk" in sys.modules else None,
     )
 
 

@@ -19,7 +19,7 @@ from enum import StrEnum
 from celery_routines.clock import Clock
 from celery_routines.policy.routine_rows import from_columns
 from celery_routines.policy.runs import lost_deadline
-from celery_routines.policy.states import Reason
+from celery_routines.policy.states import Reason, RunKind
 from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
@@ -58,8 +58,10 @@ def dispatch(
     new_runs: Sequence[NewRun],
     clock: Clock,
     run_timeout: float,
+    kind: str = RunKind.SCHEDULED,
 ) -> list[Dispatched]:
-    """Write, send and mark ``new_runs`` of ``record``, oldest first."""
+    """Write, send and mark ``new_runs`` of ``record``, oldest first;
+    ``kind`` (backfill, replay, trigger) travels in their messages."""
     # Before anything is written: an invalid row sends nothing.
     routine = from_columns(record)
     run_timeout = routine.run_timeout or run_timeout
@@ -80,7 +82,7 @@ def dispatch(
     # rest fail at once instead of each waiting out its own.
     errors = publish_runs(
         publisher,
-        [outgoing_run(routine, run) for run in fresh],
+        [outgoing_run(routine, run, kind=kind) for run in fresh],
     )
     error_of = dict(zip((run.id for run in fresh), errors, strict=True))
     results: list[Dispatched] = []

@@ -361,8 +361,20 @@ def beats_publisher(app: Celery, settings: Settings) -> Publisher:
             settings.publish_processes,
         )
     elif settings.publish_processes:
-        return ProcessPublisher(app, in_this_process, settings.publish_processes)
-    return in_this_process()
+        return monitored(
+            ProcessPublisher(app, in_this_process, settings.publish_processes), settings
+        )
+    return monitored(in_this_process(), settings)
+
+
+def monitored(publisher: Publisher, settings: Settings) -> Publisher:
+    """With sentry_sdk loaded by the application, every run gets its Sentry
+    Crons check-in in beat's own process (integrations/sentry.py)."""
+    if "sentry_sdk" not in sys.modules:
+        return publisher
+    from celery_routines.integrations.sentry import CronsPublisher
+
+    return CronsPublisher(publisher, settings)
 
 
 # A beat embedded in a worker (`celery worker -B`, Celery's development set-up)

@@ -20,7 +20,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Protocol
@@ -36,6 +36,12 @@ WINDOW_HEADER = "routine_window"
 ATTEMPT_HEADER = "routine_attempt"
 # A routine's own run_timeout (seconds without a heartbeat), for the worker.
 RUN_TIMEOUT_HEADER = "routine_run_timeout"
+# Read by current_run() (worker/current_run.py): the routine's own zone (when
+# it names one), the kind of a run not sent for its schedule, and the instant
+# of a run whose key carries none (a trigger's ``name@manual:<uuid>``).
+ZONE_HEADER = "routine_zone"
+KIND_HEADER = "routine_kind"
+WINDOW_AT_HEADER = "routine_window_at"
 
 # Bounded: a broker outage must not stall the tick for long per message.
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5}
@@ -61,6 +67,11 @@ class OutgoingRun:
     idempotency_key: str
     attempt: int
     run_timeout: float | None = None
+    timezone: str | None = None  # the routine's own zone; None: routines_timezone
+    kind: str = "scheduled"  # RunKind: scheduled, backfill, replay or trigger
+    # The routine's definition, for a publisher that monitors runs (Sentry
+    # Crons, integrations/sentry.py), which drops it before the run is sent.
+    routine: Any = field(default=None, compare=False, repr=False)
 
 
 class NotSent(Exception):
@@ -300,6 +311,12 @@ def message_options(
     )
     if run.run_timeout is not None:
         headers[RUN_TIMEOUT_HEADER] = run.run_timeout
+    if run.timezone is not None:
+        headers[ZONE_HEADER] = run.timezone
+    if run.kind != "scheduled":
+        headers[KIND_HEADER] = run.kind
+    if "@manual:" in run.idempotency_key:
+        headers[WINDOW_AT_HEADER] = run.window.isoformat()
     options.setdefault("retry_policy", PUBLISH_RETRY_POLICY)
     if batched:
         # Nothing goes over the wire until the batch flushes; a failed

@@ -18,6 +18,7 @@ from .compiled import DriverStatement, naive_utc
 from .connections import Connections, connections_for
 from .dialects import database_clock
 from .engine import make_engine
+from .failure_streaks import FailureStreakQueries
 from .panel_queries import PanelQueries
 from .prune import PruneQueries
 from .records import NewRun, RoutineRecord, RunRecord
@@ -68,6 +69,7 @@ class Store:
         self.panel = PanelQueries(engine)
         self.changes = ChangeQueries(engine)
         self.prune = PruneQueries(engine)
+        self.streaks = FailureStreakQueries(engine)
         # Built once: constructing it cost more than running it. Each has a
         # refresh variant that also says whether rows changed outside beat
         # (read every routines_refresh_seconds: it scans the routines).

@@ -186,7 +186,13 @@ class AdminQueries:
         Unless ``keep_next``, the next window is replaced by ``next_run_at``
         (computed from now by the caller), so the paused windows are not due.
         """
-        values: dict[str, object] = {"paused": False, "updated_at": now}
+        # An automatic pause's reason goes; its failures no longer count.
+        values: dict[str, object] = {
+            "paused": False,
+            "paused_reason": None,
+            "failures_counted_from": now,
+            "updated_at": now,
+        }
         if not keep_next:
             values["next_run_at"] = next_run_at
         stmt = (

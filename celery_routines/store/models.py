@@ -102,6 +102,11 @@ ROUTINES = Table(
     Column("schedules", Text, nullable=True),
     Column("exclude", Text, nullable=True),
     Column("shift", String(32), nullable=True),
+    # Pause after this many consecutive final failures (NULL: never); why it
+    # paused; the instant from which failures count (resume restarts the count).
+    Column("pause_after_failures", Integer, nullable=True),
+    Column("paused_reason", Text, nullable=True),
+    Column("failures_counted_from", UTCDateTime, nullable=True),
     # The due-query walks this index from the oldest due row: a range scan
     # whose cost grows with what is due, not with what is stored.
     partial_index("ix_routines_due", "next_run_at", where="enabled AND NOT paused"),

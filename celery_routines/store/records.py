@@ -52,6 +52,8 @@ class RoutineRecord:
     schedules: str | None = None
     exclude: str | None = None
     shift: str | None = None
+    pause_after_failures: int | None = None
+    paused_reason: str | None = None
 
 
 ROUTINE_RECORD_FIELDS = tuple(RoutineRecord.__dataclass_fields__)

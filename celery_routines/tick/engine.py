@@ -431,12 +431,12 @@ class TickEngine(Recording, Writing):
     ) -> None:
         message = str(exc) if isinstance(exc, InvalidRoutine) else f"routine {record.name!r}: {exc}"
         if record.last_error and record.cron is None and record.interval_seconds is None:
-            # An entry stored with its own error (a beat_schedule entry that
-            # could not be a routine): that error says more than "no schedule".
+            # A beat_schedule entry stored with its own error: it says more than "no schedule".
             message = record.last_error
         retry_at = now + INVALID_RETRY
         logger.error("%s; marked invalid, looking again at %s", message, retry_at.isoformat())
         self.store.routines.mark_invalid(record.id, message, retry_at, holder, now)
+        self.events.invalid(record.name, error=message, before=record.last_error)
 
 
 @contextmanager

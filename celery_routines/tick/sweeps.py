@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from celery_routines.config import Settings
 from celery_routines.errors import InvalidRoutine
 from celery_routines.observe.events import Events, NoEvents
+from celery_routines.observe.final_failures import after_final_failure
 from celery_routines.policy.ceilings import Ceiling, decide_before_send
 from celery_routines.policy.routine import Routine
 from celery_routines.policy.routine_rows import from_columns
@@ -114,6 +115,13 @@ class Sweeps:
                     error,
                     decision.why,
                 )
+                if decision.retry_at is None:
+                    after_final_failure(
+                        self.store, routine_id=routine.id, routine=routine.name,
+                        pause_after=routine.pause_after_failures, run_id=run.id,
+                        window=run.scheduled_for, state=decision.state, error=error, now=now,
+                        notifier=self.events.notifier,
+                    )  # fmt: skip
 
     # -- retries ---------------------------------------------------------------
 

@@ -32,6 +32,9 @@ from celery.app.task import Task
 from celery.exceptions import Ignore, WorkerLostError
 
 from celery_routines.clock import Clock, utc_now
+from celery_routines.observe.final_failures import after_final_failure
+from celery_routines.observe.notify import forget_all as forget_notifiers
+from celery_routines.observe.notify import notifier_for
 from celery_routines.policy.runs import (
     after_failure,
     celery_retry_wait,
@@ -187,8 +190,11 @@ def arbitration_clock(store: Store) -> Clock:
 # -- outcomes --------------------------------------------------------------------
 
 
-def record_failure(store: Store, run_id: str, error: str, now: datetime, *, lost: bool) -> None:
-    """``running`` -> ``retrying`` (with ``retry_at``) or ``failed``/``lost``."""
+def record_failure(
+    store: Store, run_id: str, error: str, now: datetime, *, lost: bool, notifier: Any = None
+) -> None:
+    """``running`` -> ``retrying`` (with ``retry_at``) or ``failed``/``lost``;
+    a final one is notified and may pause the routine (pause_after_failures)."""
     ledger = end_run()
     run = store.runs.get(run_id)
     if run is None:
@@ -223,6 +229,13 @@ def record_failure(store: Store, run_id: str, error: str, now: datetime, *, lost
             error,
             decision.why,
         )
+        if decision.retry_at is None:
+            after_final_failure(
+                store, routine_id=routine.id, routine=routine.name,
+                pause_after=routine.pause_after_failures, run_id=run_id,
+                window=run.scheduled_for, state=decision.state, error=error, now=now,
+                notifier=notifier,
+            )  # fmt: skip
     else:
         logger.warning(
             "outcome of run %s of %s arrived when it was already %s; left as it is",
@@ -301,7 +314,8 @@ def _on_failure(
     lost = isinstance(exception, WorkerLostError)
     error = f"{type(exception).__name__}: {exception}" if exception is not None else "unknown"
     try:
-        record_failure(store_for(sender.app), task_id, error, clock(), lost=lost)
+        notifier = notifier_for(sender.app)
+        record_failure(store_for(sender.app), task_id, error, clock(), lost=lost, notifier=notifier)
     except Exception:
         logger.exception("could not record the failure of run %s", task_id)
         return
@@ -387,6 +401,7 @@ def after_fork(**_: Any) -> None:
     forget_inherited_connections()
     heartbeat.forget_all()
     counting.forget_all()
+    forget_notifiers()
     install_in_pool_process()
 
 

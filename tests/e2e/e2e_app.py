@@ -130,3 +130,90 @@ def timed(self, path: str, label: str, seconds: float) -> str:
     with open(path, "a") as log:
         log.write(f"end {label} {self.request.id} {time.time():.3f}\n")
     return "timed"
+# -- current_run() in a real worker (tests/e2e/test_current_run.py) ------------
+
+
+@app.task
+def window_probe(path: str, fail_on: str = "") -> str:
+    """Appends what ``current_run()`` says as one JSON line; fails attempt 1
+    of the window whose local date is ``fail_on`` (to have a run to replay)."""
+    import json
+    import threading
+
+    from celery_routines import current_run
+
+    run = current_run()
+    line = (
+        None
+        if run is None
+        else {
+            "routine": run.routine,
+            "window": run.window.isoformat(),
+            "local_window": run.local_window.isoformat(),
+            "zone": str(run.local_window.tzinfo),
+            "attempt": run.attempt,
+            "run_id": run.run_id,
+            "kind": str(run.kind),
+            "pid": os.getpid(),
+            "thread": threading.current_thread().name,
+        }
+    )
+    with open(path, "a") as log:
+        log.write(json.dumps(line) + "\n")
+    if run is not None and run.attempt == 1 and run.local_window.date().isoformat() == fail_on:
+        raise RuntimeError(f"failing attempt 1 of {run.idempotency_key} on purpose")
+    return "probed"
+
+
+# -- Sentry Crons (tests/e2e/test_sentry_crons.py) ------------------------------
+
+if os.environ.get("E2E_SENTRY_DSN"):
+    # The same beat_schedule runs under Celery's beat and under ours; Sentry
+    # watches both as its users set it up.
+    import sentry_sdk
+    from celery.schedules import crontab
+    from sentry_sdk.integrations.celery import CeleryIntegration
+
+    sentry_sdk.init(
+        dsn=os.environ["E2E_SENTRY_DSN"],
+        integrations=[CeleryIntegration(monitor_beat_tasks=True)],
+        default_integrations=False,
+    )
+    app.conf.beat_schedule = {
+        "minutely-ok": {"task": "e2e_app.legacy", "schedule": crontab()},
+        "minutely-fails": {"task": "e2e_app.boom", "schedule": crontab()},
+    }
+
+
+# -- OpenTelemetry (tests/integrations/test_tracing_real.py) ---------------------
+
+if os.environ.get("E2E_OTEL_SPANS"):
+    # OpenTelemetry's Celery instrumentation as its users set it up; every
+    # finished span is appended to a file as one JSON line (beat's publishing
+    # processes end with os._exit, so nothing can wait for an exit to dump).
+    import json as _json
+
+    from opentelemetry import trace
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    class _JsonLines(SpanExporter):
+        def export(self, spans):  # type: ignore[no-untyped-def]
+            with open(os.environ["E2E_OTEL_SPANS"], "a") as out:
+                for span in spans:
+                    parent = span.parent.span_id if span.parent else None
+                    out.write(_json.dumps({
+                        "name": span.name, "kind": span.kind.name, "pid": os.getpid(),
+                        "trace_id": f"{span.context.trace_id:032x}",
+                        "span_id": f"{span.context.span_id:016x}",
+                        "parent_id": f"{parent:016x}" if parent else None,
+                        "task_id": span.attributes.get("messaging.message.id")
+                        or span.attributes.get("celery.task_id"),
+                    }) + "\n")  # fmt: skip
+            return SpanExportResult.SUCCESS
+
+    _provider = TracerProvider()
+    _provider.add_span_processor(SimpleSpanProcessor(_JsonLines()))
+    trace.set_tracer_provider(_provider)
+    CeleryInstrumentor().instrument()

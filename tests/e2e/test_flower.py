@@ -49,7 +49,7 @@ BEAT_HEALTH = [
     "python",
     "-c",
     "import os, urllib.request; urllib.request.urlopen("
-    "'http://127.0.0.1:%s/metrics' % os.environ['ROUTINES_METRICS_PORT'], timeout=5)",
+    "'http://127.0.0.1:%s/readyz' % os.environ['ROUTINES_METRICS_PORT'], timeout=5)",
 ]
 FLOWER_HEALTH = [
     "python",

@@ -65,6 +65,8 @@ CASES = [
     Case("run_timeout-negative", "run_timeout", -30.0, "run_timeout", -30.0),
     Case("run_timeout-under-a-second", "run_timeout", 0.5, "run_timeout", 0.5),
     Case("run_timeout-over", "run_timeout", SECONDS_LIMIT + 1.0, "run_timeout", 31622401.0),
+    Case("pause_after_failures=0", "pause_after_failures", 0, "pause_after_failures", 0),
+    Case("pause_after_failures-over", "pause_after_failures", 1001, "pause_after_failures", 1001),
     Case("timezone-unknown", "timezone", "Mars/Olympus", "timezone", "Mars/Olympus"),
     Case("args-not-a-list", "args", {"a": 1}, "args", json.dumps({"a": 1})),
     Case("args-a-string", "args", "text", "args", json.dumps("text")),

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007_i34_calendars"
-down_revision = "0006_run_timeout"
+down_revision = "0007_i31_pause_after_failures"
 branch_labels = None
 depends_on = None
 

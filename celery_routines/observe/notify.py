@@ -1,0 +1,238 @@
+"""JSON notifications to ``routines_notify_url``: someone is told.
+
+Metrics and events feed a dashboard; a notification reaches a person (a
+Slack or PagerDuty webhook relay, Alertmanager's generic receiver, a small
+service of your own). Each is one ``POST`` of a JSON object:
+
+.. code-block:: json
+
+    {"version": 1, "event": "final_failure", "routine": "nightly",
+     "window": "2026-12-02T01:30:00+00:00", "run_id": "6f1c...", "state": "failed",
+     "reason": "RuntimeError: boom", "at": "2026-12-02T01:30:04.120000+00:00",
+     "panel_url": "https://ops.example.com/routines/routines/nightly", "details": {...}}
+
+``event`` is one of :data:`EVENTS`. ``window``, ``run_id`` and ``state`` are
+null when the event is about the routine, not one run. ``panel_url`` is
+present when ``routines_panel_url`` is set.
+
+Delivery is never on the caller's path: :meth:`Notifier.notify` puts the
+payload on a bounded queue and returns; one daemon thread per process posts
+them in order, retrying a failed post with backoff (1, 2, 4, ... 60 s, six
+tries), then drops it. A broken endpoint is logged at most once a minute
+(with how many notifications it cost), never once per event; a full queue
+drops the newest and says so the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+from celery_routines.clock import Clock, utc_now
+
+logger = logging.getLogger("celery_routines.notify")
+
+URL_SETTING = "routines_notify_url"
+PANEL_SETTING = "routines_panel_url"
+FINAL_FAILURE = "final_failure"
+PAUSED = "paused"
+SUSPENDED = "suspended"
+INVALID = "invalid"
+LOST = "lost"
+DROPPED_WINDOWS = "dropped_windows"
+EVENTS = (FINAL_FAILURE, PAUSED, SUSPENDED, INVALID, LOST, DROPPED_WINDOWS)
+# Skip reasons that are a catch-up dropping windows (not an overlap or a lateness).
+DROPPING_REASONS = frozenset({"catch_up_cap", "skip_to_next", "latest"})
+
+QUEUE_LIMIT = 1000
+TRIES = 6
+BACKOFF_START = 1.0
+BACKOFF_CAP = 60.0
+POST_TIMEOUT = 5.0
+SAY_AT_MOST_EVERY = 60.0
+
+Poster = Callable[[str, bytes], None]
+
+
+def post_json(url: str, body: bytes) -> None:
+    """POST ``body``; raises on a refused connection, a timeout or a non-2xx answer."""
+    import urllib.request  # only in a process that has somewhere to post
+
+    request = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", "User-Agent": "celery-routines"},
+    )
+    with urllib.request.urlopen(request, timeout=POST_TIMEOUT) as reply:
+        reply.read()
+
+
+def _iso(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+class Notifier:
+    """Posts notifications from a daemon thread, in order, with retries."""
+
+    def __init__(
+        self,
+        url: str,
+        panel_url: str | None = None,
+        *,
+        clock: Clock = utc_now,
+        post: Poster = post_json,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.url = url
+        self.panel_url = panel_url.rstrip("/") if panel_url else None
+        self._clock = clock
+        self._post = post
+        self._sleep = sleep
+        self._monotonic = monotonic
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(QUEUE_LIMIT)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._said_at: float | None = None
+        self._unsaid_losses = 0
+        self.delivered = 0
+        self.dropped = 0
+
+    def notify(
+        self,
+        event: str,
+        routine: str,
+        *,
+        window: datetime | None = None,
+        run_id: str | None = None,
+        state: str | None = None,
+        reason: str | None = None,
+        **details: Any,
+    ) -> None:
+        """Queue one notification; never blocks and never raises."""
+        try:
+            payload: dict[str, Any] = {
+                "version": 1,
+                "event": event,
+                "routine": routine,
+                "window": _iso(window),
+                "run_id": run_id,
+                "state": state,
+                "reason": reason,
+                "at": self._clock().isoformat(),
+            }
+            if self.panel_url:
+                payload["panel_url"] = f"{self.panel_url}/routines/{quote(routine, safe='')}"
+            payload["details"] = {key: _iso(value) for key, value in details.items()}
+            self._start()
+            self._queue.put_nowait(payload)
+        except queue.Full:
+            self._lost(1, "the queue is full (the endpoint is slower than the events)")
+        except Exception:
+            logger.exception("could not queue the %s notification of %s", event, routine)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._deliver_all, name="routines-notify", daemon=True
+                )
+                self._thread.start()
+
+    def _deliver_all(self) -> None:
+        while True:
+            payload = self._queue.get()
+            try:
+                if payload is None:
+                    return
+                self._deliver(payload)
+            finally:
+                self._queue.task_done()
+
+    def _deliver(self, payload: dict[str, Any]) -> None:
+        body = json.dumps(payload).encode()
+        wait = BACKOFF_START
+        for attempt in range(1, TRIES + 1):
+            try:
+                self._post(self.url, body)
+            except Exception as exc:
+                if attempt == TRIES:
+                    self._lost(1, f"{type(exc).__name__}: {exc}")
+                    return
+                self._say_failing(exc, wait)
+                self._sleep(wait)
+                wait = min(wait * 2, BACKOFF_CAP)
+                continue
+            self.delivered += 1
+            if self._said_at is not None:
+                logger.info("notifications reach %s again", self.url)
+                self._said_at = None
+            return
+
+    def _say_failing(self, exc: Exception, wait: float) -> None:
+        now = self._monotonic()
+        if self._said_at is not None and now - self._said_at < SAY_AT_MOST_EVERY:
+            return
+        self._said_at = now
+        logger.warning(
+            "could not post a notification to %s: %s: %s; retrying with backoff (next in "
+            "%.0f s), this is said at most once a minute",
+            self.url,
+            type(exc).__name__,
+            exc,
+            wait,
+        )
+
+    def _lost(self, count: int, why: str) -> None:
+        self.dropped += count
+        self._unsaid_losses += count
+        now = self._monotonic()
+        if self._said_at is not None and now - self._said_at < SAY_AT_MOST_EVERY:
+            return
+        self._said_at = now
+        logger.error("%d notification(s) to %s dropped: %s", self._unsaid_losses, self.url, why)
+        self._unsaid_losses = 0
+
+    def flush(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) until the queue is empty; True if it is."""
+        deadline = self._monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if self._monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+
+_notifiers: dict[tuple[str, str | None], Notifier] = {}
+_notifiers_lock = threading.Lock()
+
+
+def notifier_for(app: Any) -> Notifier | None:
+    """The process's notifier for ``app``'s ``routines_notify_url``, or None
+    when it is not set (one delivery thread per URL per process)."""
+    from celery_routines.config import setting
+
+    url = setting(app, URL_SETTING)
+    if not url:
+        return None
+    panel = setting(app, PANEL_SETTING) or None
+    key = (str(url), str(panel) if panel else None)
+    with _notifiers_lock:
+        found = _notifiers.get(key)
+        if found is None:
+            found = _notifiers[key] = Notifier(key[0], key[1])
+    return found
+
+
+def forget_all() -> None:
+    """A forked child starts without its parent's delivery thread."""
+    with _notifiers_lock:
+        _notifiers.clear()

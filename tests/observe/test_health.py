@@ -1,0 +1,88 @@
+"""What beat's probes answer, on an injected monotonic clock (the real-beat
+flips are in tests/faults/test_health_probes_real.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from celery_routines.config import settings_from
+from celery_routines.errors import ConfigurationError
+from celery_routines.observe import health as health_module
+from celery_routines.observe.health import BeatHealth
+
+
+class Monotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_livez_flips_after_three_loop_intervals_of_at_least_five_seconds() -> None:
+    clock = Monotonic()
+    for interval, limit in ((1, 15.0), (5, 15.0), (300, 900.0)):
+        health = BeatHealth(interval, lambda: None, clock)
+        assert health.answer("/livez")[0] == 200  # a starting beat counts from its start
+        clock.now += limit
+        assert health.answer("/livez")[0] == 200
+        clock.now += 0.5
+        status, body = health.answer("/livez")
+        assert status == 503 and f"limit {limit:.0f} s" in body
+        health.tick_finished(ok=False)  # a failed tick still turns the loop
+        assert health.answer("/livez")[0] == 200
+
+
+def test_readyz_needs_a_finished_tick_and_a_store_at_the_code_s_revision() -> None:
+    clock = Monotonic()
+    problem: list[str | None] = [None]
+    health = BeatHealth(1, lambda: problem[0], clock)
+    assert health.answer("/readyz") == (503, "this beat has not finished a tick yet")
+    health.tick_finished(ok=False)
+    assert health.answer("/readyz")[0] == 503
+    health.tick_finished(ok=True)
+    assert health.answer("/readyz?verbose=1") == (200, "ok")
+    problem[0] = "schema is at 0005, this code needs 0006"
+    assert health.answer("/readyz") == (200, "ok")  # the store's answer is reused for 1 s
+    clock.now += 1.0
+    assert health.answer("/readyz") == (503, "schema is at 0005, this code needs 0006")
+    assert health.answer("/metrics") is None
+
+
+def test_a_store_error_is_one_line_and_a_hung_store_does_not_hang_the_probe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Monotonic()
+
+    def broken() -> str | None:
+        raise OSError("connection refused\nis the server running?")
+
+    health = BeatHealth(1, broken, clock)
+    health.tick_finished(ok=True)
+    assert health.answer("/readyz") == (503, "store unreachable: OSError: connection refused")
+
+    release = threading.Event()
+    monkeypatch.setattr(health_module, "STORE_ANSWER_SECONDS", 0.2)
+
+    def hangs() -> str | None:
+        release.wait(30)
+        return None
+
+    hung = BeatHealth(1, hangs, clock)
+    hung.tick_finished(ok=True)
+    try:
+        assert hung.answer("/readyz") == (503, "store did not answer within 0.2 s")
+        # A second probe waits on the same question instead of asking again.
+        assert hung.answer("/readyz")[0] == 503
+        assert sum(t.name == "routines-health-store" for t in threading.enumerate()) == 1
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize("raw", ["70000", "-1", "http"])
+def test_a_bad_health_port_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("ROUTINES_HEALTH_PORT", raw)
+    with pytest.raises(ConfigurationError, match="routines_health_port"):
+        settings_from(None)

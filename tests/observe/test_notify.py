@@ -1,0 +1,128 @@
+"""The notifier's delivery: in order, off the caller's thread, retried with
+backoff, a broken endpoint said once a minute, a full queue dropped visibly;
+and what beat's events notify."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import UTC, datetime
+
+import pytest
+
+from celery_routines.observe import notify
+from celery_routines.observe.events import RoutineEvents
+from celery_routines.observe.notify import Notifier
+from tests.integrations.receiver import JsonReceiver
+
+T0 = datetime(2026, 12, 2, 1, 30, tzinfo=UTC)
+
+
+class Monotonic:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_notification_is_posted_as_documented_json() -> None:
+    receiver = JsonReceiver()
+    try:
+        notifier = Notifier(receiver.url, "https://ops.example.com/panel/", clock=lambda: T0)
+        notifier.notify(
+            notify.FINAL_FAILURE, "night ly", window=T0, run_id="r1", state="failed",
+            reason="RuntimeError: boom", attempt=5,
+        )  # fmt: skip
+        assert notifier.flush(10)
+        assert receiver.received() == [
+            {
+                "version": 1,
+                "event": "final_failure",
+                "routine": "night ly",
+                "window": "2026-12-02T01:30:00+00:00",
+                "run_id": "r1",
+                "state": "failed",
+                "reason": "RuntimeError: boom",
+                "at": "2026-12-02T01:30:00+00:00",
+                "panel_url": "https://ops.example.com/panel/routines/night%20ly",
+                "details": {"attempt": 5},
+            }
+        ]
+    finally:
+        receiver.close()
+
+
+def test_a_refused_post_is_retried_with_backoff_and_a_broken_endpoint_said_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monotonic, waits, posted = Monotonic(), [], []
+    answers = iter([OSError("refused")] * 8 + [None] * 10)
+
+    def post(url: str, body: bytes) -> None:
+        answer = next(answers)
+        if answer is not None:
+            raise answer
+        posted.append(body)
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        monotonic.now += seconds
+
+    notifier = Notifier("http://hook", post=post, sleep=sleep, monotonic=monotonic)
+    with caplog.at_level(logging.WARNING, logger="celery_routines.notify"):
+        notifier.notify(notify.LOST, "a")
+        notifier.notify(notify.LOST, "b")
+        assert notifier.flush(10)
+    # Six tries for the first (five waits), then dropped; the second got
+    # through on its third try.
+    assert waits == [1, 2, 4, 8, 16, 1, 2]
+    assert (notifier.dropped, notifier.delivered, len(posted)) == (1, 1, 1)
+    said = [r.getMessage() for r in caplog.records]
+    # 33 s of failures: one warning (not seven), one drop line deferred past the minute.
+    assert sum("could not post a notification" in line for line in said) == 1, said
+
+
+def test_the_caller_never_waits_for_the_endpoint_and_a_full_queue_drops_visibly(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    release = threading.Event()
+    monkeypatch.setattr(notify, "QUEUE_LIMIT", 3)
+
+    def post(url: str, body: bytes) -> None:
+        release.wait(10)
+
+    notifier = Notifier("http://hook", post=post)
+    with caplog.at_level(logging.ERROR, logger="celery_routines.notify"):
+        for name in "abcdef":  # returns at once although nothing is delivered
+            notifier.notify(notify.LOST, name)
+    release.set()
+    assert notifier.flush(10)
+    assert notifier.dropped >= 2
+    assert any("dropped: the queue is full" in r.getMessage() for r in caplog.records)
+
+
+class Sent(RoutineEvents):
+    def __init__(self, notifier: Notifier) -> None:
+        self.notifier = notifier
+
+    def send(self, event_type: str, **fields: object) -> None:
+        pass  # the Celery event is tests/observe/test_events.py's
+
+
+def test_beats_events_notify_the_moments_a_person_must_know() -> None:
+    posted: list[bytes] = []
+    notifier = Notifier("http://hook", post=lambda url, body: posted.append(body))
+    events = Sent(notifier)
+    events.skipped("a", reason="overlap", count=1, first=T0, last=T0)  # not a dropped window
+    events.skipped("a", reason="catch_up_cap", count=7, first=T0, last=T0, run_id="s1")
+    events.suspended("a", until=T0, reason="ceiling 10 fires per day reached")
+    events.lost("a", run_id="r2", idempotency_key="a@k")
+    events.invalid("a", error="bad cron", before=None)
+    events.invalid("a", error="bad cron", before="bad cron")  # still the same: said once
+    assert notifier.flush(10)
+    import json
+
+    bodies = [json.loads(b) for b in posted]
+    assert [b["event"] for b in bodies] == ["dropped_windows", "suspended", "lost", "invalid"]
+    assert bodies[0]["details"]["count"] == 7 and bodies[0]["reason"] == "catch_up_cap"
