@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from celery import Celery
 from celery.beat import Scheduler as CeleryScheduler
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
@@ -47,6 +47,12 @@ ERROR_BACKOFF_CAP = 30.0
 # start, then at most this often while it lasts).
 SKEW_WARNING_SECONDS = 1.0
 SKEW_WARNING_EVERY = 300.0
+# A pooled connection is pinged at checkout only after sitting idle this much
+# longer than beat's longest sleep (routines_refresh_seconds): an idle tick is
+# then its probe alone, one round trip, where a ping at every checkout made it
+# two. A connection cut meanwhile (a restart, a failover) fails the tick's
+# first statement; that tick is tried again at once on a fresh connection.
+PING_MARGIN_SECONDS = 1.0
 # Wake a little after the due instant, not before it: waking early only to find
 # nothing due is the spin the stock loop suffers from.
 WAKE_SLACK = 0.005
@@ -92,7 +98,10 @@ class Scheduler(CeleryScheduler):
             cannot_start(exc, self.settings.database_url)
 
     def _set_up(self) -> None:
-        store = Store.from_url(self.settings.database_url)
+        store = Store.from_url(
+            self.settings.database_url,
+            ping_after_idle=self.settings.refresh_seconds + PING_MARGIN_SECONDS,
+        )
         store.migrate()
         invalid: list[InvalidEntry] = []
         definitions = definitions_for(self.app, invalid)
@@ -156,11 +165,21 @@ class Scheduler(CeleryScheduler):
         self._in_tick = True
         try:
             report = self.engine.tick()
-        except Exception:
+        except Exception as exc:
             self._in_tick = False
             self._stop_if_requested()
             if self.metrics is not None:
                 self.metrics.observe_tick_error()
+            if _connection_cut(exc) and not self._error_backoff:
+                # Connections are not pinged between close ticks (see
+                # PING_MARGIN_SECONDS); the pool dropped its cut ones.
+                self._error_backoff = ERROR_BACKOFF_START / 2  # the next failure backs off
+                logger.warning(
+                    "beat tick failed: its database connection was cut (%s); trying again at "
+                    "once on a new connection",
+                    _first_line(exc),
+                )
+                return 0.0
             self._error_backoff = min(
                 max(self._error_backoff * 2, ERROR_BACKOFF_START), ERROR_BACKOFF_CAP
             )
@@ -356,6 +375,16 @@ def _written(app: Celery, names: list[str], database_url: str) -> str:
             "result_expires is set and the result backend does not expire results by itself)"
         )
     return text
+
+
+def _connection_cut(exc: BaseException) -> bool:
+    """True when ``exc`` says the connection died (the pool has replaced it)."""
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def cannot_start(exc: BaseException, database_url: str | None) -> NoReturn:
