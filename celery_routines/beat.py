@@ -31,6 +31,7 @@ from .registry import InvalidEntry, celery_default_entries, definitions_for
 from .sending.gate import Gate, OpenGate, RedisGate
 from .sending.offload import beats_publisher
 from .sending.publish import Publisher
+from .sending.redis_connect import describe as describe_redis
 from .store import Store
 from .store.engine import explain_database_error, safe_url
 from .tick.declarations import declare
@@ -129,7 +130,12 @@ class Scheduler(CeleryScheduler):
         if self._arbitrate_on_database:
             self._say_skew((store.db_now() - utc_now()).total_seconds())
         self._gate = (
-            RedisGate(self.settings.redis_url, self.holder, self.settings.lock_ttl)
+            RedisGate(
+                self.settings.redis_url,
+                self.holder,
+                self.settings.lock_ttl,
+                sentinel_master=self.settings.redis_sentinel_master,
+            )
             if self.settings.redis_url
             else OpenGate()
         )
@@ -350,7 +356,8 @@ class Scheduler(CeleryScheduler):
 
     @property
     def info(self) -> str:
-        gate = "redis" if self.settings.redis_url else "database only"
+        url, master = self.settings.redis_url, self.settings.redis_sentinel_master
+        gate = f"redis ({describe_redis(url, master)})" if url else "database only"
         processes = self.settings.publish_processes
         where = f" in {processes} publishing process(es)" if processes else ""
         return (
