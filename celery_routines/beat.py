@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from celery import Celery
 from celery.beat import Scheduler as CeleryScheduler
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
@@ -33,6 +33,7 @@ from .registry import InvalidEntry, celery_default_entries, definitions_for
 from .sending.gate import Gate, OpenGate, RedisGate
 from .sending.offload import beats_publisher
 from .sending.publish import Publisher
+from .sending.redis_connect import describe as describe_redis
 from .store import Store
 from .store.engine import explain_database_error, safe_url
 from .store.migrate import HEAD_REVISION
@@ -51,6 +52,12 @@ ERROR_BACKOFF_CAP = 30.0
 # start, then at most this often while it lasts).
 SKEW_WARNING_SECONDS = 1.0
 SKEW_WARNING_EVERY = 300.0
+# A pooled connection is pinged at checkout only after sitting idle this much
+# longer than beat's longest sleep (routines_refresh_seconds): an idle tick is
+# then its probe alone, one round trip, where a ping at every checkout made it
+# two. A connection cut meanwhile (a restart, a failover) fails the tick's
+# first statement; that tick is tried again at once on a fresh connection.
+PING_MARGIN_SECONDS = 1.0
 # Wake a little after the due instant, not before it: waking early only to find
 # nothing due is the spin the stock loop suffers from.
 WAKE_SLACK = 0.005
@@ -102,7 +109,10 @@ class Scheduler(CeleryScheduler):
         # A path chosen without its extra ends beat here, in one line naming
         # the extra, not later in a background process (a publish, a fork).
         check_extras(self.app, self.settings)
-        store = Store.from_url(self.settings.database_url)
+        store = Store.from_url(
+            self.settings.database_url,
+            ping_after_idle=self.settings.refresh_seconds + PING_MARGIN_SECONDS,
+        )
         store.migrate()
         invalid: list[InvalidEntry] = []
         definitions = definitions_for(self.app, invalid)
@@ -131,7 +141,12 @@ class Scheduler(CeleryScheduler):
         if self._arbitrate_on_database:
             self._say_skew((store.db_now() - utc_now()).total_seconds())
         self._gate = (
-            RedisGate(self.settings.redis_url, self.holder, self.settings.lock_ttl)
+            RedisGate(
+                self.settings.redis_url,
+                self.holder,
+                self.settings.lock_ttl,
+                sentinel_master=self.settings.redis_sentinel_master,
+            )
             if self.settings.redis_url
             else OpenGate()
         )
@@ -167,13 +182,23 @@ class Scheduler(CeleryScheduler):
         self._in_tick = True
         try:
             report = self.engine.tick()
-        except Exception:
+        except Exception as exc:
             self._in_tick = False
             if self.health is not None:
                 self.health.tick_finished(ok=False)
             self._stop_if_requested()
             if self.metrics is not None:
                 self.metrics.observe_tick_error()
+            if _connection_cut(exc) and not self._error_backoff:
+                # Connections are not pinged between close ticks (see
+                # PING_MARGIN_SECONDS); the pool dropped its cut ones.
+                self._error_backoff = ERROR_BACKOFF_START / 2  # the next failure backs off
+                logger.warning(
+                    "beat tick failed: its database connection was cut (%s); trying again at "
+                    "once on a new connection",
+                    _first_line(exc),
+                )
+                return 0.0
             self._error_backoff = min(
                 max(self._error_backoff * 2, ERROR_BACKOFF_START), ERROR_BACKOFF_CAP
             )
@@ -391,7 +416,8 @@ class Scheduler(CeleryScheduler):
 
     @property
     def info(self) -> str:
-        gate = "redis" if self.settings.redis_url else "database only"
+        url, master = self.settings.redis_url, self.settings.redis_sentinel_master
+        gate = f"redis ({describe_redis(url, master)})" if url else "database only"
         processes = self.settings.publish_processes
         where = f" in {processes} publishing process(es)" if processes else ""
         return (
@@ -420,6 +446,16 @@ def _written(app: Celery, names: list[str], database_url: str) -> str:
             "result_expires is set and the result backend does not expire results by itself)"
         )
     return text
+
+
+def _connection_cut(exc: BaseException) -> bool:
+    """True when ``exc`` says the connection died (the pool has replaced it)."""
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def cannot_start(exc: BaseException, database_url: str | None) -> NoReturn:

@@ -15,6 +15,7 @@ from celery import Celery
 
 from .errors import ConfigurationError
 from .schedules.zones import load_zone
+from .sending.redis_connect import is_sentinel_url, parse_sentinel_url
 
 DEFAULT_DATABASE_URL = "sqlite:///routines.db"
 # How runs are published: Celery's send_task (default) or the direct path
@@ -26,6 +27,9 @@ PUBLISH_PATHS = ("send_task", "direct")
 class Settings:
     database_url: str = DEFAULT_DATABASE_URL
     redis_url: str | None = None
+    # The master's name when routines_redis_url is a sentinel:// URL
+    # (sending/redis_connect.py); the broker's master_name when unset.
+    redis_sentinel_master: str | None = None
     lock_ttl: float = 60.0
     batch_size: int = 1000
     run_timeout: float = 3600.0
@@ -65,6 +69,14 @@ class Settings:
             raise ConfigurationError(
                 f"routines_health_port must be between 0 and 65535, got {self.health_port!r}"
             )
+        if self.redis_url and is_sentinel_url(self.redis_url):
+            parse_sentinel_url(self.redis_url)  # a bad URL is a start-up error
+            if not self.redis_sentinel_master:
+                raise ConfigurationError(
+                    "routines_redis_url is a Sentinel URL: set routines_redis_sentinel_master to "
+                    "the master's name (as in `sentinel monitor <name> ...`), or "
+                    "broker_transport_options['master_name']"
+                )
         _require_positive("routines_refresh_seconds", self.refresh_seconds)
         _require_positive("routines_keep_runs_days", self.keep_runs_days)
         _require_positive("routines_prune_batch", self.prune_batch)
@@ -125,6 +137,8 @@ def settings_from(app: Celery | None) -> Settings:
     return Settings(
         database_url=_lookup(app, "routines_database_url") or DEFAULT_DATABASE_URL,
         redis_url=_lookup(app, "routines_redis_url") or None,
+        redis_sentinel_master=_optional_text(_lookup(app, "routines_redis_sentinel_master"))
+        or _broker_master_name(app),
         lock_ttl=_number("routines_lock_ttl", _lookup(app, "routines_lock_ttl"), 60.0, float),
         batch_size=_number("routines_batch_size", _lookup(app, "routines_batch_size"), 1000, int),
         run_timeout=_number(
@@ -156,6 +170,13 @@ def settings_from(app: Celery | None) -> Settings:
         ),
         health_address=_lookup(app, "routines_health_address") or "127.0.0.1",
     )
+
+
+def _broker_master_name(app: Celery | None) -> str | None:
+    """kombu's ``master_name`` transport option: the Sentinel master of a
+    ``sentinel://`` broker, the gate's too unless it names its own."""
+    options = app.conf.get("broker_transport_options") if app is not None else None
+    return _optional_text((options or {}).get("master_name"))
 
 
 def _optional_text(raw: Any) -> str | None:

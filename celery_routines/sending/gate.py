@@ -12,6 +12,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from celery_routines.sending.redis_connect import redis_client
+
 logger = logging.getLogger("celery_routines.gate")
 
 KEY_PREFIX = "celery_routines:window:"
@@ -50,11 +52,18 @@ class OpenGate:
 
 
 class RedisGate:
-    def __init__(self, url: str, holder: str, ttl_seconds: float, client: Any = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        holder: str,
+        ttl_seconds: float,
+        client: Any = None,
+        sentinel_master: str | None = None,
+    ) -> None:
         if client is None:
-            import redis
-
-            client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+            # One server, or the master of a Sentinel group (sentinel://...):
+            # after a failover the next call finds the new master.
+            client = redis_client(url, sentinel_master)
         self.client = client
         self.holder = holder
         self.ttl_ms = max(1, int(ttl_seconds * 1000))
@@ -76,11 +85,17 @@ class RedisGate:
                     )
                 )
         except redis.RedisError as exc:
+            # Drop the pool's connections: the next call connects afresh and,
+            # behind Sentinel, asks again which server is the master. A
+            # master demoted by a failover keeps its clients connected and
+            # fails the script with a READONLY *script* error, which redis-py
+            # does not take for a failover (the gate stayed on the replica).
+            self.client.connection_pool.disconnect()
             if not self.degraded:
                 logger.warning(
-                    "idempotency gate degraded: Redis unreachable (%s); "
+                    "idempotency gate degraded: Redis unreachable or not the master (%s); "
                     "the database's unique key arbitrates alone until it returns",
-                    exc,
+                    _said(exc),
                 )
                 self.degraded = True
             return [True] * len(keys)
@@ -91,3 +106,9 @@ class RedisGate:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _said(exc: Exception) -> str:
+    """``exc`` in a few words: redis-py's MasterNotFoundError appends the
+    repr of every Sentinel client it asked (kilobytes per line)."""
+    return str(exc).split(" : <redis", 1)[0][:300]

@@ -36,6 +36,13 @@ if os.environ.get("E2E_NO_BROKER_HEALTH_CHECK"):
     # Under a sped-up libfaketime clock redis-py's periodic health check
     # misfires (see FIELD-NOTES); the stress tests turn it off.
     app.conf.broker_transport_options = {"health_check_interval": 0}
+if os.environ.get("E2E_SENTINEL_MASTER"):
+    # A sentinel:// broker (tests/topology): kombu's master_name option, which
+    # the Redis gate reads too when routines_redis_sentinel_master is unset.
+    app.conf.broker_transport_options = {
+        **(app.conf.broker_transport_options or {}),
+        "master_name": os.environ["E2E_SENTINEL_MASTER"],
+    }
 if os.environ.get("E2E_SOLAR"):
     # "sunrise <lat> <lon>": a celery.schedules.solar entry (tests/e2e/test_schedule_types.py).
     from celery.schedules import solar

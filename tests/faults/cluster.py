@@ -269,9 +269,11 @@ class BrokerServer:
     shared one, so stopping it hurts nobody; no persistence, so a restart
     starts empty."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, *extra: str) -> None:
         self.port = free_port()
         self.dir = tmp_path
+        # More redis-server options (a replica's --replicaof, tests/topology).
+        self.extra = list(extra)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -292,6 +294,7 @@ class BrokerServer:
                 "no",
                 "--dir",
                 str(self.dir),
+                *self.extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
