@@ -35,6 +35,9 @@ START_WITHIN = 90.0
 STOP_WITHIN = 20.0
 # celery.apps.worker installs SIGINT as a warm shutdown with EX_FAILURE.
 SIGINT_STATUS = 1
+# One step of the install matrix (pip install included): a hung step fails
+# the check instead of holding CI until its own limit.
+STEP_WITHIN = 300.0
 
 
 def readme_first_command(readme: Path = ROOT / "README.md") -> str:
@@ -215,12 +218,24 @@ def check_extra(work: Path, extra: str | None) -> list[str]:
         ["python", str(ROOT / "scripts" / "extra_paths.py"), name],
     ]
     for step in steps:
-        done = subprocess.run(step, env=env, cwd=work, capture_output=True, text=True)
+        try:
+            done = subprocess.run(
+                step, env=env, cwd=work, capture_output=True, text=True, timeout=STEP_WITHIN
+            )
+        except subprocess.TimeoutExpired as late:
+            output = (_text(late.stdout) + _text(late.stderr))[-4000:]
+            return [f"[{name}] {' '.join(step[:3])} still running after {STEP_WITHIN:.0f} s:\n{output}"]
         if done.returncode != 0:
             output = (done.stdout + done.stderr)[-4000:]
             return [f"[{name}] {' '.join(step[:3])} failed ({done.returncode}):\n{output}"]
     print(f"install matrix: [{name}] ok in {time.monotonic() - started:.0f} s", flush=True)
     return []
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -180,40 +181,52 @@ def metrics() -> str:
 
 
 def web() -> str:
+    """`routines migrate`, then `routines web`: the panel answers /healthz 200.
+
+    Every wait has a deadline and the panel is killed before its output is
+    read, so a panel that never turns healthy fails this check instead of
+    hanging it (a 503 is an HTTPError, an OSError: it used to be retried until
+    the deadline and then `communicate()` waited on a live process forever).
+    """
     port = _free_port()
     env = {**os.environ, "ROUTINES_DATABASE_URL": f"sqlite:///{HERE / 'web.db'}"}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "extra_paths:web_app",
-            "routines",
-            "web",
-            "--port",
-            str(port),
-        ],
-        cwd=Path(__file__).parent,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+    celery = [sys.executable, "-m", "celery", "-A", "extra_paths:web_app", "routines"]
+    here = Path(__file__).parent
+    migrated = subprocess.run(
+        [*celery, "migrate"], cwd=here, env=env, capture_output=True, text=True, timeout=60
     )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                answer = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(process.communicate()[0]) from None
-                time.sleep(0.3)
-        assert answer.status == 200, answer.status
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+    log = HERE / "web.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [*celery, "web", "--port", str(port)],
+            cwd=here,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            status = _wait_for_health(port, process, deadline=time.monotonic() + 60)
+        finally:
+            process.kill()
+            process.wait(timeout=30)
+    assert status == 200, f"/healthz answered {status}:\n{log.read_text(errors='replace')}"
     return f"panel answered /healthz 200 on :{port}"
+
+
+def _wait_for_health(port: int, process: subprocess.Popen[bytes], deadline: float) -> int | str:
+    """/healthz's status once it is 200, else the last answer at the deadline."""
+    last: int | str = "no answer"
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as error:
+            last = error.code
+        except OSError as error:
+            last = str(error)
+        time.sleep(0.3)
+    return last if process.poll() is None else f"panel exited with status {process.returncode}"
 
 
 def solar() -> str:
