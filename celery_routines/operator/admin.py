@@ -20,6 +20,7 @@ from celery_routines.clock import Clock, utc_now
 from celery_routines.config import Settings, settings_from
 from celery_routines.errors import InvalidRoutine, RoutinesError, ScheduleError, UnknownRoutine
 from celery_routines.observe.events import RoutineEvents
+from celery_routines.operator.bulk import BulkActions, pause_reason
 from celery_routines.operator.lifecycle_views import (
     ChangeResult,
     ChangeView,
@@ -28,6 +29,7 @@ from celery_routines.operator.lifecycle_views import (
 )
 from celery_routines.operator.listing import Listing
 from celery_routines.operator.manage import Managing
+from celery_routines.operator.schedule_words import schedule_words
 from celery_routines.operator.sending import MAX_BACKFILL, OperationRefused, Sending, UnknownRun
 from celery_routines.operator.views import (
     BackfillResult,
@@ -137,6 +139,8 @@ class Routines(Sending, Managing, Listing):
         # Skips an operator causes (a resume) and manual sends go out as
         # Celery events like beat's own; without an app there is no broker.
         self.events = events or (RoutineEvents(self.app) if self.app is not None else None)
+        # One action on many routines, each through the operations below.
+        self.bulk = BulkActions(self)
 
     def close(self) -> None:
         if self._publisher is not None and self._owns_publisher:
@@ -259,12 +263,15 @@ class Routines(Sending, Managing, Listing):
 
     # -- pause and resume --------------------------------------------------
 
-    def pause(self, name: str, *, by: str | None = None) -> PauseResult:
+    def pause(self, name: str, *, reason: str | None = None, by: str | None = None) -> PauseResult:
+        """Stop firing; ``reason`` (a short text) shows wherever it shows as paused."""
+        text = pause_reason(reason, required=False)
         record = self._record(name)
         now = self.clock()
-        changed = self.store.admin.pause(record.id, now)
+        changed = self.store.admin.pause(record.id, now, text)
         if changed:
-            self.store.changes.record(record.name, "paused", by or who(), now)
+            detail = {"reason": text} if text else None
+            self.store.changes.record(record.name, "paused", by or who(), now, detail)
         return PauseResult(record.name, True, changed, record.next_run_at)
 
     def resume(self, name: str, *, catch_up: bool = False, by: str | None = None) -> PauseResult:
@@ -401,6 +408,8 @@ class Routines(Sending, Managing, Listing):
             next_retry_at=next_retry.retry_at if next_retry is not None else None,
             retired_at=record.retired_at,
             source=record.source or "sql",
+            schedule_words=schedule_words(record, timezone),
+            paused_reason=record.paused_reason if record.paused else None,
         )
 
     def _ceilings(self, record: RoutineRecord) -> tuple[Ceiling, ...]:

@@ -39,6 +39,11 @@ class RoutineSummary:
     """Since when a code routine is no longer declared by its owner (never fired)."""
     source: str | None = None
     """``code``, ``cli``, or ``sql``."""
+    schedule_words: str | None = None
+    """The schedule in words, beside the expression in ``schedule``: "At 02:30,
+    Monday through Friday (Europe/Rome)"."""
+    paused_reason: str | None = None
+    """Why it is paused: the operator's reason, or the automatic pause's."""
 
 
 @dataclass(frozen=True)

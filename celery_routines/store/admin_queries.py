@@ -168,12 +168,12 @@ class AdminQueries:
 
     # -- operator writes -----------------------------------------------------
 
-    def pause(self, routine_id: int, now: datetime) -> bool:
-        """True if the routine was running and is now paused."""
+    def pause(self, routine_id: int, now: datetime, reason: str | None = None) -> bool:
+        """True if the routine was running and is now paused (with ``reason``)."""
         stmt = (
             update(routines)
             .where(routines.c.id == routine_id, routines.c.paused.is_(False))
-            .values(paused=True, updated_at=now)
+            .values(paused=True, paused_reason=reason, updated_at=now)
         )
         with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1

@@ -2,7 +2,8 @@
 
 ``GET /api/routines``, ``/api/routines/{name}``, ``/api/routines/{name}/runs``,
 ``/api/skips``, ``/api/runs``; ``POST /api/routines/{name}/pause|resume|
-trigger|backfill|enable|disable|delete`` and ``POST /api/runs/{id}/replay``.
+trigger|backfill|enable|disable|delete``, ``POST /api/runs/{id}/replay`` and
+``POST /api/routines/bulk/pause|resume|enable|disable|trigger``.
 Every action records who did it (``web:<user>``). Errors are
 ``{"error": "..."}`` in the CLI's words; ``/api/openapi.json`` documents it.
 """
@@ -135,7 +136,49 @@ def openapi(request: Request) -> Any:
 
 
 def pause(request: Request) -> Any:
-    return panel_of(request).admin.pause(request.path_params["name"], by=who(request))
+    """``{"reason": "..."}`` (optional here, required by a bulk pause)."""
+    reason = body(request).get("reason")
+    return panel_of(request).admin.pause(request.path_params["name"], reason=reason, by=who(request))
+
+
+BULK_FIELDS = ("names", "filter", "reason")
+FILTER_FIELDS = ("state", "name")
+
+
+def bulk(request: Request) -> Any:
+    """``POST /api/routines/bulk/{action}`` with ``{"names": [...]}`` or
+    ``{"filter": {"state": ..., "name": ...}}`` (the list's filters; ``{}``
+    is every routine), plus ``"reason"`` for a pause."""
+    data = body(request)
+    unknown = [key for key in data if key not in BULK_FIELDS]
+    if unknown:
+        raise ValueError(
+            f"unknown field {unknown[0]!r} in a bulk action; give {', '.join(BULK_FIELDS)}"
+        )
+    found = data.get("filter")
+    if found is not None and not isinstance(found, dict):
+        raise ValueError(f"filter must be an object such as {{\"state\": \"active\"}}, got {found!r}")
+    found = found if found is not None else {}
+    for key, value in found.items():
+        if key not in FILTER_FIELDS:
+            raise ValueError(f"unknown filter {key!r}; filter by {' or '.join(FILTER_FIELDS)}")
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"filter {key!r} must be a text, got {value!r}")
+    result = panel_of(request).admin.bulk.run(
+        request.path_params["action"],
+        data.get("names"),
+        state=found.get("state"),
+        name=found.get("name"),
+        use_filter="filter" in data,
+        reason=data.get("reason"),
+        by=who(request),
+    )
+    return {
+        **jsonable(result),
+        "count": result.count,
+        "changed": result.changed,
+        "refused": result.refused,
+    }
 
 
 def resume(request: Request) -> Any:
@@ -276,5 +319,8 @@ def routes() -> list[Route]:
         Route("/api/skips", answer(skips)),
         Route("/api/runs", answer(all_runs)),
         Route("/api/runs/{run_id}/replay", with_body(replay), methods=["POST"]),
+        # Before the routine's own paths: a routine named "bulk" is paused
+        # here with {"names": ["bulk"]}.
+        Route("/api/routines/bulk/{action}", with_body(bulk), methods=["POST"]),
         Route("/api/routines/{rest:path}", routine_endpoint(), methods=["GET", "POST"]),
     ]

@@ -82,7 +82,27 @@ OPENAPI: dict[str, Any] = {
         "/api/routines/{name}/runs": _get("Runs of one routine", NAME, STATE, SINCE, UNTIL, LIMIT),
         "/api/skips": _get("Every decision not to fire, newest first", SINCE, LIMIT),
         "/api/runs": _get("Runs across routines", _query("routine"), STATE, SINCE, UNTIL, LIMIT),
-        "/api/routines/{name}/pause": _post("Pause", None, NAME),
+        "/api/routines/{name}/pause": _post(
+            "Pause", {"reason": {"type": "string", "description": "why (at most 200 characters)"}},
+            NAME,
+        ),  # fmt: skip
+        "/api/routines/bulk/{action}": _post(
+            "One action on the routines named or matching a filter (at most 1000)",
+            {
+                "names": {"type": "array", "items": {"type": "string"}},
+                "filter": {
+                    "type": "object",
+                    "properties": {"state": {"type": "string"}, "name": {"type": "string"}},
+                },
+                "reason": {"type": "string", "description": "required for a pause"},
+            },
+            {
+                "name": "action",
+                "in": "path",
+                "required": True,
+                "schema": {"enum": ["pause", "resume", "enable", "disable", "trigger"]},
+            },
+        ),
         "/api/routines/{name}/resume": _post(
             "Resume",
             {"catch_up": {"type": "boolean", "description": "replay paused windows by policy"}},
