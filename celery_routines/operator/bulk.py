@@ -62,6 +62,11 @@ class BulkResult:
         return sum(1 for item in self.routines if item.error is not None)
 
 
+def check_action(action: str) -> None:
+    if action not in BULK_ACTIONS:
+        raise LookupError(f"no bulk action named {action!r}; use one of {', '.join(BULK_ACTIONS)}")
+
+
 def pause_reason(reason: object, *, required: bool) -> str | None:
     """The reason as stored (stripped), or ``ValueError`` naming the value."""
     if reason is None or (isinstance(reason, str) and not reason.strip()):
@@ -106,7 +111,9 @@ class BulkActions:
             raise ValueError(f"names must be a list of routine names, got {names!r}")
         unique = list(dict.fromkeys(names))
         if len(unique) > MAX_BULK:
-            raise ValueError(f"{len(unique)} routines named; a bulk action takes at most {MAX_BULK}")
+            raise ValueError(
+                f"{len(unique)} routines named; a bulk action takes at most {MAX_BULK}"
+            )
         unknown = [n for n in unique if self.admin.store.routines.by_name(n) is None]
         if len(unknown) == 1:
             raise UnknownRoutine(unknown[0])
@@ -132,10 +139,7 @@ class BulkActions:
     def check(self, action: str, reason: object) -> str | None:
         """The action is one of :data:`BULK_ACTIONS`, a pause has its reason
         (returned as stored), and no other action has one."""
-        if action not in BULK_ACTIONS:
-            raise LookupError(
-                f"no bulk action named {action!r}; use one of {', '.join(BULK_ACTIONS)}"
-            )
+        check_action(action)
         if action == "pause":
             return pause_reason(reason, required=True)
         if reason is not None and reason != "":

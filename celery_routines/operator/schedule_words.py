@@ -126,7 +126,7 @@ def cron_words(expression: str) -> str:
                 + descriptor.get_month_description()
             )
         return str(descriptor.get_description())
-    except Exception:  # noqa: BLE001 - any wording failure shows the expression
+    except Exception:  # any wording failure shows the expression
         return expression
 
 
@@ -134,18 +134,14 @@ def interval_words(seconds: float, *, bare: bool = False) -> str:
     """``Every 5 minutes``, ``Every hour``, ``Every 90 seconds``; ``bare``:
     ``5 minutes``."""
     value = float(seconds)
-    for size, unit in _UNITS:
-        if value >= size and (value / size).is_integer():
-            count = int(value / size)
-            break
-    else:
-        count, unit = 0, ""
-    if not unit:
+    found = [(int(value // size), unit) for size, unit in _UNITS
+             if value >= size and (value / size).is_integer()]  # fmt: skip
+    if not found:
         amount = f"{value:g} seconds"
-    elif count == 1:
-        amount = f"1 {unit}" if bare else unit
+    elif found[0][0] == 1:
+        amount = f"1 {found[0][1]}" if bare else found[0][1]
     else:
-        amount = f"{count} {unit}s"
+        amount = f"{found[0][0]} {found[0][1]}s"
     return amount if bare else f"Every {amount}"
 
 
@@ -239,4 +235,3 @@ def _exclusions(raw: str) -> str:
         return "; ".join(exclusion_entries(raw))
     except ValueError:
         return raw
-

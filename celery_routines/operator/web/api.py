@@ -138,7 +138,8 @@ def openapi(request: Request) -> Any:
 def pause(request: Request) -> Any:
     """``{"reason": "..."}`` (optional here, required by a bulk pause)."""
     reason = body(request).get("reason")
-    return panel_of(request).admin.pause(request.path_params["name"], reason=reason, by=who(request))
+    name = request.path_params["name"]
+    return panel_of(request).admin.pause(name, reason=reason, by=who(request))
 
 
 BULK_FIELDS = ("names", "filter", "reason")
@@ -157,7 +158,7 @@ def bulk(request: Request) -> Any:
         )
     found = data.get("filter")
     if found is not None and not isinstance(found, dict):
-        raise ValueError(f"filter must be an object such as {{\"state\": \"active\"}}, got {found!r}")
+        raise ValueError(f"filter must be an object such as {{'state': 'paused'}}, got {found!r}")
     found = found if found is not None else {}
     for key, value in found.items():
         if key not in FILTER_FIELDS:

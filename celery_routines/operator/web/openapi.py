@@ -83,9 +83,10 @@ OPENAPI: dict[str, Any] = {
         "/api/skips": _get("Every decision not to fire, newest first", SINCE, LIMIT),
         "/api/runs": _get("Runs across routines", _query("routine"), STATE, SINCE, UNTIL, LIMIT),
         "/api/routines/{name}/pause": _post(
-            "Pause", {"reason": {"type": "string", "description": "why (at most 200 characters)"}},
+            "Pause",
+            {"reason": {"type": "string", "description": "why (at most 200 characters)"}},
             NAME,
-        ),  # fmt: skip
+        ),
         "/api/routines/bulk/{action}": _post(
             "One action on the routines named or matching a filter (at most 1000)",
             {

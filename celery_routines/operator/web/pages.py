@@ -16,6 +16,13 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 import celery_routines.operator.web.present as present
+from celery_routines.operator.bulk import (
+    BULK_ACTIONS,
+    MAX_REASON,
+    BulkResult,
+    check_action,
+    pause_reason,
+)
 from celery_routines.operator.listing import STRIP
 from celery_routines.operator.sending import BackfillPlan
 from celery_routines.operator.web.context import (
@@ -97,6 +104,8 @@ def routines(request: Request) -> Response:
         name=name or "",
         strip=STRIP,
         filters=urlencode(filters),
+        bulk_actions=BULK_ACTIONS,
+        max_reason=MAX_REASON,
     )
 
 
@@ -177,8 +186,11 @@ def _do(panel: Panel, action: str, form: dict[str, str], by: str) -> tuple[str, 
     name = form.get("name", "")
     back = f"/routines/{present.path_part(name)}"
     if action == "pause":
-        result = admin.pause(name, by=by)
-        return back, f"paused {name}" if result.changed else f"{name} was already paused"
+        reason = form.get("reason") or None
+        result = admin.pause(name, reason=reason, by=by)
+        if not result.changed:
+            return back, f"{name} was already paused"
+        return back, f"paused {name}" + (f": {reason}" if reason else "")
     if action == "resume":
         result = admin.resume(name, catch_up=form.get("catch_up") == "1", by=by)
         if not result.changed:
@@ -222,18 +234,73 @@ def _do(panel: Panel, action: str, form: dict[str, str], by: str) -> tuple[str, 
     raise LookupError(f"no action named {action!r}")
 
 
+# The most routine names a bulk action's message lists.
+NAMES_SHOWN = 20
+
+
+def _bulk(request: Request, panel: Panel, form: dict[str, str], names: list[str]) -> Response:
+    """The list's bulk form: first a confirmation page saying how many
+    routines and which (a filter is settled into names there), then, posted
+    from it with ``confirm=1``, the action through the admin API."""
+    admin = panel.admin
+    what = form.get("bulk_action", "")
+    reason = form.get("reason") or None
+    if form.get("confirm") != "1":
+        check_action(what)
+        use_filter = form.get("scope") == "filter"
+        state, part = form.get("filter_state") or None, form.get("filter_name") or None
+        targets = admin.bulk.targets(
+            [] if use_filter else names, state=state, name=part, use_filter=use_filter
+        )
+        if not targets:
+            raise LookupError("no routine matches the filter")
+        shown = ", ".join(f"{k} {v!r}" for k, v in (("state", state), ("name", part)) if v)
+        scope = f"every routine matching {shown or 'no filter (all routines)'}"
+        return render(
+            request, "bulk.html", action=what, targets=targets, max_reason=MAX_REASON,
+            reason=pause_reason(reason, required=False) or "" if what == "pause" else "",
+            scope_text=scope if use_filter else None,
+        )  # fmt: skip
+    with panel.lock:
+        result = admin.bulk.run(what, names, reason=reason, by=f"web:{request.state.principal}")
+    return _redirect(request, "/routines", bulk_message(result))
+
+
+def bulk_message(result: BulkResult) -> str:
+    """``pause: 2 of 3 routine(s) changed (a, b, c); reason: ...; refused: c (why)``."""
+    names = [item.routine for item in result.routines]
+    listed = ", ".join(names[:NAMES_SHOWN])
+    if len(names) > NAMES_SHOWN:
+        listed += f" and {len(names) - NAMES_SHOWN} more"
+    text = f"{result.action}: {result.changed} of {result.count} routine(s) changed ({listed})"
+    if result.reason:
+        text += f"; reason: {result.reason}"
+    refused = [item for item in result.routines if item.error]
+    if refused:
+        text += "; refused: " + ", ".join(f"{i.routine} ({i.error})" for i in refused[:5])
+    return text
+
+
+def _redirect(request: Request, where: str, message: str) -> Response:
+    target = request.scope.get("root_path", "") + where + "?" + urlencode({"msg": message})
+    return RedirectResponse(target, status_code=303)
+
+
 async def action(request: Request) -> Response:
     """Every form posts here: the CSRF token is checked before the action is
     even looked up."""
     panel = panel_of(request)
     raw = await request.body()
-    form = {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
+    fields = parse_qs(raw.decode("utf-8", "replace"))
+    form = {k: v[0] for k, v in fields.items()}
     if not panel.guard.csrf_matches(request.state.principal, form.get("csrf_token")):
         return Response("POST refused: the form's CSRF token is missing or wrong", 403)
     what = request.path_params["action"]
 
     def run() -> Response:
         try:
+            if what == "bulk":
+                return _bulk(request, panel, form, fields.get("names", []))
             if what == "backfill" and form.get("confirm") != "1":
                 plan: BackfillPlan = panel.admin.backfill_plan(
                     form.get("name", ""), form.get("from", ""), form.get("to", "")
@@ -246,8 +313,7 @@ async def action(request: Request) -> Response:
                 where, message = _do(panel, what, form, f"web:{request.state.principal}")
         except HANDLED as exc:
             return render(request, "error.html", error_status(exc), error=error_text(exc, panel))
-        target = request.scope.get("root_path", "") + where + "?" + urlencode({"msg": message})
-        return RedirectResponse(target, status_code=303)
+        return _redirect(request, where, message)
 
     return await run_in_threadpool(run)
 
