@@ -220,13 +220,14 @@ def skips(ctx: click.Context, since: str | None, limit: int, as_json: bool) -> N
 
 @routines.command()
 @click.argument("name")
+@click.option("--reason", help="Why (a short text, shown wherever it shows as paused).")
 @by_option
 @json_option
 @click.pass_context
 @_errors
-def pause(ctx: click.Context, name: str, by: str | None, as_json: bool) -> None:
+def pause(ctx: click.Context, name: str, reason: str | None, by: str | None, as_json: bool) -> None:
     """Stop firing NAME until it is resumed (no retries are scheduled meanwhile)."""
-    print_pause(_admin(ctx).pause(name, by=by), as_json)
+    print_pause(_admin(ctx).pause(name, reason=reason, by=by), as_json)
 
 
 @routines.command()

@@ -89,9 +89,12 @@ def runs_table(runs: Sequence[RunView]) -> None:
 
 
 def state_text(s: RoutineSummary) -> str:
-    """The STATE of ``list``/``show``; a retired routine says since when."""
+    """The STATE of ``list``/``show``; a retired routine says since when, a
+    paused one why."""
     if s.state == "retired":
         return f"retired (no longer declared in code since {utc(s.retired_at)})"
+    if s.state == "paused" and s.paused_reason:
+        return f"paused: {s.paused_reason}"
     return s.state
 
 
@@ -167,6 +170,8 @@ def print_detail(detail: RoutineDetail) -> None:
     s = detail.summary
     click.echo(f"{s.name}  [{state_text(s)}]")
     field("schedule", s.schedule)
+    if s.schedule_words:
+        field("in words", s.schedule_words)
     for key, value in detail.definition.items():
         if key == "timezone":
             # The zone the schedule is read in, also when the row leaves it
