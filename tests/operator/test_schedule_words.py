@@ -34,7 +34,16 @@ from tests.operators import add_routine
         # Invalid: the expression itself (the routine's error says why).
         ("61 * * * *", "61 * * * *"),
     ],
-    ids=["weekdays", "step", "alias", "last-day", "nth-weekday", "last-friday", "dom-or-dow", "bad"],
+    ids=[
+        "weekdays",
+        "step",
+        "alias",
+        "last-day",
+        "nth-weekday",
+        "last-friday",
+        "dom-or-dow",
+        "bad",
+    ],
 )
 def test_a_cron_reads_in_plain_english(expression: str, words: str) -> None:
     assert cron_words(expression) == words
