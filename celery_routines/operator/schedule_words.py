@@ -108,7 +108,7 @@ def cron_words(expression: str) -> str:
     if len(fields) == 1 and fields[0].lower() in ALIASES:
         fields = ALIASES[fields[0].lower()].split()
     try:
-        from cron_descriptor import ExpressionDescriptor, Options
+        from cron_descriptor import ExpressionDescriptor, Options  # type: ignore[import-untyped]
     except ImportError:  # pragma: no cover - a base dependency; words fall back
         return expression
     options = Options()

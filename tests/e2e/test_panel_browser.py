@@ -270,3 +270,45 @@ def _id(cluster: PanelCluster, name: str) -> int:
     record = cluster.store.routines.by_name(name)
     assert record is not None
     return record.id
+
+
+def test_bulk_pause_with_a_reason_confirms_which_and_shows_why(
+    browser: Any, cluster: PanelCluster
+) -> None:
+    """Issue 33: select routines on the list, pause them with a reason; the
+    confirmation says how many and which, and the reason shows on the list
+    and on each routine's page."""
+    for name in ("bulk-a", "bulk-b", "bulk-c"):
+        cluster.add(name, "e2e_app.sql_inserted", cron="0 3 * * *", timezone="Europe/Rome")
+    browser.get(f"{cluster.url}/routines?name=bulk-")
+    row = browser.find_element(By.CSS_SELECTOR, 'tr[data-routine="bulk-a"]')
+    assert "At 03:00 (Europe/Rome)" in row.find_element(By.CSS_SELECTOR, ".schedule-words").text
+    for name in ("bulk-a", "bulk-b"):
+        browser.find_element(By.CSS_SELECTOR, f'input[name="names"][value="{name}"]').click()
+    browser.find_element(By.ID, "bulk-reason").send_keys("quarterly close")
+    browser.find_element(By.ID, "bulk-pause").click()
+    wait_text(browser, "bulk-title", "Pause 2 routines")
+    targets = browser.find_elements(By.CSS_SELECTOR, "#bulk-targets li")
+    assert [t.text for t in targets] == ["bulk-a", "bulk-b"]
+    reason = browser.find_element(By.ID, "bulk-confirm-reason")
+    assert reason.get_attribute("value") == "quarterly close"
+    # Without a reason the browser does not even send the form.
+    reason.clear()
+    browser.find_element(By.ID, "confirm-bulk").click()
+    assert browser.find_element(By.ID, "bulk-title").text == "Pause 2 routines"
+    assert cluster.store.routines.by_name("bulk-a").paused is False
+    browser.find_element(By.ID, "bulk-confirm-reason").send_keys("quarterly close")
+    browser.find_element(By.ID, "confirm-bulk").click()
+    wait_for(browser, "#flash")
+    assert browser.find_element(By.ID, "flash").text == (
+        "pause: 2 of 2 routine(s) changed (bulk-a, bulk-b); reason: quarterly close"
+    )
+    for name in ("bulk-a", "bulk-b"):
+        record = cluster.store.routines.by_name(name)
+        assert record.paused and record.paused_reason == "quarterly close"
+        shown = browser.find_element(By.CSS_SELECTOR, f'tr[data-routine="{name}"] .paused-reason')
+        assert shown.text == "quarterly close"
+    assert cluster.store.routines.by_name("bulk-c").paused is False
+    browser.get(f"{cluster.url}/routines/bulk-b")
+    assert browser.find_element(By.ID, "paused-reason").text == "quarterly close"
+    assert browser.find_element(By.ID, "routine-state").text == "paused"
