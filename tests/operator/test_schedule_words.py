@@ -92,3 +92,16 @@ def test_show_prints_the_schedule_in_words_beside_the_expression(
     )
     shown = json.loads(ok(invoke("show", "nightly", "--json")))
     assert shown["summary"]["schedule_words"] == "At 02:30, Monday through Friday (Europe/Rome)"
+
+
+def test_pause_takes_a_reason_that_list_and_show_print(
+    invoke: Invoke,  # noqa: F811
+    store: Store,
+) -> None:
+    add_routine(store, "nightly", cron="30 2 * * *")
+    assert "paused nightly" in ok(invoke("pause", "nightly", "--reason", "disk full"))
+    assert store.routines.by_name("nightly").paused_reason == "disk full"
+    assert ok(invoke("show", "nightly")).startswith("nightly  [paused: disk full]")
+    assert "paused: disk full" in ok(invoke("list"))
+    too_long = invoke("pause", "other", "--reason", "x" * 201)
+    assert too_long.exit_code != 0
