@@ -223,3 +223,23 @@ def test_dry_run_writes_nothing(invoke, admin: Routines, tmp_path: Path) -> None
     out = ok(invoke("import", "file", str(path), "--dry-run"))
     assert out.splitlines()[-1] == "file: 1 added, 0 not imported (dry run: nothing written)"
     assert admin.list() == []
+
+
+def test_prune_never_retires_a_routine_whose_entry_does_not_read(
+    invoke, admin: Routines, tmp_path: Path
+) -> None:
+    """A typo in one entry is that entry listed, not its routine retired:
+    the entry is still in the file, only unreadable."""
+    path = tmp_path / "routines.json"
+    path.write_text(json.dumps({"routines": {"poll": {"task": "tasks.poll", "every": 300}}}))
+    ok(invoke("import", "file", str(path)))
+    path.write_text(
+        json.dumps({"routines": {"poll": {"task": "tasks.poll", "every": 300, "ovrelap": "x"}}})
+    )
+    result = invoke("import", "file", str(path), "--prune")
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("not imported  poll: unknown key(s) ovrelap") for line in lines)
+    assert lines[-1] == "file: 0 added, 1 not imported"
+    record = admin.store.routines.by_name("poll")
+    assert record.retired_at is None and record.interval_seconds == 300

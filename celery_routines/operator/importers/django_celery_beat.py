@@ -47,6 +47,8 @@ from celery_routines.store.engine import MYSQL_DEFAULT_DRIVER, postgres_driver, 
 SOURCE = "django-celery-beat"
 OWNER = f"import:{SOURCE}"
 PREFIX = "django_celery_beat_"
+# The crontab's fields, in the order django-celery-beat shows them.
+CRONTAB_FIELDS = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
 PERIOD_SECONDS = {
     "days": 86400.0,
     "hours": 3600.0,
@@ -256,18 +258,17 @@ def _schedule(
     if kind == "crontab":
         from celery.schedules import crontab
 
+        fields = {key: found._mapping[key] for key in CRONTAB_FIELDS}
         try:
-            celery_crontab = crontab(
-                minute=found.minute,
-                hour=found.hour,
-                day_of_week=found.day_of_week,
-                day_of_month=found.day_of_month,
-                month_of_year=found.month_of_year,
-            )
+            celery_crontab = crontab(**fields)
         except Exception as exc:  # Celery raises ValueError and its own ParseException
-            raise ScheduleError(f"its crontab does not read: {exc}") from None
+            text = _crontab_text(fields)
+            raise ScheduleError(f"its crontab {text} does not read: {exc}") from None
         zone = str(found.timezone or "UTC")
-        load_zone(zone)
+        try:
+            load_zone(zone)
+        except ScheduleError as exc:
+            raise ScheduleError(f"its crontab's timezone: {exc}") from None
         return crontab_to_cron(celery_crontab), zone, None
     if kind == "interval":
         seconds = PERIOD_SECONDS.get(found.period)
@@ -277,6 +278,11 @@ def _schedule(
     if kind == "solar":
         return SolarSchedule(found.event, found.latitude, found.longitude), None, None
     return None, None, aware(found.clocked_time)
+
+
+def _crontab_text(fields: Mapping[str, Any]) -> str:
+    """A crontab row's fields as django-celery-beat's admin names them."""
+    return "(" + ", ".join(f"{key} {value!r}" for key, value in fields.items()) + ")"
 
 
 def _one_window(
