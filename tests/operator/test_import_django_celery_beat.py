@@ -398,6 +398,38 @@ def test_a_bad_crontab_is_one_line_naming_the_task_and_the_value_and_nothing_is_
     assert sorted(s.name for s in admin.list()) == ["fine", "nightly"]
 
 
+def test_a_sqlite_datetime_that_is_not_one_is_that_tasks_line(
+    dcb_databases: dict[str, str], invoke, admin: Routines
+) -> None:
+    """SQLite keeps any text in a datetime column: one such row is listed
+    with the value, the other rows are still read (it was a traceback while
+    fetching every row)."""
+    from django.db import connections
+
+    dcb = DCB("sqlite", dcb_databases["sqlite"])
+    dcb.clear()
+    every = dcb.schedule("IntervalSchedule", every=5, period="minutes")
+    dcb.task("fine", interval=every)
+    dcb.task("garbled", interval=every)
+    with connections["sqlite"].cursor() as cursor:
+        cursor.execute(
+            "UPDATE django_celery_beat_periodictask SET last_run_at = %s WHERE name = %s",
+            ["yesterday-ish", "garbled"],
+        )
+    try:
+        result = invoke("import", "django-celery-beat", dcb.url)
+    finally:
+        dcb.models().PeriodicTask.objects.using("sqlite").filter(name="garbled").update(
+            last_run_at=None
+        )
+        dcb.clear()
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    lines = result.stdout.splitlines()
+    assert "not imported  garbled: its last_run_at is not a date and time: 'yesterday-ish'" in lines
+    assert lines[-1] == "django-celery-beat: 1 added, 1 not imported"
+    assert [s.name for s in admin.list()] == ["fine"]
+
+
 def test_a_failure_while_writing_leaves_nothing_written(
     dcb: DCB, invoke, admin: Routines, monkeypatch: pytest.MonkeyPatch
 ) -> None:
