@@ -190,6 +190,7 @@ def test_bad_entries_are_listed_and_bad_files_are_one_line(
                     "typo": {"task": "tasks.ok", "every": 60, "catchup": "latest"},
                     "bad-cron": {"task": "tasks.ok", "cron": "61 * * * *"},
                     "two": {"task": "tasks.ok", "every": 60, "cron": "* * * * *"},
+                    "numbered": {"task": 5, "every": 60},
                 }
             }
         )
@@ -200,6 +201,7 @@ def test_bad_entries_are_listed_and_bad_files_are_one_line(
     assert any(line.startswith("not imported  typo: unknown key(s) catchup") for line in lines)
     assert any(line.startswith("not imported  bad-cron: ") and "61" in line for line in lines)
     assert "not imported  two: give one schedule, got cron, every" in lines
+    assert "not imported  numbered: its task must be a task name, got 5" in lines
     assert [s.name for s in admin.list()] == ["good"]
     (tmp_path / "broken.json").write_text("{nope")
     assert "broken.json does not parse: Expecting property name" in one_error(
