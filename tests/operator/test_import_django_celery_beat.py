@@ -329,6 +329,107 @@ def test_unmappable_tasks_are_listed_and_the_rest_written_whole(
     assert [s.name for s in admin.list()] == ["good"]
 
 
+def test_a_bad_crontab_is_one_line_naming_the_task_and_the_value_and_nothing_is_lost(
+    dcb: DCB, invoke, admin: Routines
+) -> None:
+    """A crontab row django-celery-beat's admin would refuse but its models
+    save (save() runs no validators), and a zone written behind Django's back:
+    each task is one line naming it and the value; the routine imported
+    before the row broke stays exactly as stored."""
+    nightly = dcb.schedule(
+        "CrontabSchedule",
+        minute="30",
+        hour="2",
+        day_of_week="*",
+        day_of_month="*",
+        month_of_year="*",
+        timezone="Europe/Rome",
+    )
+    dcb.task("nightly", crontab=nightly, last_run_at=utc(2026, 10, 24, 0, 30, 1))
+    dcb.task("fine", interval=dcb.schedule("IntervalSchedule", every=5, period="minutes"))
+    ok(invoke("import", "django-celery-beat", dcb.url))
+    before = admin.store.routines.by_name("nightly")
+    nightly.minute = "61"
+    nightly.save(using=dcb.alias)
+    weekly = dcb.schedule(
+        "CrontabSchedule",
+        minute="0",
+        hour="9",
+        day_of_week="funday",
+        day_of_month="*",
+        month_of_year="*",
+        timezone="UTC",
+    )
+    dcb.task("weekly", crontab=weekly)
+    zoned = dcb.schedule("CrontabSchedule", minute="0", hour="8", timezone="UTC")
+    dcb.task("on-mars", crontab=zoned)
+    from django.db import connections
+
+    def zone(name: str) -> None:  # the model would refuse to load the row back
+        with connections[dcb.alias].cursor() as cursor:
+            cursor.execute(
+                "UPDATE django_celery_beat_crontabschedule SET timezone = %s WHERE id = %s",
+                [name, zoned.id],
+            )
+
+    zone("Mars/Olympus")
+    try:
+        result = invoke("import", "django-celery-beat", dcb.url)
+    finally:
+        zone("UTC")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    lines = result.stdout.splitlines()
+    assert (
+        "not imported  nightly: its crontab (minute '61', hour '2', day_of_month '*', "
+        "month_of_year '*', day_of_week '*') does not read: Invalid end range: 61 > 59." in lines
+    )
+    assert (
+        "not imported  weekly: its crontab (minute '0', hour '9', day_of_month '*', "
+        "month_of_year '*', day_of_week 'funday') does not read: "
+        "Invalid weekday literal 'funday'." in lines
+    )
+    assert (
+        "not imported  on-mars: its crontab's timezone: unknown timezone 'Mars/Olympus': "
+        "use an IANA name such as 'Europe/Rome' or 'UTC'" in lines
+    )
+    assert lines[-1] == "django-celery-beat: 0 added, 1 unchanged, 3 not imported"
+    assert admin.store.routines.by_name("nightly") == before
+    assert [c.action for c in admin.history("nightly")] == ["imported"]
+    assert sorted(s.name for s in admin.list()) == ["fine", "nightly"]
+
+
+def test_a_sqlite_datetime_that_is_not_one_is_that_tasks_line(
+    dcb_databases: dict[str, str], invoke, admin: Routines
+) -> None:
+    """SQLite keeps any text in a datetime column: one such row is listed
+    with the value, the other rows are still read (it was a traceback while
+    fetching every row)."""
+    from django.db import connections
+
+    dcb = DCB("sqlite", dcb_databases["sqlite"])
+    dcb.clear()
+    every = dcb.schedule("IntervalSchedule", every=5, period="minutes")
+    dcb.task("fine", interval=every)
+    dcb.task("garbled", interval=every)
+    with connections["sqlite"].cursor() as cursor:
+        cursor.execute(
+            "UPDATE django_celery_beat_periodictask SET last_run_at = %s WHERE name = %s",
+            ["yesterday-ish", "garbled"],
+        )
+    try:
+        result = invoke("import", "django-celery-beat", dcb.url)
+    finally:
+        dcb.models().PeriodicTask.objects.using("sqlite").filter(name="garbled").update(
+            last_run_at=None
+        )
+        dcb.clear()
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    lines = result.stdout.splitlines()
+    assert "not imported  garbled: its last_run_at is not a date and time: 'yesterday-ish'" in lines
+    assert lines[-1] == "django-celery-beat: 1 added, 1 not imported"
+    assert [s.name for s in admin.list()] == ["fine"]
+
+
 def test_a_failure_while_writing_leaves_nothing_written(
     dcb: DCB, invoke, admin: Routines, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -190,6 +190,7 @@ def test_bad_entries_are_listed_and_bad_files_are_one_line(
                     "typo": {"task": "tasks.ok", "every": 60, "catchup": "latest"},
                     "bad-cron": {"task": "tasks.ok", "cron": "61 * * * *"},
                     "two": {"task": "tasks.ok", "every": 60, "cron": "* * * * *"},
+                    "numbered": {"task": 5, "every": 60},
                 }
             }
         )
@@ -200,6 +201,7 @@ def test_bad_entries_are_listed_and_bad_files_are_one_line(
     assert any(line.startswith("not imported  typo: unknown key(s) catchup") for line in lines)
     assert any(line.startswith("not imported  bad-cron: ") and "61" in line for line in lines)
     assert "not imported  two: give one schedule, got cron, every" in lines
+    assert "not imported  numbered: its task must be a task name, got 5" in lines
     assert [s.name for s in admin.list()] == ["good"]
     (tmp_path / "broken.json").write_text("{nope")
     assert "broken.json does not parse: Expecting property name" in one_error(
@@ -223,3 +225,23 @@ def test_dry_run_writes_nothing(invoke, admin: Routines, tmp_path: Path) -> None
     out = ok(invoke("import", "file", str(path), "--dry-run"))
     assert out.splitlines()[-1] == "file: 1 added, 0 not imported (dry run: nothing written)"
     assert admin.list() == []
+
+
+def test_prune_never_retires_a_routine_whose_entry_does_not_read(
+    invoke, admin: Routines, tmp_path: Path
+) -> None:
+    """A typo in one entry is that entry listed, not its routine retired:
+    the entry is still in the file, only unreadable."""
+    path = tmp_path / "routines.json"
+    path.write_text(json.dumps({"routines": {"poll": {"task": "tasks.poll", "every": 300}}}))
+    ok(invoke("import", "file", str(path)))
+    path.write_text(
+        json.dumps({"routines": {"poll": {"task": "tasks.poll", "every": 300, "ovrelap": "x"}}})
+    )
+    result = invoke("import", "file", str(path), "--prune")
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("not imported  poll: unknown key(s) ovrelap") for line in lines)
+    assert lines[-1] == "file: 0 added, 1 not imported"
+    record = admin.store.routines.by_name("poll")
+    assert record.retired_at is None and record.interval_seconds == 300

@@ -162,7 +162,11 @@ def test_beat_schedule_copies_are_left_and_broken_entries_listed(
         "left alone    from-code: a beat_schedule entry: our beat declares it from the "
         "code" in lines
     )
-    assert any(line.startswith("not imported  broken: Expecting property name") for line in lines)
+    assert any(
+        line.startswith("not imported  broken: its definition is not JSON (Expecting property name")
+        and line.endswith(": '{not json'")
+        for line in lines
+    )
     assert "not imported  vanished: redbeat:vanished is listed but has no definition" in lines
     assert lines[-1] == "redbeat: 1 added, 1 left alone, 2 not imported"
     assert [s.name for s in admin.list()] == ["fine"]
@@ -180,6 +184,66 @@ def test_again_changes_nothing_dry_run_writes_nothing_disabled_pauses(
     again = ok(invoke("import", "redbeat", redis_url))
     assert again.splitlines()[-1] == "redbeat: 0 added, 4 unchanged, 0 not imported"
     assert len(admin.list()) == 4
+
+
+def test_garbage_in_a_key_is_one_line_naming_the_entry_and_the_value(
+    redbeat_app: Celery, redis_url: str, invoke, admin: Routines
+) -> None:
+    """Keys RedBeat would never write, next to an entry already imported and
+    then broken: each is one line naming the entry and the value, the others
+    are imported, and the routine already stored is left exactly as it was."""
+    import redis
+
+    save(redbeat_app, "poll", "tasks.poll", schedule(timedelta(minutes=1)), last_run_at=NOW)
+    save(redbeat_app, "fine", "tasks.poll", schedule(timedelta(minutes=1)))
+    ok(invoke("import", "redbeat", redis_url))
+    before = admin.store.routines.by_name("poll")
+    interval = {"__type__": "interval", "every": 60}
+    client = redis.Redis.from_url(redis_url)
+    broken = {  # name -> its definition
+        "poll": '{"task": "tasks.poll", "schedule": {"__type__": "interval"',
+        "a-list": "[1, 2]",
+        "no-task": json.dumps({"schedule": interval}),
+        "bad-every": '{"task": "t", "schedule": {"__type__": "interval", "every": "soon"}}',
+        "bad-cron": '{"task": "t", "schedule": {"__type__": "crontab", "minute": "61"}}',
+        "bad-args": json.dumps({"task": "t", "args": 5, "schedule": interval}),
+    }
+    for name, definition in broken.items():
+        client.hset(f"redbeat:{name}", "definition", definition)
+        client.zadd("redbeat::schedule", {f"redbeat:{name}": 0})
+    client.hset("redbeat:bad-meta", "definition", json.dumps({"task": "t", "schedule": interval}))
+    client.hset("redbeat:bad-meta", "meta", "garbage")
+    client.set("redbeat:a-string", "garbage")
+    client.zadd("redbeat::schedule", {"redbeat:bad-meta": 0, "redbeat:a-string": 0})
+    client.close()
+    result = invoke("import", "redbeat", redis_url)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    lines = result.stdout.splitlines()
+    refused = {
+        line.split(":", 1)[0].split()[-1]: line.split(": ", 1)[1]
+        for line in lines
+        if line.startswith("not imported")
+    }
+    assert refused["poll"].startswith("its definition is not JSON (")
+    assert refused["poll"].endswith(
+        """'{"task": "tasks.poll", "schedule": {"__type__": "interval"'"""
+    )
+    assert refused["a-list"] == "its definition must be a JSON object, got '[1, 2]'"
+    assert refused["no-task"] == "its task must be a task name, got None"
+    assert refused["bad-every"] == "its interval's every must be a number of seconds, got 'soon'"
+    assert refused["bad-cron"] == (
+        "its crontab {'minute': '61'} does not read: Invalid end range: 61 > 59."
+    )
+    assert refused["bad-args"] == "its args must be a JSON array, got 5"
+    assert refused["bad-meta"].startswith("its meta is not JSON (") and refused[
+        "bad-meta"
+    ].endswith(": 'garbage'")
+    assert refused["a-string"].startswith("redbeat:a-string is not a RedBeat hash: WRONGTYPE")
+    assert lines[-1] == "redbeat: 0 added, 1 unchanged, 8 not imported"
+    # Nothing stored is lost or changed by the broken key.
+    assert admin.store.routines.by_name("poll") == before
+    assert [c.action for c in admin.history("poll")] == ["imported"]
+    assert [s.name for s in admin.list()] == ["fine", "poll"]
 
 
 @pytest.mark.parametrize(

@@ -117,8 +117,11 @@ class Importer:
             )
             lines.append(line)
         if prune:
+            # An entry the file has but that does not read is not "no longer
+            # in the file": its routine stays as stored.
+            kept = planned_names | {u.name for u in plan.unmappable}
             for record in stored.values():
-                if record.name in planned_names or not _prunable(record):
+                if record.name in kept or not _prunable(record):
                     continue
                 self.queries.update(
                     record.id,

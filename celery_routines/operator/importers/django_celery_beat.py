@@ -28,12 +28,14 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TypeDecorator,
     create_engine,
     inspect,
     select,
 )
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.types import TypeEngine
 
 from celery_routines.errors import RoutinesError, ScheduleError
 from celery_routines.operator.importers.plan import ImportPlan, Planned, Unmappable
@@ -47,6 +49,8 @@ from celery_routines.store.engine import MYSQL_DEFAULT_DRIVER, postgres_driver, 
 SOURCE = "django-celery-beat"
 OWNER = f"import:{SOURCE}"
 PREFIX = "django_celery_beat_"
+# The crontab's fields, in the order django-celery-beat shows them.
+CRONTAB_FIELDS = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
 PERIOD_SECONDS = {
     "days": 86400.0,
     "hours": 3600.0,
@@ -58,6 +62,19 @@ PERIOD_SECONDS = {
 
 class ImportSourceError(RoutinesError, ValueError):
     """The source cannot be read (unreachable, not what it should be)."""
+
+
+class When(TypeDecorator[Any]):
+    """A datetime column as the driver hands it over. PostgreSQL's and
+    MySQL's drivers give datetimes; SQLite gives its text, parsed per row by
+    ``read`` so that a value that is not a datetime is that task's error,
+    not a traceback while fetching every row."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        return dialect.type_descriptor(String() if dialect.name == "sqlite" else DateTime())
 
 
 _meta = MetaData()
@@ -74,12 +91,12 @@ TASKS = Table(
     Column("routing_key", String),
     Column("headers", Text),
     Column("priority", Integer),
-    Column("expires", DateTime),
+    Column("expires", When),
     Column("expire_seconds", Integer),
     Column("one_off", Boolean),
-    Column("start_time", DateTime),
+    Column("start_time", When),
     Column("enabled", Boolean),
-    Column("last_run_at", DateTime),
+    Column("last_run_at", When),
     Column("description", Text),
     Column("crontab_id", Integer),
     Column("interval_id", Integer),
@@ -116,7 +133,7 @@ CLOCKEDS = Table(
     f"{PREFIX}clockedschedule",
     _meta,
     Column("id", Integer, primary_key=True),
-    Column("clocked_time", DateTime),
+    Column("clocked_time", When),
 )
 
 
@@ -200,7 +217,7 @@ def source_engine(url: str) -> Engine:
 def _planned(
     row: Any,
     schedules: Mapping[str, Mapping[int, Any]],
-    aware: Callable[[datetime | None], datetime | None],
+    aware: Callable[[datetime | None, str], datetime | None],
     now: datetime,
     catch_up: str,
 ) -> Planned:
@@ -217,7 +234,7 @@ def _planned(
     if row.expire_seconds:
         options["expires"] = row.expire_seconds
     schedule, timezone, at = _schedule(row, schedules, aware)
-    last_run_at = aware(row.last_run_at)
+    last_run_at = aware(row.last_run_at, "last_run_at")
     given: dict[str, Any] = {
         "name": name,
         "args": _json(row.args, [], list, "args"),
@@ -227,8 +244,8 @@ def _planned(
         "timezone": timezone,
         "catch_up": catch_up,
         "at": at,
-        "starts_at": aware(row.start_time),
-        "ends_at": aware(row.expires),
+        "starts_at": aware(row.start_time, "start_time"),
+        "ends_at": aware(row.expires, "expires"),
     }
     given = {k: v for k, v in given.items() if v is not None}
     definition = define(str(row.task), schedule, **given)
@@ -240,7 +257,7 @@ def _planned(
 def _schedule(
     row: Any,
     schedules: Mapping[str, Mapping[int, Any]],
-    aware: Callable[[datetime | None], datetime | None],
+    aware: Callable[[datetime | None, str], datetime | None],
 ) -> tuple[Any, str | None, datetime | None]:
     """(the schedule, its zone, a one-off's instant) of a task row."""
     kinds = [k for k in ("crontab", "interval", "solar", "clocked") if getattr(row, f"{k}_id")]
@@ -256,18 +273,17 @@ def _schedule(
     if kind == "crontab":
         from celery.schedules import crontab
 
+        fields = {key: found._mapping[key] for key in CRONTAB_FIELDS}
         try:
-            celery_crontab = crontab(
-                minute=found.minute,
-                hour=found.hour,
-                day_of_week=found.day_of_week,
-                day_of_month=found.day_of_month,
-                month_of_year=found.month_of_year,
-            )
+            celery_crontab = crontab(**fields)
         except Exception as exc:  # Celery raises ValueError and its own ParseException
-            raise ScheduleError(f"its crontab does not read: {exc}") from None
+            text = _crontab_text(fields)
+            raise ScheduleError(f"its crontab {text} does not read: {exc}") from None
         zone = str(found.timezone or "UTC")
-        load_zone(zone)
+        try:
+            load_zone(zone)
+        except ScheduleError as exc:
+            raise ScheduleError(f"its crontab's timezone: {exc}") from None
         return crontab_to_cron(celery_crontab), zone, None
     if kind == "interval":
         seconds = PERIOD_SECONDS.get(found.period)
@@ -276,7 +292,12 @@ def _schedule(
         return timedelta(seconds=found.every * seconds), None, None
     if kind == "solar":
         return SolarSchedule(found.event, found.latitude, found.longitude), None, None
-    return None, None, aware(found.clocked_time)
+    return None, None, aware(found.clocked_time, "clocked_time")
+
+
+def _crontab_text(fields: Mapping[str, Any]) -> str:
+    """A crontab row's fields as django-celery-beat's admin names them."""
+    return "(" + ", ".join(f"{key} {value!r}" for key, value in fields.items()) + ")"
 
 
 def _one_window(
@@ -311,12 +332,15 @@ def _json(raw: str | None, empty: Any, kind: type, label: str) -> Any:
     return value
 
 
-def _aware_in(zone: Any) -> Callable[[datetime | None], datetime | None]:
-    def aware(value: datetime | None) -> datetime | None:
+def _aware_in(zone: Any) -> Callable[[datetime | None, str], datetime | None]:
+    def aware(value: datetime | None, column: str) -> datetime | None:
         if value is None:
             return None
-        if isinstance(value, str):  # a backend that hands the text over
-            value = datetime.fromisoformat(value)
+        if isinstance(value, str):  # SQLite's text (see When)
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                raise ScheduleError(f"its {column} is not a date and time: {value!r}") from None
         if value.tzinfo is None:
             value = value.replace(tzinfo=zone)
         return value.astimezone(UTC)

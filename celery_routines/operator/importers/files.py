@@ -130,6 +130,8 @@ def _define(name: str, entry: Any) -> Any:
         )
     if "task" not in entry:
         raise ScheduleError("its task is missing")
+    if not isinstance(entry["task"], str):
+        raise ScheduleError(f"its task must be a task name, got {entry['task']!r}")
     given = {k: v for k, v in entry.items() if k not in ("task", "cron", "every", "solar", "rrule")}
     kinds = [k for k in ("cron", "every", "solar", "rrule") if entry.get(k) is not None]
     if len(kinds) > 1:

@@ -17,7 +17,7 @@ import json
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-from celery_routines.errors import ScheduleError
+from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.operator.importers.django_celery_beat import ImportSourceError
 from celery_routines.operator.importers.plan import ImportPlan, Planned, Unmappable
 from celery_routines.policy.routine import define
@@ -52,7 +52,9 @@ def read(url: str, *, key_prefix: str, zone: str, catch_up: str = "latest") -> I
         pipe = client.pipeline(transaction=False)
         for key in keys:
             pipe.hmget(key, "definition", "meta")
-        stored = pipe.execute()
+        # A key that is not a hash answers WRONGTYPE: that entry is listed,
+        # the others are still read.
+        stored = pipe.execute(raise_on_error=False)
     except ImportSourceError:
         raise
     except Exception as exc:  # redis-py's errors share no base with ours
@@ -60,25 +62,59 @@ def read(url: str, *, key_prefix: str, zone: str, catch_up: str = "latest") -> I
     finally:
         client.close()
     plan = ImportPlan(SOURCE, OWNER)
-    for key, (definition, meta) in zip(keys, stored, strict=True):
+    for key, answer in zip(keys, stored, strict=True):
         name = key[len(prefix) :] if key.startswith(prefix) else key
+        if isinstance(answer, Exception):
+            plan.unmappable.append(Unmappable(name, f"{key} is not a RedBeat hash: {answer}"))
+            continue
+        definition, meta = answer
         if definition is None:
             plan.unmappable.append(Unmappable(name, f"{key} is listed but has no definition"))
             continue
         try:
-            entry = json.loads(definition, object_hook=_decoded)
+            entry = _json_object(definition, "definition")
             name = str(entry.get("name") or name)
             if name in statics:
                 plan.left.append(
                     Unmappable(name, "a beat_schedule entry: our beat declares it from the code")
                 )
                 continue
-            last = json.loads(meta, object_hook=_decoded).get("last_run_at") if meta else None
+            last = _json_object(meta, "meta").get("last_run_at") if meta else None
             plan.routines.append(_planned(name, entry, last, zone, catch_up))
-        except (ScheduleError, ValueError, TypeError, KeyError) as exc:
-            reason = getattr(exc, "problem", None) or str(exc)
+        except (ScheduleError, InvalidRoutine) as exc:
+            plan.unmappable.append(Unmappable(name, getattr(exc, "problem", None) or str(exc)))
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            # A definition RedBeat would not have written: name the value.
+            reason = f"its definition does not read ({_problem(exc)}): {_raw(definition)}"
             plan.unmappable.append(Unmappable(name, reason))
     return plan
+
+
+def _json_object(raw: Any, label: str) -> dict[str, Any]:
+    """A RedBeat JSON field decoded, or a ScheduleError naming the raw value."""
+    try:
+        value = json.loads(raw, object_hook=_decoded)
+    except json.JSONDecodeError as exc:
+        raise ScheduleError(f"its {label} is not JSON ({exc}): {_raw(raw)}") from None
+    except UnicodeDecodeError:
+        raise ScheduleError(f"its {label} is not UTF-8 text: {_raw(raw)}") from None
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        raise ScheduleError(f"its {label} does not read ({_problem(exc)}): {_raw(raw)}") from None
+    if not isinstance(value, dict):
+        raise ScheduleError(f"its {label} must be a JSON object, got {_raw(raw)}")
+    return value
+
+
+def _raw(value: Any, limit: int = 120) -> str:
+    """A stored value as an error line quotes it: shortened, on one line."""
+    text = value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _problem(exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        return f"no {exc.args[0]!r}" if exc.args else "a key is missing"
+    return str(exc) or type(exc).__name__
 
 
 def _client(url: str) -> Any:
@@ -109,11 +145,14 @@ def _planned(
     name: str, entry: dict[str, Any], last_run_at: Any, zone: str, catch_up: str
 ) -> Planned:
     schedule, schedule_zone = _schedule(entry.get("schedule"), zone)
+    task = entry.get("task")
+    if not isinstance(task, str) or not task:
+        raise ScheduleError(f"its task must be a task name, got {task!r}")
     given: dict[str, Any] = {
         "name": name,
-        "args": list(entry.get("args") or ()),
-        "kwargs": dict(entry.get("kwargs") or {}),
-        "options": dict(entry.get("options") or {}),
+        "args": list(_field(entry, "args", (list, tuple), ())),
+        "kwargs": dict(_field(entry, "kwargs", dict, {})),
+        "options": dict(_field(entry, "options", dict, {})),
         "enabled": bool(entry.get("enabled", True)),
         "catch_up": catch_up,
     }
@@ -123,8 +162,21 @@ def _planned(
         raise ScheduleError(f"its last_run_at does not read: {last_run_at!r}")
     if last_run_at is not None and last_run_at.tzinfo is None:
         last_run_at = last_run_at.replace(tzinfo=UTC)
-    definition = define(str(entry["task"]), schedule, **given)
+    definition = define(task, schedule, **given)
     return Planned(definition, last_run_at.astimezone(UTC) if last_run_at else None)
+
+
+def _field(entry: dict[str, Any], key: str, kind: Any, empty: Any) -> Any:
+    value = entry.get(key)
+    if value is None:
+        return empty
+    if not isinstance(value, kind):
+        raise ScheduleError(f"its {key} must be a JSON {_kind_name(kind)}, got {value!r}")
+    return value
+
+
+def _kind_name(kind: Any) -> str:
+    return "object" if kind is dict else "array"
 
 
 def _schedule(value: Any, zone: str) -> tuple[Any, str | None]:
@@ -133,7 +185,10 @@ def _schedule(value: Any, zone: str) -> tuple[Any, str | None]:
         raise ScheduleError(f"its schedule does not read: {value!r}")
     kind = value["__type__"]
     if kind == "interval":
-        return timedelta(seconds=float(value["every"])), None
+        every = value.get("every")
+        if isinstance(every, bool) or not isinstance(every, int | float):
+            raise ScheduleError(f"its interval's every must be a number of seconds, got {every!r}")
+        return timedelta(seconds=every), None
     if kind == "crontab":
         from celery.schedules import crontab
 
@@ -143,9 +198,15 @@ def _schedule(value: Any, zone: str) -> tuple[Any, str | None]:
         except ScheduleError:
             raise
         except Exception as exc:  # Celery raises ValueError and its own ParseException
-            raise ScheduleError(f"its crontab does not read: {exc}") from None
+            raise ScheduleError(f"its crontab {fields!r} does not read: {exc}") from None
     if kind == "rrule":
-        return _rrule_text(value, zone), zone
+        try:
+            return _rrule_text(value, zone), zone
+        except ScheduleError:
+            raise
+        except (ValueError, TypeError, KeyError, OverflowError) as exc:
+            shown = {k: v for k, v in value.items() if k != "__type__"}
+            raise ScheduleError(f"its rrule {shown!r} does not read ({_problem(exc)})") from None
     raise ScheduleError(f"its schedule type {kind!r} is unknown")
 
 
