@@ -116,7 +116,7 @@ class Scheduler(CeleryScheduler):
         store.migrate()
         invalid: list[InvalidEntry] = []
         definitions = definitions_for(self.app, invalid)
-        events = RoutineEvents(self.app, hostname=self.holder)
+        events = RoutineEvents(self.app, hostname=self.holder, store=store)
         try:
             declare(
                 store,
@@ -167,7 +167,7 @@ class Scheduler(CeleryScheduler):
                 self.settings,
                 self.holder,
                 self._clock,
-                events=RoutineEvents(self.app, hostname=self.holder),
+                events=RoutineEvents(self.app, hostname=self.holder, store=self._store),
                 arbitrate_on_database=self._arbitrate_on_database,
             )
         return self._engine

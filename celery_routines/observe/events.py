@@ -18,10 +18,11 @@ from typing import Any, Protocol
 
 from celery import Celery
 
-from celery_routines.observe.notify import DROPPED_WINDOWS, DROPPING_REASONS, Notifier, notifier_for
+from celery_routines.observe.notify import DROPPED_WINDOWS, DROPPING_REASONS, Notifies, notifier_for
 from celery_routines.observe.notify import INVALID as NOTIFY_INVALID
 from celery_routines.observe.notify import LOST as NOTIFY_LOST
 from celery_routines.observe.notify import SUSPENDED as NOTIFY_SUSPENDED
+from celery_routines.store import Store
 
 logger = logging.getLogger("celery_routines.events")
 
@@ -58,8 +59,9 @@ class Events(Protocol):
 
     def invalid(self, routine: str, *, error: str, before: str | None = None) -> None: ...
 
-    # Who is told of final failures and automatic pauses (routines_notify_url).
-    notifier: Notifier | None
+    # Who is told of final failures and automatic pauses (routines_notify_url,
+    # or the routine's own notify_url).
+    notifier: Notifies | None
 
     def close(self) -> None: ...
 
@@ -67,7 +69,7 @@ class Events(Protocol):
 class NoEvents:
     """Events switched off (tests and embedders that pass no app)."""
 
-    notifier: Notifier | None = None
+    notifier: Notifies | None = None
 
     def skipped(self, routine: str, **fields: Any) -> None:
         pass
@@ -88,17 +90,20 @@ class NoEvents:
 class RoutineEvents:
     """Publishes routine events through one lazily opened connection."""
 
-    notifier: Notifier | None = None
+    notifier: Notifies | None = None
 
-    def __init__(self, app: Celery, hostname: str | None = None) -> None:
+    def __init__(
+        self, app: Celery, hostname: str | None = None, store: Store | None = None
+    ) -> None:
         self.app = app
         self.hostname = hostname
         self._connection: Any = None
         self._dispatcher: Any = None
         self._failing = False
         self._lock = threading.RLock()
-        # The same moments, posted to routines_notify_url when it is set.
-        self.notifier = notifier_for(app)
+        # The same moments, posted to the routine's notify_url (read from
+        # ``store``), else to routines_notify_url when it is set.
+        self.notifier = notifier_for(app, store.streaks.notify_url if store is not None else None)
 
     def skipped(
         self,

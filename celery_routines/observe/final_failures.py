@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from celery_routines.observe.notify import FINAL_FAILURE, PAUSED, Notifier
+from celery_routines.observe.notify import FINAL_FAILURE, PAUSED, Notifies
 from celery_routines.store import Store
 
 logger = logging.getLogger("celery_routines.alerts")
@@ -41,7 +41,7 @@ def after_final_failure(
     state: str,
     error: str,
     now: datetime,
-    notifier: Notifier | None,
+    notifier: Notifies | None,
 ) -> bool:
     """Notify the final failure; pause the routine if it is the Nth in a row.
     True when this call paused it."""

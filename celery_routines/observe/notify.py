@@ -32,10 +32,11 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from celery_routines.clock import Clock, utc_now
+from celery_routines.policy.notify_urls import usable_notify_url
 
 logger = logging.getLogger("celery_routines.notify")
 
@@ -57,6 +58,9 @@ BACKOFF_START = 1.0
 BACKOFF_CAP = 60.0
 POST_TIMEOUT = 5.0
 SAY_AT_MOST_EVERY = 60.0
+# How long a routine's own notify_url, once read, is used without reading it again.
+CACHE_SECONDS = 5.0
+CACHE_LIMIT = 10_000
 
 Poster = Callable[[str, bytes], None]
 
@@ -211,25 +215,110 @@ class Notifier:
         return True
 
 
+class Notifies(Protocol):
+    """What is told of a moment a person must know (:class:`Notifier`, or
+    :class:`Notifications`, which picks each routine's endpoint)."""
+
+    def notify(
+        self,
+        event: str,
+        routine: str,
+        *,
+        window: datetime | None = None,
+        run_id: str | None = None,
+        state: str | None = None,
+        reason: str | None = None,
+        **details: Any,
+    ) -> None: ...
+
+
+class Notifications:
+    """Each notification to its routine's own ``notify_url`` when it has one,
+    else to ``routines_notify_url`` (``default``); none when neither is set.
+
+    ``url_of`` reads a routine's ``notify_url`` (the store's
+    ``streaks.notify_url``); a routine's answer is kept ``CACHE_SECONDS``,
+    so a burst of events costs one read, and an edit is followed within
+    that. A read that fails, or a stored value that is not a usable URL (the
+    routine is then invalid, and says why), falls back to the default: a
+    notification is never lost to its own configuration. Posting is the
+    :class:`Notifier` of that URL (one delivery thread per URL per process),
+    so a broken endpoint of one routine holds back no other's notifications.
+    """
+
+    def __init__(
+        self,
+        default: str | None,
+        panel_url: str | None = None,
+        url_of: Callable[[str], str | None] | None = None,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.default = default
+        self.panel_url = panel_url
+        self._url_of = url_of
+        self._monotonic = monotonic
+        self._known: dict[str, tuple[float, str | None]] = {}
+        self._said_at: float | None = None
+
+    def url_for(self, routine: str) -> str | None:
+        """Where ``routine``'s notifications go now, or None: nowhere."""
+        if self._url_of is None:
+            return self.default
+        now = self._monotonic()
+        known = self._known.get(routine)
+        if known is not None and now - known[0] < CACHE_SECONDS:
+            return known[1] or self.default
+        try:
+            own = usable_notify_url(self._url_of(routine))
+        except Exception as exc:
+            if self._said_at is None or now - self._said_at >= SAY_AT_MOST_EVERY:
+                self._said_at = now
+                logger.warning(
+                    "could not read the notify_url of %s (%s: %s); notifying %s",
+                    routine, type(exc).__name__, exc, self.default or "nobody",
+                )  # fmt: skip
+            return self.default
+        if len(self._known) >= CACHE_LIMIT:
+            self._known.clear()
+        self._known[routine] = (now, own)
+        return own or self.default
+
+    def notify(self, event: str, routine: str, **fields: Any) -> None:
+        """Queue one notification for ``routine``'s endpoint; never raises."""
+        try:
+            url = self.url_for(routine)
+            if url is not None:
+                notifier(url, self.panel_url).notify(event, routine, **fields)
+        except Exception:
+            logger.exception("could not queue the %s notification of %s", event, routine)
+
+
 _notifiers: dict[tuple[str, str | None], Notifier] = {}
 _notifiers_lock = threading.Lock()
 
 
-def notifier_for(app: Any) -> Notifier | None:
-    """The process's notifier for ``app``'s ``routines_notify_url``, or None
-    when it is not set (one delivery thread per URL per process)."""
-    from celery_routines.config import setting
-
-    url = setting(app, URL_SETTING)
-    if not url:
-        return None
-    panel = setting(app, PANEL_SETTING) or None
-    key = (str(url), str(panel) if panel else None)
+def notifier(url: str, panel_url: str | None = None) -> Notifier:
+    """The process's notifier for ``url`` (one delivery thread per URL)."""
+    key = (url, panel_url)
     with _notifiers_lock:
         found = _notifiers.get(key)
         if found is None:
-            found = _notifiers[key] = Notifier(key[0], key[1])
+            found = _notifiers[key] = Notifier(url, panel_url)
     return found
+
+
+def notifier_for(app: Any, url_of: Callable[[str], str | None] | None = None) -> Notifies | None:
+    """Who notifies for ``app``: None when ``routines_notify_url`` is not set
+    and no routine's own ``notify_url`` can be read (``url_of``: a store's
+    ``streaks.notify_url``)."""
+    from celery_routines.config import setting
+
+    url = setting(app, URL_SETTING) or None
+    panel = setting(app, PANEL_SETTING) or None
+    if url is None and url_of is None:
+        return None
+    return Notifications(str(url) if url else None, str(panel) if panel else None, url_of)
 
 
 def forget_all() -> None:

@@ -138,7 +138,9 @@ class Routines(Sending, Managing, Listing):
         self._owns_publisher = publisher is None
         # Skips an operator causes (a resume) and manual sends go out as
         # Celery events like beat's own; without an app there is no broker.
-        self.events = events or (RoutineEvents(self.app) if self.app is not None else None)
+        self.events = events or (
+            RoutineEvents(self.app, store=self.store) if self.app is not None else None
+        )
         # One action on many routines, each through the operations below.
         self.bulk = BulkActions(self)
 

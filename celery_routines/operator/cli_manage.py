@@ -77,6 +77,16 @@ def _definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
             help="next_business_day or previous_business_day: move a window on a weekend or "
             "excluded day instead of dropping it ('none' clears).",
         ),
+        click.option(
+            "--pause-after-failures",
+            type=click.IntRange(min=0),
+            help="Pause the routine after N consecutive final failures (0: never).",
+        ),
+        click.option(
+            "--notify-url",
+            help="Post this routine's notifications here instead of routines_notify_url "
+            "('none' clears).",
+        ),
         click.option("--tz", "timezone", help="IANA time zone (default routines_timezone)."),
         click.option(
             "--args", "args_json", help="Positional arguments, a JSON list: '[1, \"a\"]'."

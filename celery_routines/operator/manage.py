@@ -12,7 +12,6 @@ Every change is written to ``routine_changes`` with who made it.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -24,21 +23,26 @@ from celery_routines.clock import Clock
 from celery_routines.config import Settings
 from celery_routines.errors import InvalidRoutine, ScheduleError, UnknownRoutine
 from celery_routines.observe.events import RoutineEvents
+from celery_routines.operator.definitions import (
+    current_options,
+    given_options,
+    instants,
+    same_value,
+    shown_value,
+)
 from celery_routines.operator.lifecycle_views import (
     ChangeResult,
     ChangeView,
     DeleteResult,
     PruneResult,
 )
-from celery_routines.operator.texts import ceiling, duration
+from celery_routines.operator.texts import duration
 from celery_routines.operator.windows import check_count
 from celery_routines.policy.catch_up import SkippedWindows
 from celery_routines.policy.routine import define
 from celery_routines.policy.states import Reason
 from celery_routines.schedules.base import Schedule, count_windows, last_windows
-from celery_routines.schedules.exclusions import exclusion_entries
 from celery_routines.schedules.jitter import jitter_offset, send_instant, window_of
-from celery_routines.schedules.oneoff import parse_at
 from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.schedules.union import spec_list
 from celery_routines.store import NewRun, RoutineRecord, Store
@@ -50,9 +54,6 @@ from celery_routines.tick.prune import prune_once
 SOURCE = "cli"
 # Columns that decide when a routine fires: changing one reschedules it.
 SCHEDULE_FIELDS = SCHEDULE_COLUMNS
-# Schedule bounds and jitter: define() options and the columns holding them.
-BOUND_OPTIONS = (("starts_at", "starts_at"), ("ends_at", "ends_at"), ("jitter", "jitter_seconds"))
-JSON_FIELDS = ("args", "kwargs", "options", "ceiling", "schedules", "exclude")
 # The most rows one `prune` call deletes before it returns (it works in batches).
 PRUNE_CALL_LIMIT = 10_000_000
 
@@ -99,6 +100,8 @@ class Managing:
         jitter: int | None = None,
         exclude: Sequence[str] | None = None,
         shift: str | None = None,
+        pause_after_failures: int | None = None,
+        notify_url: str | None = None,
     ) -> ChangeResult:
         """Store a new routine (``source = 'cli'``); beat adopts it within
         ``routines_refresh_seconds``."""
@@ -107,14 +110,16 @@ class Managing:
                 name, "give its schedule: --cron EXPR, --every DURATION or --at INSTANT"
             )
         zone = timezone or self.settings.timezone
-        at, starts_at, ends_at = _instants(name, zone, at=at, starts_at=starts_at, ends_at=ends_at)
-        given = _given(
+        at, starts_at, ends_at = instants(name, zone, at=at, starts_at=starts_at, ends_at=ends_at)
+        given = given_options(
             at=at,
             starts_at=starts_at,
             ends_at=ends_at,
             jitter=jitter,
             exclude=exclude,
             shift=shift,
+            pause_after_failures=pause_after_failures,
+            notify_url=notify_url,
             timezone=timezone,
             args=args,
             kwargs=kwargs,
@@ -135,7 +140,7 @@ class Managing:
             self.store.changes.insert_routine(columns, SOURCE, now)
         except IntegrityError:
             raise _exists(name) from None
-        written = {k: _shown(k, v) for k, v in columns.items() if k != "name"}
+        written = {k: shown_value(k, v) for k, v in columns.items() if k != "name"}
         self.store.changes.record(name, "added", by, now, written)
         return ChangeResult(name, "added", True, written, None, 0, by)
 
@@ -160,6 +165,8 @@ class Managing:
         jitter: int | None = None,
         exclude: Sequence[str] | None = None,
         shift: str | None = None,
+        pause_after_failures: int | None = None,
+        notify_url: str | None = None,
     ) -> ChangeResult:
         """Change a routine added outside the code. A new schedule or zone
         takes effect from now (the stale next window never fires); any other
@@ -169,18 +176,20 @@ class Managing:
         if cron is not None and every is not None:
             raise InvalidRoutine(name, "give either --cron or --every, not both")
         zone = timezone or self._zone_of(record)
-        at, starts_at, ends_at = _instants(name, zone, at=at, starts_at=starts_at, ends_at=ends_at)
-        current = _current_options(record)
+        at, starts_at, ends_at = instants(name, zone, at=at, starts_at=starts_at, ends_at=ends_at)
+        current = current_options(record)
         if cron is not None or every is not None:
             current.pop("at", None)  # a new repeating schedule replaces a one-off
         current.update(
-            _given(
+            given_options(
                 at=at,
                 starts_at=starts_at,
                 ends_at=ends_at,
                 jitter=jitter,
                 exclude=exclude,
                 shift=shift,
+                pause_after_failures=pause_after_failures,
+                notify_url=notify_url,
                 timezone=timezone,
                 args=args,
                 kwargs=kwargs,
@@ -207,7 +216,9 @@ class Managing:
             schedule = timedelta(seconds=record.interval_seconds or 0)
         columns = define(record.task, schedule, name=name, **current).columns()
         changed = {
-            k: v for k, v in columns.items() if k != "name" and not _same(k, getattr(record, k), v)
+            k: v
+            for k, v in columns.items()
+            if k != "name" and not same_value(k, getattr(record, k), v)
         }
         by = by or who()
         if not changed:
@@ -215,7 +226,7 @@ class Managing:
         reschedule = any(k in changed for k in SCHEDULE_FIELDS)
         now = self.clock()
         self.store.changes.update_routine(record.id, changed, now, reschedule=reschedule)
-        shown = {k: _shown(k, v) for k, v in changed.items()}
+        shown = {k: shown_value(k, v) for k, v in changed.items()}
         self.store.changes.record(name, "edited", by, now, shown)
         next_run_at = None if reschedule else record.next_run_at
         return ChangeResult(name, "edited", True, shown, next_run_at, 0, by)
@@ -334,108 +345,12 @@ class Managing:
         return skip, send_instant(schedule.next_after(last), record.name, jitter)
 
 
-def _given(**values: Any) -> dict[str, Any]:
-    """The options given (not None), as ``define`` spells them."""
-    options: dict[str, Any] = {}
-    for key, value in values.items():
-        if value is None:
-            continue
-        if key == "max_lateness":
-            value = duration(value, "max_lateness").total_seconds()
-        if key == "ceilings":
-            key, value = "ceiling", tuple(ceiling(item) for item in value)
-        if key in ("args",) and isinstance(value, list):
-            value = tuple(value)
-        if key == "shift" and value == "none":
-            value = None  # `--shift none` clears it
-        if key == "exclude":
-            value = [entry for entry in value if entry.strip()]  # `--exclude ''` clears it
-        options[key] = value
-    return options
-
-
-def _instants(name: str, zone: str, **values: Any) -> tuple[datetime | None, ...]:
-    """``--at``/``--starts-at``/``--ends-at`` as instants: a time without an
-    offset is read in ``--tz``, else the routine's (or the configured) zone."""
-    try:
-        return tuple(
-            None if value is None else parse_at(value, zone, label)
-            for label, value in values.items()
-        )
-    except ScheduleError as exc:
-        raise InvalidRoutine(name, str(exc)) from None
-    except OverflowError:
-        shown = ", ".join(f"{label} {value!r}" for label, value in values.items() if value)
-        raise InvalidRoutine(name, f"{shown}: out of the calendar's range") from None
-
-
 def _schedule_of(name: str, cron: str | list[str] | None, every: Any) -> Any:
     if cron is not None and every is not None:
         raise InvalidRoutine(name, "give either --cron or --every, not both")
     if cron is not None:
         return cron  # several: their union
     return duration(every, "--every")
-
-
-def _current_options(record: RoutineRecord) -> dict[str, Any]:
-    """The stored definition as ``define`` options (a value that does not read
-    is passed on as it is, for ``define`` to name, unless the edit replaces it)."""
-    from celery_routines.policy.ceilings import parse_ceilings
-
-    try:
-        ceilings: Any = parse_ceilings(record.ceiling)
-    except ScheduleError:
-        ceilings = record.ceiling
-    return {
-        "timezone": record.timezone,
-        "args": _loads(record.args, []),
-        "kwargs": _loads(record.kwargs, {}),
-        "options": _loads(record.options, {}),
-        "catch_up": record.catch_up,
-        "catch_up_cap": record.catch_up_cap,
-        "max_lateness": record.max_lateness,
-        "overlap": record.overlap,
-        "max_retries": record.max_retries,
-        "retry_base_seconds": record.retry_base_seconds,
-        "ceiling": ceilings,
-        "enabled": record.enabled,
-        **({"at": record.at} if record.at is not None else {}),
-        "exclude": _stored_exclusions(record.exclude),
-        "shift": record.shift,
-        **{
-            option: getattr(record, column)
-            for option, column in BOUND_OPTIONS
-            if getattr(record, column) is not None
-        },
-    }
-
-
-def _stored_exclusions(raw: str | None) -> Any:
-    try:
-        return list(exclusion_entries(raw))
-    except ScheduleError:
-        return raw  # for define to name, unless the edit replaces it
-
-
-def _loads(raw: str | None, empty: Any) -> Any:
-    if not raw:
-        return empty
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
-
-
-def _same(key: str, stored: Any, new: Any) -> bool:
-    if key in JSON_FIELDS:
-        return _loads(stored, None) == _loads(new, None)
-    return bool(stored == new)
-
-
-def _shown(key: str, value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return _loads(value, None) if key in JSON_FIELDS and isinstance(value, str) else value
 
 
 def _exists(name: str) -> InvalidRoutine:

@@ -162,8 +162,12 @@ def ceiling_words(value: Any) -> str:
     )
 
 
+# Wide enough for the longest option name ("pause_after_failures:").
+KEY_WIDTH = 22
+
+
 def field(key: str, value: str) -> None:
-    click.echo(f"  {key + ':':<20} {value}")
+    click.echo(f"  {key + ':':<{KEY_WIDTH}} {value}")
 
 
 def print_detail(detail: RoutineDetail) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from celery_routines.policy.notify_urls import shown_notify_url
 from celery_routines.schedules.base import Schedule, is_never
 from celery_routines.schedules.bounds import BoundedSchedule
 from celery_routines.schedules.calendar import CalendarSchedule
@@ -318,6 +319,8 @@ def definition_of(record: RoutineRecord) -> dict[str, Any]:
         "run_timeout": record.run_timeout,
         "pause_after_failures": record.pause_after_failures,
         "paused_reason": record.paused_reason,
+        # A password in it is not printed (the setting is never shown either).
+        "notify_url": shown_notify_url(record.notify_url),
     }
 
 

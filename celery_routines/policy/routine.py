@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.policy.ceilings import Ceiling, one_per_unit
+from celery_routines.policy.notify_urls import check_notify_url
 from celery_routines.policy.states import CatchUp, Overlap, choices
 from celery_routines.schedules.base import NEVER
 from celery_routines.schedules.calendar import parse_shift
@@ -70,6 +71,7 @@ OPTION_NAMES = frozenset(
         "exclude",  # issue 34: calendars
         "shift",
         "pause_after_failures",
+        "notify_url",
     }
 )
 # The widest jitter: a day (a send instant further from its window is a schedule).
@@ -117,6 +119,8 @@ class Routine:
     shift: str | None = None
     pause_after_failures: int | None = None
     """Pause the routine after this many consecutive final failures."""
+    notify_url: str | None = None
+    """Where this routine's notifications go; None: ``routines_notify_url``."""
     # Set by from_columns: args, kwargs and options were just read from JSON,
     # so serialising them again to check them would only cost time.
     from_json: InitVar[bool] = False
@@ -144,6 +148,8 @@ class Routine:
             limit = PAUSE_AFTER_FAILURES_LIMIT
             count = _whole("pause_after_failures", self.pause_after_failures, 1, limit)
             set_(self, "pause_after_failures", count)
+        if self.notify_url is not None:
+            check_notify_url(self.notify_url)
         _check_schedule_fields(self)
         _check_calendar(self)
         if not isinstance(self.enabled, bool):
@@ -190,6 +196,7 @@ class Routine:
             "exclude": json.dumps(list(self.exclude)) if self.exclude else None,
             "shift": self.shift,
             "pause_after_failures": self.pause_after_failures,
+            "notify_url": self.notify_url,
         }
 
 
@@ -267,6 +274,7 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
         exclude=options.get("exclude", ()),
         shift=options.get("shift"),
         pause_after_failures=options.get("pause_after_failures"),
+        notify_url=options.get("notify_url"),
     )
 
 

@@ -34,6 +34,7 @@ SHARED_COLUMNS = (
 )
 OPTIONAL_COLUMNS = (
     "at", "solar", "rrule", "starts_at", "ends_at", "jitter_seconds", "pause_after_failures",
+    "notify_url",
 )  # fmt: skip
 CALENDAR_COLUMNS = ("schedules", "exclude", "shift")  # issue 34
 # Distinct definitions (all columns but the name) kept validated; bounded, so
@@ -113,6 +114,7 @@ def _from_columns(row: Any) -> Routine:
         exclude=getattr(row, "exclude", None) or (),
         shift=getattr(row, "shift", None),
         pause_after_failures=getattr(row, "pause_after_failures", None),
+        notify_url=getattr(row, "notify_url", None),
         from_json=True,
     )
 

@@ -1,5 +1,5 @@
 """Consecutive final failures of a routine, and the pause they call for
-(``pause_after_failures``).
+(``pause_after_failures``); where its notifications go (``notify_url``).
 
 Counted from the run rows when a final failure is recorded (a rare event),
 not kept as a counter: a success would otherwise have to write the routine
@@ -80,3 +80,10 @@ class FailureStreakQueries:
         )
         with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1
+
+    def notify_url(self, name: str) -> str | None:
+        """The routine's own ``notify_url`` (None: none, or no such routine)."""
+        with self.db.read() as conn:
+            return conn.execute(
+                select(routines.c.notify_url).where(routines.c.name == name)
+            ).scalar_one_or_none()

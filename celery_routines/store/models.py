@@ -107,6 +107,8 @@ ROUTINES = Table(
     Column("pause_after_failures", Integer, nullable=True),
     Column("paused_reason", Text, nullable=True),
     Column("failures_counted_from", UTCDateTime, nullable=True),
+    # Where this routine's notifications go (NULL: routines_notify_url).
+    Column("notify_url", Text, nullable=True),
     # The due-query walks this index from the oldest due row: a range scan
     # whose cost grows with what is due, not with what is stored.
     partial_index("ix_routines_due", "next_run_at", where="enabled AND NOT paused"),

@@ -54,6 +54,7 @@ class RoutineRecord:
     shift: str | None = None
     pause_after_failures: int | None = None
     paused_reason: str | None = None
+    notify_url: str | None = None
 
 
 ROUTINE_RECORD_FIELDS = tuple(RoutineRecord.__dataclass_fields__)

@@ -17,6 +17,7 @@ from celery_routines.clock import utc_now
 from celery_routines.observe.events import RoutineEvents
 from celery_routines.store import Store
 from celery_routines.store.run_metrics import DUPLICATE, SUSPENDED
+from celery_routines.worker.stores import store_for
 
 logger = logging.getLogger("celery_routines.worker")
 
@@ -48,7 +49,7 @@ def events_for(app: Celery) -> RoutineEvents:
     with _lock:
         events = _events.get(id(app))
         if events is None or events.app is not app:
-            events = _events[id(app)] = RoutineEvents(app)
+            events = _events[id(app)] = RoutineEvents(app, store=store_for(app))
         return events
 
 

@@ -314,8 +314,9 @@ def _on_failure(
     lost = isinstance(exception, WorkerLostError)
     error = f"{type(exception).__name__}: {exception}" if exception is not None else "unknown"
     try:
-        notifier = notifier_for(sender.app)
-        record_failure(store_for(sender.app), task_id, error, clock(), lost=lost, notifier=notifier)
+        store = store_for(sender.app)
+        notifier = notifier_for(sender.app, store.streaks.notify_url)
+        record_failure(store, task_id, error, clock(), lost=lost, notifier=notifier)
     except Exception:
         logger.exception("could not record the failure of run %s", task_id)
         return

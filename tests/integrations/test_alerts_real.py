@@ -129,3 +129,37 @@ def test_a_broken_endpoint_never_holds_beat_or_the_worker_back_and_is_said_once(
     print(f"\nbroken endpoint: {failed_runs()} final failures, "
           f"{log.count('could not post a notification')} warning line")  # fmt: skip
     store.dispose()
+
+
+def test_a_routines_own_notify_url_gets_its_notifications_from_beat_and_the_worker(
+    tmp_path: Path, postgres_url: str, redis_url: str
+) -> None:
+    default, own = JsonReceiver(), JsonReceiver()
+    env = environment(
+        redis_url, postgres_url, E2E_QUEUE=f"alerts-{uuid.uuid4().hex[:8]}",
+        ROUTINES_NOTIFY_URL=default.url,
+    )  # fmt: skip
+    store = Store.from_url(postgres_url)
+    store.migrate()
+    now = datetime.now(UTC)
+    add(store, name="flaky", task="e2e_app.boom", interval_seconds=1, max_retries=0,
+        overlap="overlap", pause_after_failures=2, notify_url=own.url)  # fmt: skip
+    add(store, name="behind", task="e2e_app.legacy", interval_seconds=60,
+        catch_up="skip_to_next", next_run_at=now - timedelta(hours=1))  # fmt: skip
+    processes = start(tmp_path, env)
+    try:
+        wait_until(lambda: own.received("paused") and default.received("dropped_windows"),
+                   60, "the pause at the own URL, the dropped windows at the setting's",
+                   processes)  # fmt: skip
+    finally:
+        for process in processes:
+            process.stop()
+        default.close()
+        own.close()
+    assert {b["routine"] for b in own.received()} == {"flaky"}
+    assert len(own.received("final_failure")) >= 2  # posted by the worker
+    assert "flaky" not in {b["routine"] for b in default.received()}
+    assert [b["routine"] for b in default.received("dropped_windows")] == ["behind"]  # by beat
+    print(f"\nown url: {json.dumps([b['event'] for b in own.received()])}; "
+          f"setting: {json.dumps([b['event'] for b in default.received()])}")  # fmt: skip
+    store.dispose()

@@ -9,10 +9,15 @@ import threading
 from datetime import UTC, datetime
 
 import pytest
+from celery import Celery
+from sqlalchemy import insert
 
 from celery_routines.observe import notify
 from celery_routines.observe.events import RoutineEvents
-from celery_routines.observe.notify import Notifier
+from celery_routines.observe.final_failures import after_final_failure
+from celery_routines.observe.notify import Notifier, notifier_for
+from celery_routines.store import Store
+from celery_routines.store.models import Routine
 from tests.integrations.receiver import JsonReceiver
 
 T0 = datetime(2026, 12, 2, 1, 30, tzinfo=UTC)
@@ -126,3 +131,97 @@ def test_beats_events_notify_the_moments_a_person_must_know() -> None:
     bodies = [json.loads(b) for b in posted]
     assert [b["event"] for b in bodies] == ["dropped_windows", "suspended", "lost", "invalid"]
     assert bodies[0]["details"]["count"] == 7 and bodies[0]["reason"] == "catch_up_cap"
+
+
+# -- a routine's own notify_url ----------------------------------------------------
+
+
+def test_each_routine_is_notified_at_its_own_url_else_at_the_setting() -> None:
+    default, own = JsonReceiver(), JsonReceiver()
+    try:
+        stored = {"payroll": own.url, "typo": "hooks.example.com/x"}
+        reads: list[str] = []
+
+        def url_of(routine: str) -> str | None:
+            reads.append(routine)
+            if routine == "down":
+                raise OSError("database is away")
+            return stored.get(routine)
+
+        routed = notify.Notifications(default.url, None, url_of, monotonic=Monotonic())
+        for routine in ("payroll", "payroll", "nightly", "typo", "down"):
+            routed.notify(notify.FINAL_FAILURE, routine, run_id=routine)
+        assert notify.notifier(own.url).flush(10) and notify.notifier(default.url).flush(10)
+        assert [b["routine"] for b in own.received()] == ["payroll", "payroll"]
+        # No own URL, a stored value that is no URL (the routine is invalid,
+        # and says so), a read that failed: the setting's endpoint.
+        assert [b["routine"] for b in default.received()] == ["nightly", "typo", "down"]
+        assert reads.count("payroll") == 1  # read once, then kept CACHE_SECONDS
+    finally:
+        default.close()
+        own.close()
+
+
+def test_an_own_url_is_followed_within_the_cache_time_and_without_any_url_nothing_is_posted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    posted: list[tuple[str, str]] = []
+    monkeypatch.setattr(notify, "notifier", lambda url, panel=None: Recorder(url, posted))
+    monotonic, stored = Monotonic(), {"a": "http://first/hook"}
+    routed = notify.Notifications(None, None, stored.get, monotonic=monotonic)
+    routed.notify(notify.LOST, "a")
+    routed.notify(notify.LOST, "b")  # no own URL and no setting: nobody to tell
+    stored["a"] = "http://second/hook"
+    routed.notify(notify.LOST, "a")
+    monotonic.now += notify.CACHE_SECONDS
+    routed.notify(notify.LOST, "a")
+    assert posted == [
+        ("http://first/hook", "a"), ("http://first/hook", "a"), ("http://second/hook", "a"),
+    ]  # fmt: skip
+
+
+class Recorder:
+    def __init__(self, url: str, posted: list[tuple[str, str]]) -> None:
+        self.url, self.posted = url, posted
+
+    def notify(self, event: str, routine: str, **fields: object) -> None:
+        self.posted.append((self.url, routine))
+
+
+class QuietEvents(RoutineEvents):
+    def send(self, event_type: str, **fields: object) -> None:
+        pass  # the Celery event is tests/observe/test_events.py's
+
+
+def test_beat_and_the_worker_read_a_routines_notify_url_from_the_store(store: Store) -> None:
+    """What beat's events and a worker's final failure notify, routed by the
+    ``notify_url`` column of a real store (a routine added by SQL, as the CLI
+    and code routines write it)."""
+    default, own = JsonReceiver(), JsonReceiver()
+    try:
+        app = Celery("notify-url", set_as_current=False, broker="memory://")
+        app.conf.routines_notify_url = default.url
+        with store.engine.begin() as conn:
+            table = Routine.__table__
+            conn.execute(insert(table).values(name="payroll", task="t.p", cron="0 9 * * *",
+                                              notify_url=own.url))  # fmt: skip
+            conn.execute(insert(table).values(name="nightly", task="t.n", cron="0 3 * * *"))
+        events = QuietEvents(app, store=store)
+        events.skipped("payroll", reason="catch_up_cap", count=3, first=T0, last=T0)
+        events.suspended("nightly", until=T0, reason="ceiling")
+        payroll = store.routines.by_name("payroll")
+        after_final_failure(
+            store, routine_id=payroll.id, routine="payroll", pause_after=None, run_id="r1",
+            window=T0, state="failed", error="boom", now=T0,
+            notifier=notifier_for(app, store.streaks.notify_url),
+        )  # fmt: skip
+        assert notify.notifier(own.url).flush(10) and notify.notifier(default.url).flush(10)
+        assert [(b["event"], b["routine"]) for b in own.received()] == [
+            ("dropped_windows", "payroll"), ("final_failure", "payroll"),
+        ]  # fmt: skip
+        assert [(b["event"], b["routine"]) for b in default.received()] == [
+            ("suspended", "nightly")
+        ]
+    finally:
+        default.close()
+        own.close()

@@ -444,8 +444,8 @@ def test_retrying_runs_show_their_retry_time_and_attempt_everywhere(
     assert rows[first]["max_attempts"] == 5
 
     shown = ok(invoke("show", "report"))
-    assert "  open runs:           2 (2 retrying)" in shown.splitlines()
-    assert "  next retry:          2026-11-30 12:02:00 UTC, attempt 2 of 5 of report@b" in shown
+    assert "  open runs:             2 (2 retrying)" in shown.splitlines()
+    assert "  next retry:            2026-11-30 12:02:00 UTC, attempt 2 of 5 of report@b" in shown
     assert "attempt 3 of 5 of report@a" in shown
     detail = json.loads(ok(invoke("show", "report", "--json")))
     assert detail["open_runs"] == 2
@@ -492,18 +492,19 @@ def test_show_prints_fields_in_words_with_one_indentation_and_the_effective_zone
     fields = [line for line in text.splitlines() if line.startswith("  ") and ":" in line]
     # (not the window and spend lines, which start with a number)
     fields = [line for line in fields if not line[2].isdigit()]
-    # Every field at one indentation, its value in one column.
-    assert {(line.index(":") < 22, line[22], line[23] != " ") for line in fields} == {
+    # Every field at one indentation, its value in one column (after the
+    # longest option name, pause_after_failures).
+    assert {(line.index(":") < 24, line[24], line[25] != " ") for line in fields} == {
         (True, " ", True)
     }
     assert {len(line) - len(line.lstrip()) for line in fields} == {2}
     assert "null" not in text and "true" not in text and "false" not in text
-    assert "  timezone:            UTC (routines_timezone)" in text.splitlines()
-    assert "  enabled:             yes" in text.splitlines()
-    assert "  max_lateness:        not set" in text.splitlines()
-    assert "  args:                none" in text.splitlines()
-    assert "  kwargs:              {'dry_run': True, 'region': None}" in text.splitlines()
-    assert "  ceiling:             5 fires per week" in text.splitlines()
+    assert "  timezone:              UTC (routines_timezone)" in text.splitlines()
+    assert "  enabled:               yes" in text.splitlines()
+    assert "  max_lateness:          not set" in text.splitlines()
+    assert "  args:                  none" in text.splitlines()
+    assert "  kwargs:                {'dry_run': True, 'region': None}" in text.splitlines()
+    assert "  ceiling:               5 fires per week" in text.splitlines()
 
 
 def test_preview_checks_a_calendar_before_it_is_saved() -> None:

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from sqlalchemy import update
 
 from celery_routines import register
 from celery_routines.operator import commands
 from celery_routines.operator.cli import routines
 from celery_routines.store import Store
+from celery_routines.store.models import Routine
 from tests.conftest import FakeClock
 from tests.operators import add_routine, add_run, cli_context, make_app
 
@@ -228,3 +230,73 @@ def test_add_a_one_off_and_a_bounded_jittered_routine_then_edit_them(invoke, sto
     # Without --tz a local time is read in routines_timezone (UTC here).
     ok(invoke("add", "noon", "tasks.x", "--at", "2026-12-24T12:00"))
     assert store.routines.by_name("noon").at == datetime(2026, 12, 24, 12, 0, tzinfo=UTC)
+
+
+def test_add_and_edit_take_pause_after_failures_and_a_notify_url_that_show_prints(
+    invoke, store: Store
+) -> None:
+    hook = "https://hooks.example.com/payroll"
+    out = ok(
+        invoke(
+            "add", "payroll", "tasks.payroll", "--cron", "0 9 25 * *", "--tz", "Europe/Rome",
+            "--exclude", "holidays:IT", "--shift", "previous_business_day",
+            "--pause-after-failures", "3", "--notify-url", hook,
+        )
+    )  # fmt: skip
+    assert "pause_after_failures=3" in out and f'notify_url="{hook}"' in out
+    record = store.routines.by_name("payroll")
+    assert (record.pause_after_failures, record.notify_url) == (3, hook)
+    with store.engine.begin() as conn:  # as an automatic pause writes it
+        conn.execute(
+            update(Routine.__table__)
+            .where(Routine.__table__.c.name == "payroll")
+            .values(paused=True, paused_reason="paused after 3 consecutive final failures")
+        )
+    shown = ok(invoke("show", "payroll")).splitlines()
+    # The calendar and the alerting fields, each on its own line, one column.
+    assert "  exclude:               holidays:IT" in shown
+    assert "  shift:                 previous_business_day" in shown
+    assert "  pause_after_failures:  3" in shown
+    assert "  paused_reason:         paused after 3 consecutive final failures" in shown
+    assert f"  notify_url:            {hook}" in shown
+    detail = json.loads(ok(invoke("show", "payroll", "--json")))
+    assert detail["definition"]["notify_url"] == hook
+
+    # Editing another field keeps both (the stored definition is the edit's base).
+    ok(invoke("edit", "payroll", "--overlap", "queue"))
+    record = store.routines.by_name("payroll")
+    assert (record.pause_after_failures, record.notify_url) == (3, hook)
+    # A new endpoint is not a new schedule: the next window stays.
+    before = record.next_run_at
+    edited = json.loads(ok(invoke("edit", "payroll", "--notify-url", hook + "2", "--json")))
+    assert edited["fields"] == {"notify_url": hook + "2"}
+    assert store.routines.by_name("payroll").next_run_at == before
+    # 0 and 'none' clear them: never pause, routines_notify_url again.
+    edited = json.loads(
+        ok(invoke("edit", "payroll", "--pause-after-failures", "0", "--notify-url", "none",
+                  "--json"))
+    )  # fmt: skip
+    assert edited["fields"] == {"pause_after_failures": None, "notify_url": None}
+    record = store.routines.by_name("payroll")
+    assert (record.pause_after_failures, record.notify_url) == (None, None)
+    assert "  notify_url:            not set" in ok(invoke("show", "payroll")).splitlines()
+
+
+def test_a_bad_notify_url_is_one_line_naming_the_routine_and_the_value(
+    invoke, store: Store
+) -> None:
+    line = one_error(
+        invoke("add", "x", "tasks.x", "--every", "1m", "--notify-url", "hooks.example.com/x")
+    )
+    assert line.startswith("Error: routine 'x': notify_url must be an http:// or https:// URL")
+    assert "'hooks.example.com/x'" in line
+    assert store.routines.by_name("x") is None
+    refused = invoke("add", "x", "tasks.x", "--every", "1m", "--pause-after-failures", "-1")
+    assert refused.exit_code == 2 and "'--pause-after-failures': -1" in refused.stderr
+
+
+def test_a_password_in_a_notify_url_is_not_shown(invoke, store: Store) -> None:
+    ok(invoke("add", "x", "tasks.x", "--every", "1m", "--notify-url", "https://u:s3cret@h/x"))
+    assert store.routines.by_name("x").notify_url == "https://u:s3cret@h/x"
+    text = ok(invoke("show", "x")) + ok(invoke("history", "x", "--json"))
+    assert "s3cret" not in text and "https://u:***@h/x" in text

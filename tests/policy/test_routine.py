@@ -67,6 +67,10 @@ CASES = [
     Case("run_timeout-over", "run_timeout", SECONDS_LIMIT + 1.0, "run_timeout", 31622401.0),
     Case("pause_after_failures=0", "pause_after_failures", 0, "pause_after_failures", 0),
     Case("pause_after_failures-over", "pause_after_failures", 1001, "pause_after_failures", 1001),
+    Case("notify_url-not-http", "notify_url", "ftp://hooks", "notify_url", "ftp://hooks"),
+    Case("notify_url-no-host", "notify_url", "https:///hook", "notify_url", "https:///hook"),
+    Case("notify_url-a-word", "notify_url", "slack", "notify_url", "slack"),
+    Case("notify_url-spaces", "notify_url", " http://h/x ", "notify_url", " http://h/x "),
     Case("timezone-unknown", "timezone", "Mars/Olympus", "timezone", "Mars/Olympus"),
     Case("args-not-a-list", "args", {"a": 1}, "args", json.dumps({"a": 1})),
     Case("args-a-string", "args", "text", "args", json.dumps("text")),
@@ -315,3 +319,17 @@ def test_a_row_that_fails_validation_is_refused_every_time_not_cached() -> None:
     for name in ("bad-1", "bad-2"):
         with pytest.raises(InvalidRoutine, match=f"routine {name!r}.*catch_up_cap"):
             from_columns(_row(name=name, catch_up_cap=0))
+
+
+def test_a_routines_own_notify_url_is_a_column_and_a_bad_one_names_the_routine_and_value() -> None:
+    url = "https://hooks.example.com/routines?team=ops"
+    definition = define("tasks.noop", "* * * * *", name=NAME, notify_url=url)
+    assert definition.notify_url == url and definition.columns()["notify_url"] == url
+    assert from_columns(_row(notify_url=url)).notify_url == url
+    assert from_columns(_row()).notify_url is None  # unset: routines_notify_url
+    with pytest.raises(InvalidRoutine) as raised:
+        define("tasks.noop", "* * * * *", name=NAME, notify_url="hooks.example.com/x")
+    assert str(raised.value) == (
+        f"routine {NAME!r}: notify_url must be an http:// or https:// URL with a host "
+        "(e.g. https://hooks.example.com/routines), got 'hooks.example.com/x'"
+    )

@@ -278,3 +278,29 @@ def test_a_long_rrule_fits_the_schedule_fingerprint(
         assert record.next_run_at == datetime(2026, 12, 1, 9, 0, tzinfo=UTC)  # day 335
     finally:
         beat.close()
+
+
+def test_a_notify_url_set_by_sql_is_not_a_schedule_change(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    """Like pause_after_failures (and unlike exclude/shift), where a person is
+    told moves no window: the fingerprint does not spell it."""
+    beat = make(tmp_path, database_url, clock)
+    try:
+        insert_routine(beat.store, "hourly", cron="0 * * * *")
+        beat.tick()
+        before = beat.store.routines.by_name("hourly")
+        with beat.store.engine.begin() as conn:
+            conn.execute(text("UPDATE routines SET notify_url = 'https://hooks.example.com/x'"))
+        record = beat.store.routines.by_name("hourly")
+        assert record.notify_url == "https://hooks.example.com/x"
+        assert not record.schedule_changed
+        assert record.schedule_fingerprint == before.schedule_fingerprint
+        clock.advance(seconds=10)
+        beat.tick()
+        assert beat.store.routines.by_name("hourly").next_run_at == before.next_run_at
+        with beat.store.engine.begin() as conn:  # the contrast: a calendar column counts
+            conn.execute(text("UPDATE routines SET shift = 'next_business_day'"))
+        assert beat.store.routines.by_name("hourly").schedule_changed
+    finally:
+        beat.close()

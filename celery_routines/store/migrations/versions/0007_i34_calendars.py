@@ -7,7 +7,7 @@ fingerprint still matches (the fingerprint spells these columns only when one
 is set), so the upgrade reschedules nothing.
 
 Revision ID: 0007_i34_calendars
-Revises: 0006_run_timeout
+Revises: 0007_i31_pause_after_failures
 """
 
 from __future__ import annotations
