@@ -224,7 +224,9 @@ def check_extra(work: Path, extra: str | None) -> list[str]:
             )
         except subprocess.TimeoutExpired as late:
             output = (_text(late.stdout) + _text(late.stderr))[-4000:]
-            return [f"[{name}] {' '.join(step[:3])} still running after {STEP_WITHIN:.0f} s:\n{output}"]
+            return [
+                f"[{name}] {' '.join(step[:3])} still running after {STEP_WITHIN:.0f} s:\n{output}"
+            ]
         if done.returncode != 0:
             output = (done.stdout + done.stderr)[-4000:]
             return [f"[{name}] {' '.join(step[:3])} failed ({done.returncode}):\n{output}"]

@@ -87,6 +87,17 @@ def every_kind(admin: Routines) -> None:
         source="cli",
         rrule="DTSTART:20261102T090000\nRRULE:FREQ=WEEKLY;COUNT=3;BYDAY=MO",
     )
+    # The calendar, pause and notification options (issues 31, 34) travel too.
+    admin.add(
+        "payroll",
+        "tasks.pay",
+        cron=["0 9 27 * *", "0 9 L * *"],
+        timezone="Europe/Rome",
+        exclude=["2026-12-25", "holidays:IT", "0 * * 8 *"],
+        shift="previous_business_day",
+        pause_after_failures=3,
+        notify_url="https://hooks.example.com/payroll",
+    )
     add_routine(admin.store, "from-code", cron="0 * * * *", source="code", owner="proj")
     add_routine(admin.store, "by-sql", interval_seconds=90.5, enabled=False)
 
@@ -118,17 +129,25 @@ def test_the_round_trip_changes_nothing(invoke, admin: Routines, tmp_path: Path)
         ],
     }
     assert data["routines"]["nightly"]["starts_at"] == "2026-11-30T23:00:00+00:00"
+    payroll = data["routines"]["payroll"]
+    assert {k: payroll[k] for k in payroll if k not in ("task", "timezone")} == {
+        "schedule": ["0 9 27 * *", "0 9 L * *"],
+        "exclude": ["2026-12-25", "holidays:IT", "0 * * 8 *"],
+        "shift": "previous_business_day",
+        "pause_after_failures": 3,
+        "notify_url": "https://hooks.example.com/payroll",
+    }
     path = tmp_path / "routines.json"
     path.write_text(exported)
     out = ok(invoke("import", "file", str(path)))
-    assert out.splitlines()[-1] == "file: 0 added, 7 unchanged, 0 not imported"
+    assert out.splitlines()[-1] == "file: 0 added, 8 unchanged, 0 not imported"
     assert snapshot(admin) == before
     assert admin.store.changes.latest_id() == changes
     # The same through YAML.
     yaml_path = tmp_path / "routines.yaml"
     yaml_path.write_text(ok(invoke("export", "--format", "yaml")))
     out = ok(invoke("import", "file", str(yaml_path)))
-    assert out.splitlines()[-1] == "file: 0 added, 7 unchanged, 0 not imported"
+    assert out.splitlines()[-1] == "file: 0 added, 8 unchanged, 0 not imported"
     assert snapshot(admin) == before
 
 
@@ -149,7 +168,7 @@ def test_upsert_by_name_and_prune_retires_what_the_file_lacks(
     assert any(line.startswith("updated       nightly") for line in lines)
     assert "retired       poll: not in the file" in lines
     assert "retired       by-sql: not in the file" in lines
-    assert lines[-1] == "file: 1 added, 1 updated, 3 unchanged, 2 retired, 0 not imported"
+    assert lines[-1] == "file: 1 added, 1 updated, 4 unchanged, 2 retired, 0 not imported"
     states = {s.name: s.state for s in admin.list()}
     assert states["poll"] == "retired" and states["by-sql"] == "retired"
     assert states["from-code"] == "enabled"  # code routines are retired by their own app
@@ -191,6 +210,9 @@ def test_bad_entries_are_listed_and_bad_files_are_one_line(
                     "bad-cron": {"task": "tasks.ok", "cron": "61 * * * *"},
                     "two": {"task": "tasks.ok", "every": 60, "cron": "* * * * *"},
                     "numbered": {"task": 5, "every": 60},
+                    "union": {"task": "tasks.ok", "schedule": "0 9 * * *"},
+                    "closed": {"task": "tasks.ok", "every": 60, "exclude": "2026-12-25"},
+                    "hook": {"task": "tasks.ok", "every": 60, "notify_url": "hooks.example"},
                 }
             }
         )
@@ -202,6 +224,14 @@ def test_bad_entries_are_listed_and_bad_files_are_one_line(
     assert any(line.startswith("not imported  bad-cron: ") and "61" in line for line in lines)
     assert "not imported  two: give one schedule, got cron, every" in lines
     assert "not imported  numbered: its task must be a task name, got 5" in lines
+    assert (
+        "not imported  union: schedule must be a list of crons, rrules and intervals, "
+        "got '0 9 * * *'" in lines
+    )
+    assert "not imported  closed: exclude must be a list, got '2026-12-25'" in lines
+    assert any(
+        line.startswith("not imported  hook: ") and "hooks.example" in line for line in lines
+    )
     assert [s.name for s in admin.list()] == ["good"]
     (tmp_path / "broken.json").write_text("{nope")
     assert "broken.json does not parse: Expecting property name" in one_error(

@@ -40,6 +40,11 @@ FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("starts_at", "starts_at", None),
     ("ends_at", "ends_at", None),
     ("jitter", "jitter_seconds", None),
+    ("schedule", "schedules", None),
+    ("exclude", "exclude", []),
+    ("shift", "shift", None),
+    ("pause_after_failures", "pause_after_failures", None),
+    ("notify_url", "notify_url", None),
     ("args", "args", []),
     ("kwargs", "kwargs", {}),
     ("options", "options", {}),
@@ -54,6 +59,8 @@ FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("run_timeout", "run_timeout", None),
 )
 KEYS = frozenset(key for key, _, _ in FIELDS)
+# One of these is the schedule (or ``at`` alone, a one-off).
+SCHEDULE_KEYS = ("cron", "every", "solar", "rrule", "schedule")
 
 
 class MissingExtra(RoutinesError, ValueError):
@@ -69,7 +76,7 @@ def export(records: list[RoutineRecord]) -> dict[str, Any]:
         entry: dict[str, Any] = {}
         for key, column, default in FIELDS:
             value = getattr(record, column)
-            if column in ("args", "kwargs", "options"):
+            if column in ("args", "kwargs", "options", "schedules", "exclude"):
                 value = json.loads(value) if value else default
             elif column == "ceiling":
                 value = [c.as_json() for c in parse_ceilings(value)]
@@ -132,8 +139,8 @@ def _define(name: str, entry: Any) -> Any:
         raise ScheduleError("its task is missing")
     if not isinstance(entry["task"], str):
         raise ScheduleError(f"its task must be a task name, got {entry['task']!r}")
-    given = {k: v for k, v in entry.items() if k not in ("task", "cron", "every", "solar", "rrule")}
-    kinds = [k for k in ("cron", "every", "solar", "rrule") if entry.get(k) is not None]
+    kinds = [k for k in SCHEDULE_KEYS if entry.get(k) is not None]
+    given = {k: v for k, v in entry.items() if k not in ("task", *SCHEDULE_KEYS)}
     if len(kinds) > 1:
         raise ScheduleError(f"give one schedule, got {', '.join(kinds)}")
     schedule: Any = None
@@ -147,6 +154,16 @@ def _define(name: str, entry: Any) -> Any:
         schedule = SolarSchedule.from_spec(entry["solar"])
     elif "rrule" in kinds:
         schedule = entry["rrule"]
+    elif "schedule" in kinds:
+        if not isinstance(entry["schedule"], list):
+            raise ScheduleError(
+                f"schedule must be a list of crons, rrules and intervals, got {entry['schedule']!r}"
+            )
+        schedule = entry["schedule"]
+    if "exclude" in given:
+        if not isinstance(given["exclude"], list):
+            raise ScheduleError(f"exclude must be a list, got {given['exclude']!r}")
+        given["exclude"] = tuple(given["exclude"])
     if "ceiling" in given:
         given["ceiling"] = parse_ceilings(json.dumps(given["ceiling"]))
     if isinstance(given.get("args"), list):
