@@ -52,16 +52,23 @@ def usable_notify_url(value: Any) -> str | None:
 
 
 def shown_notify_url(value: str | None) -> str | None:
-    """The URL as ``show``, the API and the panel print it: a password in it
-    is replaced by ``***`` (the rest of it is shown as stored)."""
+    """The URL as ``show``, the API, the history and the panel print it:
+    enough to tell which endpoint (scheme, host, the first path segment),
+    never its secret. A password becomes ``***``, and so do the rest of the
+    path and the query: webhook relays put their token there (Slack's
+    ``/services/T../B../<token>``, ``?token=``), and anyone who can read the
+    panel could post to it."""
     if not value:
         return value
     try:
         parts = urlsplit(value)
-        if parts.password is None:
-            return value
-        user = parts.username or ""
-        host = parts.netloc.rpartition("@")[2]
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+        netloc = parts.netloc
+        if parts.password is not None:
+            user = parts.username or ""
+            netloc = f"{user}:***@{netloc.rpartition('@')[2]}"
+        first, more, _rest = parts.path.lstrip("/").partition("/")
+        path = f"/{first}/***" if more else parts.path
+        query = "***" if parts.query else ""
+        return urlunsplit(parts._replace(netloc=netloc, path=path, query=query, fragment=""))
     except ValueError:
         return value

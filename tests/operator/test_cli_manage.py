@@ -300,3 +300,15 @@ def test_a_password_in_a_notify_url_is_not_shown(invoke, store: Store) -> None:
     assert store.routines.by_name("x").notify_url == "https://u:s3cret@h/x"
     text = ok(invoke("show", "x")) + ok(invoke("history", "x", "--json"))
     assert "s3cret" not in text and "https://u:***@h/x" in text
+
+
+def test_a_webhook_token_in_a_notify_url_is_not_shown(invoke, store: Store) -> None:
+    slack = "https://hooks.slack.com/services/T01/B02/tok3n"
+    ok(invoke("add", "x", "tasks.x", "--every", "1m", "--notify-url", slack))
+    ok(invoke("add", "y", "tasks.y", "--every", "1m", "--notify-url", "https://h/in?token=tok3n"))
+    assert store.routines.by_name("x").notify_url == slack
+    text = "".join(
+        ok(invoke(*c)) for c in (["show", "x"], ["show", "y"], ["history", "x", "--json"])
+    )
+    assert "tok3n" not in text
+    assert "https://hooks.slack.com/services/***" in text and "https://h/in?***" in text
