@@ -18,7 +18,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from celery_routines.clock import Clock, utc_now
 from celery_routines.config import settings_from
 from celery_routines.errors import RoutinesError
-from celery_routines.extras import missing_extra
 from celery_routines.operator.admin import (
     MAX_BACKFILL,
     Routines,
@@ -26,6 +25,7 @@ from celery_routines.operator.admin import (
 )
 from celery_routines.operator.cli_import import register_import_commands
 from celery_routines.operator.cli_manage import by_option, register_commands
+from celery_routines.operator.cli_web import register_web_command
 from celery_routines.operator.output import (
     fail_if_not_sent,
     next_run_cells,
@@ -427,62 +427,6 @@ def preview_(
     print_windows(windows)
 
 
-@routines.command()
-@click.option(
-    "--host",
-    default="127.0.0.1",
-    show_default=True,
-    envvar="ROUTINES_WEB_HOST",
-    help="Address to bind (or ROUTINES_WEB_HOST).",
-)
-@click.option(
-    "--port",
-    default=8555,
-    show_default=True,
-    envvar="ROUTINES_WEB_PORT",
-    help="Port to bind (or ROUTINES_WEB_PORT).",
-)
-@click.option("--read-only", is_flag=True, help="Show everything, allow no action.")
-@click.option(
-    "--forwarded-allow-ips",
-    envvar="ROUTINES_WEB_FORWARDED_ALLOW_IPS",
-    help="Proxies (addresses or networks, comma-separated; '*' any) whose "
-    "X-Forwarded-Host/-Proto/-For are honoured (default none).",
-)
-@click.option(
-    "--hash-password", is_flag=True, help="Print a password hash for routines_web_auth and exit."
-)
-@click.pass_context
-@_errors
-def web(
-    ctx: click.Context,
-    host: str,
-    port: int,
-    read_only: bool,
-    forwarded_allow_ips: str | None,
-    hash_password: bool,
-) -> None:
-    """Serve the panel (pages and HTTP API) on HOST:PORT; loopback only unless
-    routines_web_auth is set. Needs the web extra: pip install 'celery-routines[web]'."""
-    try:
-        from celery_routines.operator.web.serve import password_hash_prompt, serve
-    except ImportError as exc:
-        missing = missing_extra(exc, "the panel (celery routines web)")
-        if missing is None:
-            raise
-        raise click.ClickException(str(missing)) from None
-
-    if hash_password:
-        click.echo(password_hash_prompt())
-        return
-    serve(
-        _admin(ctx),
-        host=host,
-        port=port,
-        read_only=read_only,
-        forwarded_allow_ips=forwarded_allow_ips,
-    )
-
-
 register_commands(routines, _admin, _errors, json_option)
 register_import_commands(routines, _admin, _errors, json_option)
+register_web_command(routines, _admin, _errors)
