@@ -34,9 +34,10 @@ from celery_routines.schedules.base import NEVER, ONE_MICROSECOND, Schedule, fir
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.exclusions import Exclusions
 from celery_routines.schedules.interval import IntervalSchedule
+from celery_routines.schedules.union import UnionSchedule
 from celery_routines.schedules.zones import aware_utc, load_zone, local_to_utc_first
 
-__all__ = ["CalendarSchedule", "Shift", "calendar", "parse_shift"]
+__all__ = ["CalendarSchedule", "Shift", "calendar", "nominal_walls", "parse_shift"]
 
 _DAY = timedelta(days=1)
 # Around a local date, the instants whose wall clock reads that date (a date
@@ -264,8 +265,9 @@ class CalendarSchedule:
                 if source == day:
                     instants.add(window)
                 else:
-                    wall = window.astimezone(self._zone).replace(tzinfo=None)
-                    instants.add(local_to_utc_first(datetime.combine(day, wall.time()), self._zone))
+                    for wall in nominal_walls(self.inner, window, self._zone):
+                        moved = datetime.combine(day, wall.time())
+                        instants.add(local_to_utc_first(moved, self._zone))
         return instants
 
     def _shifted(self, after: datetime) -> Iterator[datetime]:
@@ -309,6 +311,28 @@ class CalendarSchedule:
             if window != last_sent:
                 last_sent = window
                 yield window
+
+
+def nominal_walls(schedule: Schedule, window: datetime, zone: ZoneInfo) -> set[datetime]:
+    """The local wall times ``window`` stands for, which a shift moves.
+
+    A fixed hour that a spring gap slid (02:30 firing at 03:30 on the day of
+    the change) moves as the time it names: moved to a day without a gap it
+    fires at 02:30, not at 03:30 next to that day's own 02:30. A cron knows
+    its wall times; a union asks each spec that fires at ``window``; any
+    other schedule moves the wall time it fired at."""
+    if isinstance(schedule, CronSchedule):
+        walls = set(schedule.nominal_walls(window))
+        if walls:
+            return walls
+    elif isinstance(schedule, UnionSchedule):
+        walls = set()
+        for spec in schedule.specs:
+            if spec.next_after(window - ONE_MICROSECOND) == window:
+                walls |= nominal_walls(spec, window, zone)
+        if walls:
+            return walls
+    return {window.astimezone(zone).replace(tzinfo=None)}
 
 
 def calendar(

@@ -173,25 +173,39 @@ class CronSchedule:
     def fires_at(self, instant: datetime) -> bool:
         """Whether ``instant`` is one of the windows, without walking to it
         (``exclude`` crons ask this of every window of a routine)."""
+        return bool(self.nominal_walls(instant))
+
+    def nominal_walls(self, instant: datetime) -> tuple[datetime, ...]:
+        """The local wall times (naive) the cron names whose window is
+        ``instant``: its own wall time, and for a fixed hour slid over a
+        spring gap, the time that does not exist (``30 2,3 * * *`` in Rome on
+        2026-03-29: 03:30 CEST stands for both 02:30 and 03:30). Empty when
+        ``instant`` is not a window. A business-day shift moves these wall
+        times, not the slid one (``calendar.py``)."""
         instant = aware_utc(instant, "instant")
         if instant.second or instant.microsecond:
-            return False
+            return ()
         wall = instant.astimezone(self._zone).replace(tzinfo=None)
-        if self._matches_wall(wall):
-            # Real time: every instant whose wall clock matches. Fixed hours:
-            # only the first pass of a repeated time.
-            return self.real_time or local_to_utc_first(wall, self._zone) == instant
+        found: list[datetime] = []
+        # Real time: every instant whose wall clock matches. Fixed hours:
+        # only the first pass of a repeated time.
+        if self._matches_wall(wall) and (
+            self.real_time or local_to_utc_first(wall, self._zone) == instant
+        ):
+            found.append(wall)
         if self.real_time:
-            return False
+            return tuple(found)
         # A fixed hour that does not exist fires the gap later: is this
         # instant such a shifted time? (The offset 25 hours earlier is the
         # one before any gap that could have shifted a time to here.)
         before = (instant - timedelta(hours=25)).astimezone(self._zone).utcoffset()
         now = instant.astimezone(self._zone).utcoffset()
         if before is None or now is None or now <= before:
-            return False
+            return tuple(found)
         nominal = wall - (now - before)
-        return self._matches_wall(nominal) and local_to_utc_first(nominal, self._zone) == instant
+        if self._matches_wall(nominal) and local_to_utc_first(nominal, self._zone) == instant:
+            found.append(nominal)
+        return tuple(found)
 
     def _matches_wall(self, wall: datetime) -> bool:
         return wall.hour * 60 + wall.minute in _minute_set(self._spec) and _day_matches(

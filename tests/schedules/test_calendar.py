@@ -227,6 +227,32 @@ def test_a_window_moved_onto_a_spring_gap_slides_like_any_fixed_hour() -> None:
     ]
 
 
+def test_a_window_slid_by_a_spring_gap_moves_as_the_time_it_names() -> None:
+    # Rome springs forward on Sunday 2026-03-29: that day's 02:30 fires at
+    # 03:30. Moved to Monday (or back to Friday) it is 02:30 again, the same
+    # as that day's own window: one fire, not 02:30 and 03:30.
+    walls = {
+        shift: [
+            w.astimezone(ROME).strftime("%a %H:%M")
+            for w in rome("30 2 * * *", [], shift).windows(
+                utc("2026-03-26 12:00"), utc("2026-03-31 12:00")
+            )
+        ]
+        for shift in Shift
+    }
+    assert walls == {
+        Shift.NEXT_BUSINESS_DAY: ["Fri 02:30", "Mon 02:30", "Tue 02:30"],
+        Shift.PREVIOUS_BUSINESS_DAY: ["Fri 02:30", "Mon 02:30", "Tue 02:30"],
+    }
+    # 03:30 CEST on the 29th stands for both times of '30 2,3': both move.
+    moved = rome("30 2,3 * * *", [], Shift.NEXT_BUSINESS_DAY)
+    assert [
+        w.astimezone(ROME).strftime("%a %H:%M")
+        for w in moved.windows(utc("2026-03-28 12:00"), utc("2026-03-30 12:00"))
+    ] == ["Mon 02:30", "Mon 03:30"]
+    assert moved.moved_from(utc("2026-03-30 00:30")) == (utc("2026-03-29 01:30"), "Sunday")
+
+
 def test_a_window_moved_onto_a_repeated_hour_fires_once_at_its_first_pass() -> None:
     # Cairo falls back on Thursday 2026-10-29 at 24:00 (+3 -> +2): 23:30 twice.
     schedule = calendar(

@@ -77,7 +77,7 @@ def test_a_success_is_not_counted_and_failures_expire() -> None:
     logins.begin("c", "alice")
 
 
-def _seconds(guard: Guard, user: str, password: str, times: int = 7) -> float:
+def _refusal_seconds(guard: Guard, user: str, password: str) -> float:
     header = _basic(user, password)["Authorization"]
 
     async def once() -> float:
@@ -85,7 +85,7 @@ def _seconds(guard: Guard, user: str, password: str, times: int = 7) -> float:
         assert await guard.authenticate(header, "c") is None
         return time.perf_counter() - started
 
-    return statistics.median(asyncio.run(once()) for _ in range(times))
+    return asyncio.run(once())
 
 
 def test_an_unknown_user_takes_as_long_as_a_wrong_password() -> None:
@@ -94,13 +94,22 @@ def test_an_unknown_user_takes_as_long_as_a_wrong_password() -> None:
         WebAuth({"alice": hash_password("pw", iterations=iterations)}),
         failed_logins=FailedLogins(limit=1000),
     )
-    known = _seconds(guard, "alice", "wrong")
-    unknown = _seconds(guard, "mallory", "wrong")
+    # Interleaved, so a burst of load from other processes on a shared
+    # machine falls on both names alike; the fastest of each is the cost of
+    # the work itself (timeit's rule), which load can only add to. Measured
+    # in two blocks (all known, then all unknown) the medians drifted apart
+    # by 2x with the code unchanged.
+    known: list[float] = []
+    unknown: list[float] = []
+    for _ in range(9):
+        known.append(_refusal_seconds(guard, "alice", "wrong"))
+        unknown.append(_refusal_seconds(guard, "mallory", "wrong"))
     guard.close()
-    # Without the dummy hash an unknown name was refused in ~1 ms, a known
-    # one in ~50 ms; now both pay the same PBKDF2.
-    assert known > 0.005, known
-    assert 0.6 < unknown / known < 1.6, (known, unknown)
+    fastest_known, fastest_unknown = min(known), min(unknown)
+    # Without the dummy hash an unknown name was refused in ~0.1 ms, a known
+    # one in ~25-50 ms (a ratio near 0); now both pay the same PBKDF2.
+    assert fastest_known > 0.005, known
+    assert 0.7 < fastest_unknown / fastest_known < 1.4, (known, unknown)
 
 
 # -- a real server under a flood ----------------------------------------------------
