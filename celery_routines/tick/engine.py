@@ -12,11 +12,9 @@ lost runs and retries are swept by :mod:`~celery_routines.tick.sweeps`.
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from celery_routines.clock import Clock
@@ -35,6 +33,7 @@ from celery_routines.sending.revoke import CeleryRevoker, NoRevoker, Revoker
 from celery_routines.store import Advance, Probe, RoutineRecord, Store
 from celery_routines.tick import decide
 from celery_routines.tick.ahead import Ahead, Batch
+from celery_routines.tick.collection import collection_deferred
 from celery_routines.tick.contention import HeldElsewhere
 from celery_routines.tick.decide import Claimed, Decision, Facts
 from celery_routines.tick.ledger import Unrecorded
@@ -137,7 +136,7 @@ class TickEngine(Recording, Writing):
                 self._set_offset(probe.clock - now)
             claimed_at = None
             if prepared is not None or self._work(probe, now):
-                with _collection_deferred():
+                with collection_deferred():
                     self._act(probe, now, report, prepared)
                 claimed_at = now
                 if report.more_due:
@@ -437,22 +436,6 @@ class TickEngine(Recording, Writing):
         logger.error("%s; marked invalid, looking again at %s", message, retry_at.isoformat())
         self.store.routines.mark_invalid(record.id, message, retry_at, holder, now)
         self.events.invalid(record.name, error=message, before=record.last_error)
-
-
-@contextmanager
-def _collection_deferred() -> Iterator[None]:
-    """No cyclic garbage collection while a tick acts: a burst's objects
-    (rows, decisions, messages), freed by reference counting, set off hundreds
-    of collections (0.9 s of an 8 s burst of 10,000). What waits is bounded by
-    ``routines_batch_size``; collection resumes when the tick ends."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _due(instant: datetime | None, now: datetime) -> bool:
