@@ -14,15 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import Protocol
 
 from celery_routines.errors import InvalidRoutine, RoutinesError, UnknownRoutine
+from celery_routines.operator.lifecycle_views import ChangeResult
+from celery_routines.operator.views import PauseResult, SendResult
 from celery_routines.sending.dispatch import SEND_FAILED, SENT
+from celery_routines.store import Store
 from celery_routines.store.panel_queries import ROUTINE_STATES
 from celery_routines.tick.declarations import who
-
-if TYPE_CHECKING:
-    from celery_routines.operator.admin import Routines
 
 BULK_ACTIONS = ("pause", "resume", "enable", "disable", "trigger")
 # The most routines one bulk action takes: a filter matching more is refused.
@@ -84,10 +85,34 @@ def pause_reason(reason: object, *, required: bool) -> str | None:
     return text
 
 
+class OneRoutineOperations(Protocol):
+    """What a bulk action asks of the admin API (:class:`~celery_routines.
+    operator.admin.Routines`, which holds a :class:`BulkActions`): its store
+    and clock, and the one-routine operations it repeats."""
+
+    store: Store
+
+    def clock(self) -> datetime: ...
+
+    def pause(
+        self, name: str, *, reason: str | None = None, by: str | None = None
+    ) -> PauseResult: ...
+
+    def resume(
+        self, name: str, *, catch_up: bool = False, by: str | None = None
+    ) -> PauseResult: ...
+
+    def enable(self, name: str, *, by: str | None = None) -> ChangeResult: ...
+
+    def disable(self, name: str, *, by: str | None = None) -> ChangeResult: ...
+
+    def trigger(self, name: str, *, force: bool = False, by: str | None = None) -> SendResult: ...
+
+
 class BulkActions:
     """Settles the targets of a bulk action and carries it out."""
 
-    def __init__(self, admin: Routines) -> None:
+    def __init__(self, admin: OneRoutineOperations) -> None:
         self.admin = admin
 
     def targets(
