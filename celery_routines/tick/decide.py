@@ -12,7 +12,9 @@ Catch-up, lateness, ceilings, overlap and takeover meet here, in this order:
    among them (a recovery under ``skip``/``queue``/``replace`` sends one), or,
    for a suspended routine, one ``ceiling`` skip up to the end of its suspension;
 2. :func:`decide`: the before-send ceiling check cuts the windows (and may
-   suspend the routine), then the overlap policy meets the open runs: skip
+   suspend the routine; windows an open run holds back under ``skip`` or
+   ``queue`` spend nothing and suspend nothing), then the overlap policy
+   meets the open runs: skip
    them as one ``overlap`` row, queue the routine (it stays due), replace the
    open runs, or send;
 3. :func:`take_over`: a due window that a beat whose claim expired already
@@ -263,8 +265,11 @@ def decide(
         budget = decide_before_send(
             claimed.routine.ceilings, facts.used, now, claimed.timezone, wanted=wanted
         )
-        suspension = budget.suspension
-        planned = limit_plan(planned, budget, claimed.schedule)
+        # Windows an open run then holds back (skip, queue) spend nothing: a
+        # ceiling they would have reached is not reached, and nothing is cut.
+        if not (budget.send and budget.suspension and _held_back(claimed, planned, facts, now)):
+            suspension = budget.suspension
+            planned = limit_plan(planned, budget, claimed.schedule)
     if claimed.offset:
         planned = replace(planned, next_run_at=claimed.send_at(planned.next_run_at))
     record, name, timezone = claimed.record, claimed.routine.name, claimed.timezone
@@ -291,6 +296,18 @@ def decide(
             planned=wanted,
         )
     return _overlap(claimed, planned, sends, skips, suspension, wanted, facts, now, new_id)
+
+
+def _held_back(claimed: Claimed, planned: FirePlan, facts: Facts, now: datetime) -> bool:
+    """Whether the overlap policy holds every planned window back (an open
+    run, under ``skip`` or ``queue``): :func:`_overlap`'s question, asked
+    before the ceiling counts the windows."""
+    if not facts.open_runs:
+        return False
+    name, timezone = claimed.routine.name, claimed.timezone
+    keys = {_window_key(name, window, timezone) for window in planned.send}
+    holding = in_progress(facts.open_runs, keys, now + facts.offset)
+    return overlap_action(claimed.routine.overlap, len(holding)) in (Overlap.SKIP, Overlap.QUEUE)
 
 
 def _overlap(

@@ -241,6 +241,23 @@ CASES = [
         open_run="running",
         skipped=(("overlap", 1),),
     ),
+    # A window an open run holds back spends nothing: the last fire of the
+    # budget is still there, so the routine is not suspended.
+    Case(
+        "ceiling-last-fire-then-overlap-skip",
+        ceiling=10,
+        used=9,
+        open_run="running",
+        skipped=(("overlap", 1),),
+    ),
+    Case(
+        "ceiling-last-fire-while-queued",
+        ceiling=10,
+        used=9,
+        overlap="queue",
+        open_run="running",
+        verdict=Verdict.QUEUED,
+    ),
     Case(
         "ceiling-reached-while-queued",
         ceiling=10,
@@ -386,6 +403,7 @@ def test_the_tick_decides(case: Case) -> None:
     if case.verdict == Verdict.QUEUED:
         assert decision.next_run_at == case.now + timedelta(seconds=1)
         assert decision.skips == () and decision.holding
+        assert decision.suspension is None  # nothing went out: nothing was spent
         return
     assert tuple(run.scheduled_for for run in decision.sends) == case.sent
     assert tuple((run.reason, run.skipped_count) for run in decision.skips) == case.skipped
@@ -483,6 +501,7 @@ def check_combination(
         # Held back behind an open run: nothing written, looked at again soon.
         assert overlap == "queue" and open_run is not None
         assert decision.skips == () and decision.next_run_at > now
+        assert decision.suspension is None
         return
     assert decision.verdict == Verdict.FIRE
     # The routine moves forward, never into the past: nothing stays due in a hot loop.
@@ -495,13 +514,12 @@ def check_combination(
     skipped = sum(run.skipped_count or 1 for run in decision.skips)
     assert len(sends) + skipped + already_written == windows
     # What goes out never passes the ceiling; reaching it, when anything was
-    # to go out, suspends. (The ceiling is checked before overlap, as it
-    # always was: a window the check let through and an open run then held
-    # back still counts toward the suspension.)
+    # to go out, suspends; a window an open run held back spends nothing, so
+    # it suspends nothing either (only a ceiling already reached does).
     limit, used = ceiling
     if limit is not None:
         assert used + len(sends) <= limit
-        if decision.planned and not decision.holding:
+        if decision.planned:
             assert (decision.suspension is not None) == (used + len(sends) >= limit)
     # A window later than max_lateness never goes out (judged at now).
     if lateness is not None:
