@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -155,6 +156,23 @@ def _own_root_logger() -> Iterator[None]:
     level = root.level
     yield
     root.setLevel(level)  # its handlers are pytest's to add and remove, per phase
+
+
+@pytest.fixture(autouse=True)
+def _sentry_only_where_asked(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test runs as an application that never imported sentry_sdk,
+    except the Sentry tests themselves.
+
+    Beat wraps its publisher for Sentry Crons when ``sentry_sdk`` is loaded
+    (sending/offload.py ``monitored``), and tests/integrations/test_sentry.py
+    imports it when collected, so on every xdist worker: the publishing
+    process tests then saw Sentry's wrapper, not their ProcessPublisher, in
+    a full run only.
+    """
+    if "sentry" not in request.node.path.name:
+        monkeypatch.delitem(sys.modules, "sentry_sdk", raising=False)
 
 
 @pytest.fixture(autouse=True)

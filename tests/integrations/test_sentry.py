@@ -5,9 +5,11 @@ tests/integrations/test_sentry_crons_real.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -76,20 +78,60 @@ class Recording:
         pass
 
 
+def _what_sentry_patches() -> list[tuple[Any, str]]:
+    """The attributes CeleryIntegration replaces (sentry_sdk/integrations/celery)."""
+    import celery.app.trace
+    import celery.beat
+    from billiard.pool import Worker
+    from celery import Celery, Task
+    from kombu import Producer
+
+    patched = [
+        (celery.app.trace, "build_tracer"),
+        (Task, "apply_async"),
+        (Celery, "send_task"),
+        (Worker, "workloop"),
+        (Producer, "publish"),
+        (celery.beat.Scheduler, "apply_entry"),
+    ]
+    with contextlib.suppress(ImportError):
+        from redbeat import RedBeatScheduler
+
+        patched.append((RedBeatScheduler, "apply_async"))
+    return patched
+
+
 @pytest.fixture
 def recorder() -> Iterator[SentryRecorder]:
+    """Sentry on, for this test only: its patches of Celery and kombu are
+    undone afterwards. Left in place (they add headers to every send_task
+    even without a client), a later test in the same process compared a
+    publishing process's message with send_task's and found Sentry's headers
+    on one side only."""
+    from sentry_sdk import integrations
     from sentry_sdk.integrations.celery import CeleryIntegration
 
+    # Sentry sets some on a subclass that inherited them (RedBeat's apply_async).
+    originals = [(owner, name, owner.__dict__.get(name)) for owner, name in _what_sentry_patches()]
     server = SentryRecorder()
     sentry_sdk.init(
         dsn=server.dsn,
         integrations=[CeleryIntegration(monitor_beat_tasks=True, exclude_beat_tasks=["quiet-.*"])],
         default_integrations=False,
     )
-    yield server
-    sentry_sdk.flush(5)
-    sentry_sdk.init(dsn=None)  # Sentry's patches stay; without a client they pass through
-    server.close()
+    try:
+        yield server
+    finally:
+        sentry_sdk.flush(5)
+        sentry_sdk.init(dsn=None)
+        server.close()
+        for owner, name, original in originals:
+            if original is not None:
+                setattr(owner, name, original)
+            elif name in owner.__dict__:
+                delattr(owner, name)
+        # So the next init patches again what was just restored.
+        integrations._installed_integrations.discard(CeleryIntegration.identifier)
 
 
 def run_of(definition: Routine) -> OutgoingRun:
