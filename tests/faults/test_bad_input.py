@@ -94,7 +94,7 @@ BAD_ROWS: list[tuple[str, dict[str, Any], str]] = [
     ("negative-interval", {"interval_seconds": -5.0}, "-5"),
     ("zero-interval", {"interval_seconds": 0.0}, "0"),
     ("absurd-interval", {"interval_seconds": 1e300}, "1e+300"),
-    ("no-schedule", {}, "exactly one of cron, interval_seconds, at, solar or rrule"),
+    ("no-schedule", {}, "exactly one of cron, interval_seconds, at, solar, rrule or schedules"),
     ("both-schedules", {"cron": "* * * * *", "interval_seconds": 60.0}, "exactly one"),
     ("args-not-json", {"cron": "* * * * *", "args": "['single quotes']"}, "['single quotes']"),
     ("args-not-a-list", {"cron": "* * * * *", "args": '{"a": 1}'}, "{'a': 1}"),

@@ -84,10 +84,10 @@ def test_show_prints_the_schedule_in_words_beside_the_expression(
         timezone="Europe/Rome",
     )  # fmt: skip
     text = ok(invoke("show", "nightly"))
-    assert "  schedule:            30 2 * * 1-5\n" in text
-    assert "  in words:            At 02:30, Monday through Friday (Europe/Rome)\n" in text
-    assert "in words:            Every 5 minutes\n" in ok(invoke("show", "poll"))
-    assert "in words:            Once, at 2026-12-01 09:00 (Europe/Rome)" in ok(
+    assert "  schedule:              30 2 * * 1-5\n" in text
+    assert "  in words:              At 02:30, Monday through Friday (Europe/Rome)\n" in text
+    assert "in words:              Every 5 minutes\n" in ok(invoke("show", "poll"))
+    assert "in words:              Once, at 2026-12-01 09:00 (Europe/Rome)" in ok(
         invoke("show", "launch")
     )
     shown = json.loads(ok(invoke("show", "nightly", "--json")))

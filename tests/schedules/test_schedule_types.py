@@ -151,6 +151,35 @@ def test_solar_windows_are_celerys_to_the_second(event: str) -> None:
     assert ours.next_after(now).microsecond == 0
 
 
+MIDNIGHT_DEC_3 = datetime(2026, 12, 3, tzinfo=UTC)
+# Starts over the ten hours before that morning's sunrise (09:46 at 0, -60).
+SOLAR_STARTS = [MIDNIGHT_DEC_3 + timedelta(minutes=m) for m in range(0, 9 * 60 + 40, 7)]
+
+
+def _sunrise_straddling_half_a_second() -> tuple[SolarSchedule, set[datetime]]:
+    """A place whose sunrise, searched from each of SOLAR_STARTS, lands a few
+    milliseconds either side of hh:mm:ss.5 (ephem's searches disagree by up
+    to ~3 ms), with the raw answers."""
+    lon = -60.0
+    for _ in range(10):
+        found = {SolarSchedule("sunrise", 0, lon)._search(start) for start in SOLAR_STARTS}
+        middle = min(found) + (max(found) - min(found)) / 2
+        off = middle.microsecond / 1e6 - 0.5
+        if abs(off) < 0.00005:
+            break
+        lon += off / 240  # the sun crosses a degree of longitude in 240 s
+    return SolarSchedule("sunrise", 0, lon), found
+
+
+def test_a_solar_window_is_the_same_second_from_any_start() -> None:
+    # Two beats adopting the routine at different times must key the same
+    # window: every start in the ten hours before it gives one answer.
+    schedule, found = _sunrise_straddling_half_a_second()
+    rounded = {(f + timedelta(microseconds=500_000)).replace(microsecond=0) for f in found}
+    assert len(rounded) == 2  # the raw searches do round to two seconds here
+    assert len({schedule.next_after(start) for start in SOLAR_STARTS}) == 1
+
+
 def test_a_celery_solar_entry_parses_and_round_trips_through_its_column() -> None:
     parsed = parse_schedule(solar("sunset", -33.87, 151.21), "UTC")
     assert parsed == SolarSchedule("sunset", -33.87, 151.21)
