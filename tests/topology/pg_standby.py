@@ -250,16 +250,18 @@ class PrimaryAndStandby:
                 raise AssertionError("the standby's WAL receiver did not stop")
             time.sleep(0.05)
 
-    def fail_over(self, lag: float = 0.0) -> float:
+    def fail_over(self, lag: float = 0.0, gap: float = 0.0) -> float:
         """Stop the primary hard, then promote the standby; with ``lag``, the
         standby is cut off that many seconds before the primary stops (the
         hard case: what the primary committed in that span is not on the
         standby). Returns the ``time.monotonic()`` at which the standby
-        took writes."""
+        took writes; ``gap``: seconds between the primary's stop and the
+        promotion, when no server takes writes."""
         if lag:
             self.detach_standby()
             time.sleep(lag)
         self.primary.stop_immediately()
+        time.sleep(gap)
         self.standby.promote()
         return time.monotonic()
 
