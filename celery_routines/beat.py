@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from celery import Celery
 from celery.beat import Scheduler as CeleryScheduler
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
@@ -37,24 +37,14 @@ from .sending.redis_connect import describe as describe_redis
 from .store import Store
 from .store.engine import explain_database_error, safe_url
 from .store.migrate import HEAD_REVISION
+from .tick.backoff import TickBackoff, ledger_deadline
 from .tick.declarations import declare
 from .tick.engine import TickEngine
 from .tick.prune import Pruner
-from .tick.write import CLAIM_TRUSTED_SHARE
+from .tick.report import TickReport
 
 logger = logging.getLogger("celery_routines.beat")
 
-# After an error (database or broker unreachable) the tick backs off, doubling
-# up to this cap, so a long outage costs a few log lines, not a hot loop.
-ERROR_BACKOFF_START = 1.0
-ERROR_BACKOFF_CAP = 30.0
-# While the database cannot be reached (a restart, a failover), the back-off
-# stops growing here: the first send after a standby is promoted then comes
-# within this many seconds, not within ERROR_BACKOFF_CAP (11.8 s after the
-# promotion of a 20 s failover, tests/topology/test_pg_failover.py). A
-# connection attempt every few seconds costs nothing; such an outage is
-# logged once, with the traceback, and once more when it ends.
-DATABASE_BACKOFF_CAP = 2.0
 # A beat whose clock is off the database's by more than this says so (at
 # start, then at most this often while it lasts).
 SKEW_WARNING_SECONDS = 1.0
@@ -83,8 +73,7 @@ class Scheduler(CeleryScheduler):
         self._store: Store | None = None
         self._gate: Gate | None = None
         self._closed = False
-        self._error_backoff = 0.0
-        self._outage: tuple[float, int] | None = None  # database unreachable since, failed ticks
+        self._backoff = TickBackoff(logger)
         self._in_tick = False
         self._stop_requested: float | None = None
         self._stopped_by: str | None = None  # the signal that stopped beat, for the last line
@@ -98,7 +87,7 @@ class Scheduler(CeleryScheduler):
         # says otherwise: the instant it was loaded (the newest start wins).
         self._loaded_at = self._clock().isoformat()
         self._pruner: Pruner | None = None
-        self.last_report = None
+        self.last_report: TickReport | None = None
         # Served from setup_schedule, so the banner's lazy instance serves nothing.
         self.metrics: RoutineMetrics | None = None
         self.health: BeatHealth | None = None
@@ -197,53 +186,14 @@ class Scheduler(CeleryScheduler):
             self._stop_if_requested()
             if self.metrics is not None:
                 self.metrics.observe_tick_error()
-            if _connection_cut(exc) and not self._error_backoff:
-                # Connections are not pinged between close ticks (see
-                # PING_MARGIN_SECONDS); the pool dropped its cut ones.
-                self._error_backoff = ERROR_BACKOFF_START / 2  # the next failure backs off
-                logger.warning(
-                    "beat tick failed: its database connection was cut (%s); trying again at "
-                    "once on a new connection",
-                    _first_line(exc),
-                )
-                return 0.0
-            unreachable = _database_unreachable(exc)
-            cap = DATABASE_BACKOFF_CAP if unreachable else ERROR_BACKOFF_CAP
-            self._error_backoff = min(max(self._error_backoff * 2, ERROR_BACKOFF_START), cap)
-            wait = min(self._error_backoff, self.max_interval, self._ledger_deadline())
-            if unreachable and self._outage is not None:
-                since, failed = self._outage
-                self._outage = (since, failed + 1)
-                logger.debug("beat tick failed again; trying again in %.0f s", wait, exc_info=exc)
-                return wait
-            if unreachable:
-                self._outage = (time.monotonic(), 1)
-            logger.exception(
-                "beat tick failed; trying again in %.0f s%s",
-                wait,
-                f" (then every {cap:.0f} s at most while the database is unreachable; "
-                "said again when it is back)"
-                if unreachable
-                else "",
-            )
-            return wait
+            holding = self._engine is not None and bool(self._engine.ledger)
+            ledger = ledger_deadline(holding, self.settings.lock_ttl)
+            return self._backoff.failed(exc, min(self.max_interval, ledger))
         self._in_tick = False
         if self.health is not None:
             self.health.tick_finished(ok=True)
         self._stop_if_requested()
-        if self._error_backoff:
-            if self._outage is not None:
-                since, failed = self._outage
-                logger.info(
-                    "beat tick succeeded again: the database was unreachable for %.1f s "
-                    "(%d failed ticks)",
-                    time.monotonic() - since,
-                    failed,
-                )
-            else:
-                logger.info("beat tick succeeded again after errors")
-            self._error_backoff = 0.0
-        self._outage = None
+        self._backoff.succeeded()
         self.last_report = report
         self._watch_skew()
         if self.metrics is not None:
@@ -257,17 +207,6 @@ class Scheduler(CeleryScheduler):
             return longest
         until = (report.next_wakeup - self._clock()).total_seconds() + WAKE_SLACK
         return min(max(until, WAKE_SLACK), longest)
-
-    def _ledger_deadline(self) -> float:
-        """How long a failed tick may wait before the next: while this beat
-        holds runs it published and has not written down, a quarter of
-        ``routines_lock_ttl`` at most, so the write-down is tried again
-        several times before its claims expire (once they have, another
-        beat takes the routines over and sends those runs again)."""
-        engine = self._engine
-        if engine is None or not engine.ledger:
-            return float("inf")
-        return max(ERROR_BACKOFF_START, self.settings.lock_ttl * CLAIM_TRUSTED_SHARE)
 
     def _serve_health(self, store: Store) -> None:
         """Beat's probes (observe/health.py): on ``routines_health_port`` when
@@ -479,39 +418,6 @@ def _written(app: Celery, names: list[str], database_url: str) -> str:
             "result_expires is set and the result backend does not expire results by itself)"
         )
     return text
-
-
-def _connection_cut(exc: BaseException) -> bool:
-    """True when ``exc`` says the connection died (the pool has replaced it)."""
-    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
-
-
-# MySQL client errors that mean the server is away: can't connect (local,
-# TCP), gone away, lost the connection, lost it at the handshake.
-MYSQL_UNREACHABLE = frozenset({2002, 2003, 2006, 2013, 2055})
-
-
-def _database_unreachable(exc: BaseException) -> bool:
-    """True when ``exc`` says the database could not be reached or dropped
-    the connection (refused, no server taking writes yet, shutting down),
-    not that it refused a statement (a deadlock is an OperationalError too)."""
-    if _connection_cut(exc):
-        return True
-    if not isinstance(exc, (OperationalError, InterfaceError)):
-        return False
-    orig = exc.orig
-    sqlstate = getattr(orig, "sqlstate", None)
-    if sqlstate is not None:  # psycopg: class 08 connection exception, 57P shutting down
-        return str(sqlstate).startswith(("08", "57P"))
-    code = orig.args[0] if orig is not None and orig.args else None
-    if isinstance(code, int):  # PyMySQL
-        return code in MYSQL_UNREACHABLE
-    return True  # a client-side failure to connect (psycopg gives it no SQLSTATE)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def cannot_start(exc: BaseException, database_url: str | None) -> NoReturn:

@@ -36,8 +36,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from celery_routines.beat import DATABASE_BACKOFF_CAP
 from celery_routines.store import Store
+from celery_routines.tick.backoff import DATABASE_BACKOFF_CAP
 from tests import services
 from tests.faults.cluster import count, wait_for
 from tests.topology import pg_standby
