@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from celery import Celery
 from celery.beat import Scheduler as CeleryScheduler
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
@@ -37,17 +37,14 @@ from .sending.redis_connect import describe as describe_redis
 from .store import Store
 from .store.engine import explain_database_error, safe_url
 from .store.migrate import HEAD_REVISION
+from .tick.backoff import TickBackoff, ledger_deadline
 from .tick.declarations import declare
 from .tick.engine import TickEngine
 from .tick.prune import Pruner
-from .tick.write import CLAIM_TRUSTED_SHARE
+from .tick.report import TickReport
 
 logger = logging.getLogger("celery_routines.beat")
 
-# After an error (database or broker unreachable) the tick backs off, doubling
-# up to this cap, so a long outage costs a few log lines, not a hot loop.
-ERROR_BACKOFF_START = 1.0
-ERROR_BACKOFF_CAP = 30.0
 # A beat whose clock is off the database's by more than this says so (at
 # start, then at most this often while it lasts).
 SKEW_WARNING_SECONDS = 1.0
@@ -76,7 +73,7 @@ class Scheduler(CeleryScheduler):
         self._store: Store | None = None
         self._gate: Gate | None = None
         self._closed = False
-        self._error_backoff = 0.0
+        self._backoff = TickBackoff(logger)
         self._in_tick = False
         self._stop_requested: float | None = None
         self._stopped_by: str | None = None  # the signal that stopped beat, for the last line
@@ -90,7 +87,7 @@ class Scheduler(CeleryScheduler):
         # says otherwise: the instant it was loaded (the newest start wins).
         self._loaded_at = self._clock().isoformat()
         self._pruner: Pruner | None = None
-        self.last_report = None
+        self.last_report: TickReport | None = None
         # Served from setup_schedule, so the banner's lazy instance serves nothing.
         self.metrics: RoutineMetrics | None = None
         self.health: BeatHealth | None = None
@@ -189,29 +186,14 @@ class Scheduler(CeleryScheduler):
             self._stop_if_requested()
             if self.metrics is not None:
                 self.metrics.observe_tick_error()
-            if _connection_cut(exc) and not self._error_backoff:
-                # Connections are not pinged between close ticks (see
-                # PING_MARGIN_SECONDS); the pool dropped its cut ones.
-                self._error_backoff = ERROR_BACKOFF_START / 2  # the next failure backs off
-                logger.warning(
-                    "beat tick failed: its database connection was cut (%s); trying again at "
-                    "once on a new connection",
-                    _first_line(exc),
-                )
-                return 0.0
-            self._error_backoff = min(
-                max(self._error_backoff * 2, ERROR_BACKOFF_START), ERROR_BACKOFF_CAP
-            )
-            wait = min(self._error_backoff, self.max_interval, self._ledger_deadline())
-            logger.exception("beat tick failed; trying again in %.0f s", wait)
-            return wait
+            holding = self._engine is not None and bool(self._engine.ledger)
+            ledger = ledger_deadline(holding, self.settings.lock_ttl)
+            return self._backoff.failed(exc, min(self.max_interval, ledger))
         self._in_tick = False
         if self.health is not None:
             self.health.tick_finished(ok=True)
         self._stop_if_requested()
-        if self._error_backoff:
-            logger.info("beat tick succeeded again after errors")
-            self._error_backoff = 0.0
+        self._backoff.succeeded()
         self.last_report = report
         self._watch_skew()
         if self.metrics is not None:
@@ -226,16 +208,6 @@ class Scheduler(CeleryScheduler):
         until = (report.next_wakeup - self._clock()).total_seconds() + WAKE_SLACK
         return min(max(until, WAKE_SLACK), longest)
 
-    def _ledger_deadline(self) -> float:
-        """How long a failed tick may wait before the next: while this beat
-        holds runs it published and has not written down, a quarter of
-        ``routines_lock_ttl`` at most, so the write-down is tried again
-        several times before its claims expire (once they have, another
-        beat takes the routines over and sends those runs again)."""
-        engine = self._engine
-        if engine is None or not engine.ledger:
-            return float("inf")
-        return max(ERROR_BACKOFF_START, self.settings.lock_ttl * CLAIM_TRUSTED_SHARE)
     def _serve_health(self, store: Store) -> None:
         """Beat's probes (observe/health.py): on ``routines_health_port`` when
         set, and beside ``/metrics`` on the metrics port."""
@@ -446,16 +418,6 @@ def _written(app: Celery, names: list[str], database_url: str) -> str:
             "result_expires is set and the result backend does not expire results by itself)"
         )
     return text
-
-
-def _connection_cut(exc: BaseException) -> bool:
-    """True when ``exc`` says the connection died (the pool has replaced it)."""
-    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def cannot_start(exc: BaseException, database_url: str | None) -> NoReturn:

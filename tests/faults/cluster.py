@@ -56,7 +56,7 @@ class Cluster:
                 rows,
             )
 
-    def start_beat(self, label: str, **env: str) -> CeleryProcess:
+    def start_beat(self, label: str, max_interval: float = 1, **env: str) -> CeleryProcess:
         full_env = environment(
             self.broker_url,
             self.database_url,
@@ -70,7 +70,7 @@ class Cluster:
                 "--loglevel",
                 "INFO",
                 "--max-interval",
-                "1",
+                str(max_interval),
                 "--schedule",
                 str(self.tmp_path / f"{label}-schedule"),
             ],

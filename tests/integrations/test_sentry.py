@@ -130,8 +130,10 @@ def recorder() -> Iterator[SentryRecorder]:
                 setattr(owner, name, original)
             elif name in owner.__dict__:
                 delattr(owner, name)
-        # So the next init patches again what was just restored.
+        # So the next init patches again what was just restored (a name left in
+        # either set makes it skip setup_once, and a second test found Sentry off).
         integrations._installed_integrations.discard(CeleryIntegration.identifier)
+        integrations._processed_integrations.discard(CeleryIntegration.identifier)
 
 
 def run_of(definition: Routine) -> OutgoingRun:
@@ -164,3 +166,44 @@ def test_each_run_gets_an_in_progress_check_in_and_the_headers_the_worker_closes
     # The definition rides only as far as the monitoring publisher.
     assert sent.routine is None and skipped.routine is None
     assert "headers" not in skipped.options  # excluded by exclude_beat_tasks
+
+
+# Sentry's send_task patch, and nothing of ours, puts this on every message:
+# the enqueue instant its worker side reports queue latency from.
+SENTRY_SEND_TASK_HEADERS = {"sentry-task-enqueued-time"}
+
+
+def headers_sent_by(publisher: Any, url: str) -> dict[str, Any]:
+    from tests.sending.test_direct_publish import decoded, take_messages
+
+    try:
+        publisher.publish(run_of(routine(cron="30 2 * * *")))
+    finally:
+        publisher.close()
+    [[envelope]] = take_messages(url).values()
+    message = decoded(envelope)
+    return {**message["headers"], **message["headers"].get("headers", {})}
+
+
+def test_direct_messages_miss_what_sentry_adds_around_send_task(
+    redis_url: str, recorder: SentryRecorder
+) -> None:
+    """Why ``routines_publish = "direct"`` is not the default (issue 36; README,
+    "Why the defaults are not the fastest path"): what libraries add by
+    wrapping ``send_task`` never runs on a direct message. If this fails
+    because the direct message gained Sentry's header, that reason is gone:
+    revisit the default (tests/sending/test_default_publish.py)."""
+    from celery_routines.sending.direct import DirectPublisher
+    from celery_routines.sending.publish import CeleryPublisher
+    from tests.sending.test_direct_publish import app_for
+
+    app = app_for(redis_url)
+    app.finalize()
+    settings = Settings()
+    by_send_task = headers_sent_by(monitored(CeleryPublisher(app), settings), redis_url)
+    direct = headers_sent_by(monitored(DirectPublisher(app), settings), redis_url)
+    # Sentry Crons: ours, on both paths.
+    assert by_send_task["sentry-monitor-slug"] == direct["sentry-monitor-slug"] == "nightly"
+    # Sentry's send_task patch: on send_task's messages only.
+    assert by_send_task.keys() >= SENTRY_SEND_TASK_HEADERS
+    assert not SENTRY_SEND_TASK_HEADERS & direct.keys()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -28,49 +27,15 @@ import redis
 
 from celery_routines.sending.gate import KEY_PREFIX
 from celery_routines.store import Store
-from tests.e2e.processes import CeleryProcess, environment
 from tests.faults.cluster import Cluster, count, wait_for
 from tests.topology.sentinel import MASTER_NAME, SentinelGroup, sentinel_installed
+from tests.topology.workers import WorkerCluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e, pytest.mark.slow]
 
 ROUTINES = 20
 RUN_TIMEOUT = 12
-RECEIVED = re.compile(r"Task [\w.]+\[([0-9a-f-]{36})\] received")
 OPEN = ("pending", "sent", "running", "retrying")
-
-
-class WorkerCluster(Cluster):
-    """A cluster whose messages are consumed by a real worker: what reached
-    the broker is what the worker received (its log), not a queue's contents."""
-
-    worker: CeleryProcess | None = None
-
-    def start_worker(self) -> CeleryProcess:
-        self.worker = CeleryProcess(
-            [
-                "worker",
-                "--pool",
-                "prefork",
-                "--concurrency",
-                "2",
-                "--loglevel",
-                "INFO",
-                "--hostname",
-                "w@%h",
-                "--without-heartbeat",
-                "--without-mingle",
-                "--without-gossip",
-            ],
-            environment(self.broker_url, self.database_url, **self.extra_env),
-            self.tmp_path / "worker.log",
-        )
-        self.processes.append(self.worker)
-        return self.worker
-
-    def broker_task_ids(self) -> list[str]:
-        assert self.worker is not None
-        return RECEIVED.findall(self.worker.output())
 
 
 @pytest.fixture
