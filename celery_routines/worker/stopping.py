@@ -15,10 +15,11 @@ Two ways a worker with an embedded beat used to run on or hang:
   (celery/celery#2700). A pool process killed while it holds the pool's
   queue lock never releases it, and billiard's pool finalizer, run at exit,
   waits on that lock forever (``Pool._help_stuff_finish``; the same bug as
-  ``multiprocessing.Pool``'s python/cpython#96062). A plain Celery
-  ``worker -B`` hangs the same way. :func:`watch_exit` sees the main thread
-  wait there after the worker has shut down, and ends the process with the
-  worker's exit status, its logs flushed.
+  ``multiprocessing.Pool``'s python/cpython#96062), as does, earlier, the
+  pool's stop joining its task handler (``Pool._stop_task_handler``). A plain
+  Celery ``worker -B`` hangs the same way. A watcher started when the worker
+  is ready sees the main thread wait there once the worker is stopping, and
+  ends the process with the worker's exit status, its logs flushed.
 """
 
 from __future__ import annotations
@@ -43,8 +44,11 @@ SIGNAL_GRACE_SECONDS = 1.0
 # How long the main thread may wait on the dead lock before the process ends:
 # the finalizer drains the queue in a few milliseconds when the lock is free.
 STUCK_SECONDS = 3.0
-# The frame that waits on a lock no live process will release.
-STUCK_IN = ("_help_stuff_finish", "billiard")
+# billiard's frames that wait on a lock no live process will release: the
+# finalizer draining the queue at exit, and, earlier, the pool's stop joining
+# its task handler thread, which waits on that lock to put its sentinel.
+STUCK_IN = frozenset({"_help_stuff_finish", "_stop_task_handler"})
+STUCK_IN_LIBRARY = "billiard"
 
 _connected = False
 
@@ -75,7 +79,11 @@ def watch_embedded_beat(sender: Any = None, **_: Any) -> None:
     worker = getattr(sender, "controller", None)
     beat = getattr(worker, "beat", None)
     # A threaded beat dies with the worker; a billiard child has an exit code.
-    if not runs_our_beat(worker) or not hasattr(beat, "exitcode"):
+    if not runs_our_beat(worker):
+        return
+    # From now on: the pool can get stuck before the worker says it has shut down.
+    _start_exit_watch(worker, exitcode=None)
+    if not hasattr(beat, "exitcode"):
         return
     threading.Thread(
         target=_watch_beat, args=(worker, beat), name="routines-beat-watch", daemon=True
@@ -125,26 +133,47 @@ def watch_exit(sender: Any = None, **_: Any) -> None:
     if not runs_our_beat(sender):
         return
     exitcode = getattr(sender, "exitcode", None)
+    _start_exit_watch(sender, exitcode=0 if exitcode is None else int(exitcode))
+
+
+_exit_watch_started = threading.Lock()
+
+
+def _start_exit_watch(worker: Any, exitcode: int | None) -> None:
+    """One watcher per process, from ``worker_ready`` (or, when the worker
+    never got ready, from ``worker_shutdown``)."""
+    if not _exit_watch_started.acquire(blocking=False):
+        return
     threading.Thread(
         target=_watch_exit,
-        args=(threading.main_thread(), 0 if exitcode is None else int(exitcode)),
+        args=(threading.main_thread(), worker, exitcode),
         name="routines-exit-watch",
         daemon=True,
     ).start()
 
 
-def _watch_exit(main: threading.Thread, exitcode: int) -> None:
+def _exit_status(worker: Any) -> int:
+    """The status the worker exits with: its own, else the one its signal
+    handler chose (warm shutdown: 0 for SIGTERM, 1 for SIGINT)."""
+    for value in (getattr(worker, "exitcode", None), worker_state.should_stop):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return 0
+
+
+def _watch_exit(main: threading.Thread, worker: Any, exitcode: int | None) -> None:
     stuck_since: float | None = None
     while True:
-        if main.ident is not None and _waits_on_dead_lock(main.ident):
+        if _stopping(worker) and main.ident is not None and _waits_on_dead_lock(main.ident):
             stuck_since = stuck_since or time.monotonic()
             if time.monotonic() - stuck_since >= STUCK_SECONDS:
                 break
         else:
             stuck_since = None
         time.sleep(POLL_SECONDS)
+    exitcode = _exit_status(worker) if exitcode is None else exitcode
     logger.warning(
-        "worker exit stuck in billiard's pool finalizer for %.0f s: a pool process was "
+        "worker exit stuck in billiard's pool shutdown for %.0f s: a pool process was "
         "killed while holding the pool's queue lock (a SIGTERM sent to the whole process "
         "group reaches the pool's processes too; send it to the main process, or SIGINT: "
         "celery/celery#2700); ending the process with status %d",
@@ -163,7 +192,7 @@ def _waits_on_dead_lock(ident: int) -> bool:
     frame = sys._current_frames().get(ident)
     while frame is not None:
         code = frame.f_code
-        if code.co_name == STUCK_IN[0] and STUCK_IN[1] in code.co_filename:
+        if code.co_name in STUCK_IN and STUCK_IN_LIBRARY in code.co_filename:
             return True
         frame = frame.f_back
     return False
