@@ -307,7 +307,10 @@ def test_the_overlap_policy_holds_within_a_catch_up_after_downtime(
             assert (replaced.reason, replaced.state) == ("replaced", "skipped"), summary
             newest = replaced.skipped_last + timedelta(seconds=INTERVAL)
             assert sent in ([], [missed[-1]]) and newest >= missed[-1], summary
-            assert [r.state for r in rows if r.scheduled_for == newest] == ["succeeded"], summary
+            # It ran; unless its body outlasted the next regular window on a
+            # busy machine, which then replaced it in turn (replace's own rule).
+            [after] = [(r.state, r.reason) for r in rows if r.scheduled_for == newest]
+            assert after in (("succeeded", None), ("failed", "replaced")), summary
             assert order[0] == newest, summary
 
 
@@ -327,7 +330,13 @@ def test_the_measurement_counts_overlapping_bodies() -> None:
 # -- one routine's recovery does not starve another's ---------------------------------
 
 BACKLOG = 8000  # one-second windows a routine replays (catch_up_cap raised to fit)
-ONE_TICK = 1.0  # seconds: beat ticks at least this often (--max-interval 1)
+# The most a live window may wait: beat ticks at least once a second
+# (--max-interval 1), and the tick that sends it may carry one slice of the
+# backlog (100 windows: 0.16-0.34 s on a quiet machine, up to ~1 s with the
+# rest of the suite running beside it: 1.12 s seen in CI). Without the
+# per-tick slice the whole backlog goes out in one or two ticks (2.42 s and
+# 5.6 s seen), which the tick count below catches whatever the machine.
+ONE_TICK = 2.0
 
 
 def send_times(store: Store, name: str) -> list[tuple[datetime, datetime, datetime | None]]:
