@@ -311,7 +311,10 @@ def test_the_overlap_policy_holds_within_a_catch_up_after_downtime(
             # busy machine, which then replaced it in turn (replace's own rule).
             [after] = [(r.state, r.reason) for r in rows if r.scheduled_for == newest]
             assert after in (("succeeded", None), ("failed", "replaced")), summary
-            assert order[0] == newest, summary
+            # No older recovered window ever ran: the first body is the
+            # newest's, or a later window's when a busy worker had not yet
+            # started the newest before the next window replaced it.
+            assert order and order[0] >= newest, summary
 
 
 def test_the_measurement_counts_overlapping_bodies() -> None:
