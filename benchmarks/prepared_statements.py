@@ -12,7 +12,7 @@ prepared on the server at its fifth execution on a connection):
   runs, publish to an in-memory broker, mark them sent, advance), through
   ``Scheduler.tick()`` with an injected clock one interval on each time;
 * ``worker``: the worker's two statements per run, the claim-and-start and
-  the outcome (``runs.claim_start`` then ``runs.finish``), on every run the
+  the outcome (``outcomes.claim_start`` then ``outcomes.succeed``), on every run the
   ticks sent;
 * ``probe``: an idle tick's one-statement probe, 500 times.
 
@@ -96,8 +96,8 @@ def one_round(mode: str, routines: int, ticks: int) -> dict[str, float]:
                     ]
                 started = time.perf_counter()
                 for run_id in sent:
-                    store.runs.claim_start(run_id, "w1", clock.now, lost_after=60)
-                    store.runs.finish(run_id, "succeeded", clock.now)
+                    store.outcomes.claim_start(run_id, "w1", clock.now, lost_after=60)
+                    store.outcomes.finish(run_id, "succeeded", clock.now)
                 worker = (time.perf_counter() - started) / max(len(sent), 1)
                 probe_times = []
                 for _ in range(500):

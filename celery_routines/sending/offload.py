@@ -57,7 +57,7 @@ class ProcessPublisher:
     no child is left.
     """
 
-    # The tick hands it the next chunk before this one's answer (tick/write.py).
+    # The tick hands it the next chunk before this one's answer (tick/send.py).
     in_background = True
 
     def __init__(

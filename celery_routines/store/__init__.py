@@ -25,6 +25,8 @@ from .records import NewRun, RoutineRecord, RunRecord
 from .refresh import RefreshQueries
 from .routines import Advance, RoutineQueries, _aware
 from .run_metrics import RunMetricsQueries
+from .run_outcomes import RunOutcomeQueries
+from .run_retries import RunRetryQueries
 from .runs import RunQueries
 from .spend_queries import SpendQueries
 from .types import UTCDateTime
@@ -62,6 +64,9 @@ class Store:
         self.connections: Connections = connections_for(engine)
         self.routines = RoutineQueries(engine)
         self.runs = RunQueries(engine)
+        # The retry hand-over's and the worker's queries on routine_runs.
+        self.retries = RunRetryQueries(engine)
+        self.outcomes = RunOutcomeQueries(engine)
         self.admin = AdminQueries(engine)
         self.spend = SpendQueries(engine)
         self.bookkeeping = BookkeepingQueries(engine)

@@ -127,3 +127,18 @@ def windows(pairs: Iterable[tuple[int, datetime]]) -> str:
 
 def ids(values: Sequence[Any]) -> str:
     return json.dumps(sorted(values))
+
+
+def insert_runs(conn: Any, runs: Sequence[NewRun], now: datetime) -> set[str]:
+    """Insert what is new of ``runs`` and learn which rows went in.
+
+    ``ON DUPLICATE KEY UPDATE id = id`` turns a clash on the unique
+    ``(routine_id, idempotency_key, attempt)`` (or the primary key) into a
+    no-op and nothing else: a row too long, a routine that does not exist,
+    a lost connection still raise (``INSERT IGNORE`` would have turned
+    those into warnings). MySQL has no RETURNING (MariaDB has none on an
+    upsert), so the answer is read back in the same transaction: a run id
+    is fresh, so a stored row with one of ours is one this statement wrote.
+    """
+    conn.execute(INSERT_RUNS, {"rows": run_rows(runs), "now": naive(now)})
+    return {row.id for row in conn.execute(STORED_RUN_IDS, {"ids": ids([run.id for run in runs])})}

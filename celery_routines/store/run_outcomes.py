@@ -21,6 +21,7 @@ from sqlalchemy import (
     BindParameter,
     ColumnElement,
     Connection,
+    Engine,
     bindparam,
     case,
     func,
@@ -33,7 +34,7 @@ from sqlalchemy import (
 
 from ..clock import utc_now
 from .compiled import DriverStatement, naive_utc
-from .connections import Connections
+from .connections import Connections, connections_for
 from .dialects import is_mysql
 from .models import Routine, RoutineRun
 from .types import UTCDateTime
@@ -56,10 +57,11 @@ class Finished:
 
 
 class RunOutcomeQueries:
-    """Part of :class:`celery_routines.store.runs.RunQueries`."""
+    """The worker's queries on ``routine_runs`` (``Store.outcomes``)."""
 
-    db: Connections
-    _postgres: bool
+    def __init__(self, engine: Engine) -> None:
+        self.db: Connections = connections_for(engine)
+        self._postgres = engine.dialect.name == "postgresql"
 
     def claim_start(
         self,

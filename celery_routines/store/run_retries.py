@@ -1,17 +1,20 @@
 """The ``routine_runs`` queries of retries: the ``retrying`` attempts due,
 and handing one over to its next attempt (or dropping it) exactly once.
-Part of :class:`celery_routines.store.runs.RunQueries`."""
+The store holds them as ``Store.retries``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, select, text, update
+from sqlalchemy import Engine, Select, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
 
-from .connections import Connections
+import celery_routines.store.mysql as mysql_json
+
+from .connections import connections_for
+from .dialects import is_mysql
 from .fingerprint import record_columns
 from .models import Routine, RoutineRun
 from .records import (
@@ -37,15 +40,13 @@ def run_record(row: Any) -> RunRecord:
 
 
 class RunRetryQueries:
-    """Part of :class:`celery_routines.store.runs.RunQueries`."""
+    """The retry hand-over's queries on ``routine_runs`` (``Store.retries``)."""
 
-    db: Connections
-    _mysql: bool
-    # postgresql.insert or sqlite.insert: the dialect's INSERT with ON CONFLICT.
-    _insert: Any
-
-    def _insert_new_mysql(self, conn: Any, runs: Sequence[NewRun], now: datetime) -> set[str]:
-        raise NotImplementedError
+    def __init__(self, engine: Engine) -> None:
+        self.db = connections_for(engine)
+        self._mysql = is_mysql(engine)
+        # The dialect's INSERT with ON CONFLICT (PostgreSQL's or SQLite's).
+        self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
 
     def retries_due_select(self, now: datetime, limit: int) -> Select[Any]:
         """``retrying`` attempts whose ``retry_at`` has come, oldest first, with
@@ -84,7 +85,7 @@ class RunRetryQueries:
             with self.db.write() as conn:
                 if conn.execute(claim).rowcount != 1:
                     return False
-                return bool(self._insert_new_mysql(conn, [next_attempt], now))
+                return bool(mysql_json.insert_runs(conn, [next_attempt], now))
         insert = (
             self._insert(table)
             .values([{**asdict(next_attempt), "created_at": now}])

@@ -35,8 +35,7 @@ from .records import (
     OpenRun,
     RunRecord,
 )
-from .run_outcomes import RunOutcomeQueries
-from .run_retries import RECORD_COLUMNS, RETRYING, RunRetryQueries, run_record
+from .run_retries import RECORD_COLUMNS, RETRYING, run_record
 
 table = RoutineRun.__table__
 c = table.c
@@ -63,7 +62,7 @@ UNNEST_INSERT = text(
 )
 
 
-class RunQueries(RunRetryQueries, RunOutcomeQueries):
+class RunQueries:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.db = connections_for(engine)
@@ -107,7 +106,7 @@ class RunQueries(RunRetryQueries, RunOutcomeQueries):
             return self._insert_new_unnest(runs, now)
         if self._mysql:
             with self.db.write() as conn:
-                return self._insert_new_mysql(conn, runs, now)
+                return mysql_json.insert_runs(conn, runs, now)
         # One cached single-row statement executed with a parameter list:
         # SQLAlchemy batches it ("insertmanyvalues") and compiles it once,
         # where a multi-row VALUES would be compiled afresh for every batch.
@@ -143,24 +142,6 @@ class RunQueries(RunRetryQueries, RunOutcomeQueries):
         with self.db.fast_write() as conn:
             # Fetched at once: row by row cost more than the arrays above.
             return set(conn.execute(UNNEST_INSERT, columns).scalars().all())
-
-    def _insert_new_mysql(self, conn: Any, runs: Sequence[NewRun], now: datetime) -> set[str]:
-        """MySQL: insert what is new and learn which rows went in.
-
-        ``ON DUPLICATE KEY UPDATE id = id`` turns a clash on the unique
-        ``(routine_id, idempotency_key, attempt)`` (or the primary key) into a
-        no-op and nothing else: a row too long, a routine that does not exist,
-        a lost connection still raise (``INSERT IGNORE`` would have turned
-        those into warnings). MySQL has no RETURNING (MariaDB has none on an
-        upsert), so the answer is read back in the same transaction: a run id
-        is fresh, so a stored row with one of ours is one this statement wrote.
-        """
-        conn.execute(
-            mysql_json.INSERT_RUNS,
-            {"rows": mysql_json.run_rows(runs), "now": mysql_json.naive(now)},
-        )
-        ours = mysql_json.ids([run.id for run in runs])
-        return {row.id for row in conn.execute(mysql_json.STORED_RUN_IDS, {"ids": ours})}
 
     def find_windows(self, windows: Sequence[tuple[int, str, int]]) -> list[RunRecord]:
         """The stored runs of ``(routine_id, idempotency_key, attempt)`` triples."""

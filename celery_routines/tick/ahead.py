@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING
 from celery_routines.tick.report import TickReport
 
 if TYPE_CHECKING:
-    from celery_routines.tick.write import Outgoing
+    from celery_routines.tick.send import Outgoing
 
 
 @dataclass
-class Batch:
+class WrittenBatch:
     """One tick's claimed routines, decided and written, not yet published."""
 
     # The instant the routines were claimed and decided at (beat's clock).
@@ -53,15 +53,15 @@ class Batch:
     report: TickReport = field(default_factory=TickReport)
 
 
-class Ahead:
+class BatchPreparer:
     """At most one batch in preparation; :meth:`take` waits for it."""
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
-        self._batch: Batch | None = None
+        self._batch: WrittenBatch | None = None
         self._error: BaseException | None = None
 
-    def start(self, prepare: Callable[[], Batch]) -> None:
+    def start(self, prepare: Callable[[], WrittenBatch]) -> None:
         if self._thread is not None:  # each tick takes the batch before starting the next
             raise RuntimeError("a batch is already being prepared")
         self._thread = threading.Thread(
@@ -69,13 +69,13 @@ class Ahead:
         )
         self._thread.start()
 
-    def _run(self, prepare: Callable[[], Batch]) -> None:
+    def _run(self, prepare: Callable[[], WrittenBatch]) -> None:
         try:
             self._batch = prepare()
         except BaseException as exc:  # raised by take(), in the tick's thread
             self._error = exc
 
-    def take(self) -> Batch | None:
+    def take(self) -> WrittenBatch | None:
         """The prepared batch (None if none was started); raises the error
         that stopped its preparation (its transaction was rolled back)."""
         thread, self._thread = self._thread, None

@@ -19,7 +19,7 @@ import time
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from .write import CLAIM_TRUSTED_SHARE
+from .send import CLAIM_TRUSTED_SHARE
 
 ERROR_BACKOFF_START = 1.0
 ERROR_BACKOFF_CAP = 30.0

@@ -3,9 +3,11 @@
 *read*: claim the due routines and, in as few queries as there are kinds of
 fact, what deciding needs (ceiling usage, open runs, a dead beat's rows);
 *decide*: :mod:`celery_routines.tick.decide`, pure; *write*: the decisions'
-rows, claims, suspensions and deferrals in the tick's one transaction; *send*:
-after the commit, then mark the runs sent and move the routines on
-(:mod:`~celery_routines.tick.recording`, :mod:`~celery_routines.tick.ledger`).
+rows, claims, suspensions and deferrals in the tick's one transaction
+(:class:`~celery_routines.tick.write.RunWriter`); *send*: after the commit
+(:class:`~celery_routines.tick.send.WindowSender`), then mark the runs sent and
+move the routines on (:class:`~celery_routines.tick.recording.Bookkeeper`,
+from the :mod:`~celery_routines.tick.ledger`).
 A burst's next batch is written while one publishes (:mod:`~celery_routines.tick.ahead`);
 lost runs and retries are swept by :mod:`~celery_routines.tick.sweeps`.
 """
@@ -32,17 +34,18 @@ from celery_routines.sending.publish import Publisher
 from celery_routines.sending.revoke import CeleryRevoker, NoRevoker, Revoker
 from celery_routines.store import Advance, Probe, RoutineRecord, Store
 from celery_routines.tick import decide
-from celery_routines.tick.ahead import Ahead, Batch
+from celery_routines.tick.ahead import BatchPreparer, WrittenBatch
 from celery_routines.tick.collection import collection_deferred
 from celery_routines.tick.contention import HeldElsewhere
 from celery_routines.tick.decide import Claimed, Decision, Facts
-from celery_routines.tick.ledger import Unrecorded
-from celery_routines.tick.marking import MarkingBehind
-from celery_routines.tick.recording import Recording
+from celery_routines.tick.ledger import PublishLedger
+from celery_routines.tick.marking import BackgroundMarker, InlineMarker
+from celery_routines.tick.recording import Bookkeeper
 from celery_routines.tick.refresh import Refresher
 from celery_routines.tick.report import TickReport
+from celery_routines.tick.send import CLAIM_TRUSTED_SHARE, WindowSender
 from celery_routines.tick.sweeps import Sweeps
-from celery_routines.tick.write import CLAIM_TRUSTED_SHARE, Writing
+from celery_routines.tick.write import RunWriter
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -52,7 +55,7 @@ INVALID_RETRY = timedelta(minutes=1)
 MIN_CLAIM_LIMIT = 10
 
 
-class TickEngine(Recording, Writing):
+class TickEngine:
     def __init__(
         self,
         store: Store,
@@ -82,14 +85,30 @@ class TickEngine(Recording, Writing):
         self.refresher = Refresher(store, settings, holder, self.events)
         # Due routines other beats' open claims hold: waited out, not spun on.
         self.held_elsewhere = HeldElsewhere()
-        # What this beat published and has not yet written down.
-        self.ledger = Unrecorded()
+        # What this beat published and has not yet written down, and who
+        # writes it down.
+        self.ledger = PublishLedger()
+        self.bookkeeper = Bookkeeper(store, settings, holder, self.ledger, clock)
         on_postgres = store.engine.dialect.name == "postgresql"
-        self.marking = MarkingBehind(self.ledger, self._mark_batches) if on_postgres else None
+        # PostgreSQL: a published chunk is marked sent on another thread
+        # while the next is published (tick/marking.py).
+        self.marking = (
+            BackgroundMarker(self.ledger, self.bookkeeper.mark_batches) if on_postgres else None
+        )
+        # The decisions written in the tick's transaction; the runs sent after it.
+        self.writer = RunWriter(store, gate, holder, self.revoker, self.events)
+        self.sender = WindowSender(
+            store,
+            publisher,
+            settings,
+            holder,
+            clock,
+            self.events,
+            self.ledger,
+            self.marking or InlineMarker(self.bookkeeper.mark_published),
+        )
         # A burst's next batch written while this one publishes (PostgreSQL).
-        self.ahead = Ahead() if on_postgres else None
-        # Set by the beat when told to stop mid-tick: publishing is bounded.
-        self.stopping: float | None = None
+        self.ahead = BatchPreparer() if on_postgres else None
         # The most routines one tick claims: routines_batch_size, less while
         # ticks take too much of routines_lock_ttl (see _fit_claims_to_ttl).
         self.claim_limit = settings.batch_size
@@ -121,7 +140,7 @@ class TickEngine(Recording, Writing):
                 self._set_offset(self.arbiter() - now)
             if self.ledger:
                 logger.info("writing down %s before anything else", self.ledger.describe())
-                self._record_published(now)
+                self.bookkeeper.record_published(now)
             # The batch the previous tick of a burst claimed and wrote while it
             # published (tick/ahead.py): published by this one.
             prepared = self.ahead.take() if self.ahead is not None else None
@@ -156,9 +175,20 @@ class TickEngine(Recording, Writing):
         report.duration = time.monotonic() - started
         return report
 
+    @property
+    def stopping(self) -> float | None:
+        """Set by the beat when told to stop mid-tick (``time.monotonic()``):
+        publishing is bounded (see ``STOP_GRACE_SECONDS``)."""
+        return self.sender.stopping
+
+    @stopping.setter
+    def stopping(self, since: float | None) -> None:
+        self.sender.stopping = since
+
     def _set_offset(self, offset: timedelta) -> None:
         self.offset = offset
-        self.sweeps.offset = offset
+        for part in (self.sweeps, self.bookkeeper, self.writer, self.sender):
+            part.offset = offset
 
     def _work(self, probe: Probe, now: datetime) -> bool:
         return (
@@ -172,7 +202,7 @@ class TickEngine(Recording, Writing):
         )
 
     def _act(
-        self, probe: Probe, now: datetime, report: TickReport, prepared: Batch | None = None
+        self, probe: Probe, now: datetime, report: TickReport, prepared: WrittenBatch | None = None
     ) -> None:
         # Lost runs first (a run declared lost no longer holds back its
         # routine's window), each an UPDATE outside the transaction below, so
@@ -202,10 +232,10 @@ class TickEngine(Recording, Writing):
         if batch.claimed_ids:
             self._fit_claims_to_ttl(time.monotonic() - batch.started, len(batch.claimed_ids))
 
-    def _publish(self, batch: Batch, now: datetime, report: TickReport) -> None:
+    def _publish(self, batch: WrittenBatch, now: datetime, report: TickReport) -> None:
         """Send a written batch, then write down what went out."""
         if batch.outgoing is not None:
-            held = self._send(batch.outgoing, batch.claimed_at, report)
+            held = self.sender.send(batch.outgoing, batch.claimed_at, report)
             self.ledger.advanced(
                 [
                     Advance(d.claimed.record.id, d.next_run_at)
@@ -213,9 +243,9 @@ class TickEngine(Recording, Writing):
                     if d.claimed.record.id in held
                 ]
             )
-        self._record_published(now)
+        self.bookkeeper.record_published(now)
 
-    def _claim_and_write(self, now: datetime, excluding: Sequence[int] = ()) -> Batch:
+    def _claim_and_write(self, now: datetime, excluding: Sequence[int] = ()) -> WrittenBatch:
         """Claim due routines, decide them and write their rows, in the
         caller's transaction; what to publish once it commits."""
         report = TickReport()
@@ -227,11 +257,11 @@ class TickEngine(Recording, Writing):
         report.claimed = len(claimed)
         self._lift_ended_suspensions(claimed, now)
         decisions = self._decide(claimed, now, report)
-        outgoing = self._write(decisions, now, report)
+        outgoing = self.writer.write(decisions, now, report)
         ids = [record.id for record in claimed]
-        return Batch(now, started, ids, outgoing, len(claimed) >= limit, report)
+        return WrittenBatch(now, started, ids, outgoing, len(claimed) >= limit, report)
 
-    def _prepare(self, excluding: Sequence[int]) -> Batch:
+    def _prepare(self, excluding: Sequence[int]) -> WrittenBatch:
         """The burst's next batch, on the Ahead thread (its own connection and
         transaction), never one of ``excluding``: the batch being published."""
         now = self.clock()
@@ -242,7 +272,7 @@ class TickEngine(Recording, Writing):
         """Beat stopping, before its claims are released: publish the batch
         in preparation, as a tick told to stop does (within the same grace,
         the rest left ``pending`` for the next holder); then write down what
-        this beat published and has not (see Recording)."""
+        this beat published and has not (see Bookkeeper)."""
         try:
             batch = self.ahead.take() if self.ahead is not None else None
             if batch is not None:
@@ -252,7 +282,7 @@ class TickEngine(Recording, Writing):
                 logger.info("stopping: sent %d run(s) of the batch written last", report.sent)
         except Exception:
             logger.warning("stopping: the batch written last was not all sent", exc_info=True)
-        self._write_down_before_stopping()
+        self.bookkeeper.write_down_before_stopping()
 
     def _fit_claims_to_ttl(self, took: float, claimed: int) -> None:
         """Claim no more routines than this beat carries out well within
@@ -273,30 +303,6 @@ class TickEngine(Recording, Writing):
                 self.settings.lock_ttl,
                 self.claim_limit,
             )
-
-    def _renew_claims(self, ready: list[Decision], held: set[int], checked: datetime) -> set[int]:
-        """The routines of ``held`` whose claims this beat still has, renewed
-        from ``checked`` for the messages still to go out and their bookkeeping.
-
-        A claim lets another beat take the routine over once it expires, and
-        that beat sends the routine's ``pending`` rows itself; a routine taken
-        over meanwhile is left to its new holder, its rows unpublished here.
-        """
-        ttl = timedelta(seconds=self.settings.lock_ttl)
-        until = checked + self.offset + ttl  # on the database's clock
-        still = self.store.routines.renew_claims(sorted(held), self.holder, until)
-        taken = [d for d in ready if d.claimed.record.id in held - still]
-        if taken:
-            logger.warning(
-                "claims of %d routine(s) were taken over before this beat sent their runs "
-                "(%s): their %d pending run(s) are left to the new holder (raise "
-                "routines_lock_ttl or lower routines_batch_size if ticks are this slow)",
-                len(taken),
-                ", ".join(d.claimed.routine.name for d in taken[:5])
-                + (", ..." if len(taken) > 5 else ""),
-                sum(len(d.sends) for d in taken),
-            )
-        return still
 
     def _next_wakeup(
         self, probe: Probe, now: datetime, held: datetime | None = None

@@ -20,12 +20,17 @@ from datetime import datetime
 
 from celery_routines.store import Advance
 
+# Run ids published at one instant, with their routines' own run_timeout
+# (None: routines_run_timeout): marked ``sent`` together.
+SentBatch = tuple[list[str], datetime, float | None]
+
 
 @dataclass
-class Unrecorded:
-    # Batches of run ids published at one instant, not yet marked sent, with
-    # their routines' own run_timeout (None: routines_run_timeout).
-    sent: list[tuple[list[str], datetime, float | None]] = field(default_factory=list)
+class PublishLedger:
+    """What this beat published and has not yet written down."""
+
+    # Batches published, not yet marked sent, oldest first.
+    sent: list[SentBatch] = field(default_factory=list)
     # Next windows of routines whose runs went out, not yet written.
     advances: dict[int, Advance] = field(default_factory=dict)
 

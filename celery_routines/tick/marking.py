@@ -1,7 +1,7 @@
 """Marking a published chunk ``sent`` while the next chunk is published.
 
 A tick publishes its runs in chunks and marks each chunk ``sent`` before the
-one after it goes out is done (see ``Writing._send``). On PostgreSQL the
+one after it goes out is done (see :mod:`celery_routines.tick.send`). On PostgreSQL the
 marking is the database's work, on its own core, and publishing is this
 process's: the marking of chunk k runs on a thread of its own (with its own
 connection, autocommitted like the statement it replaces) while this thread
@@ -21,21 +21,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from datetime import datetime
 
-from celery_routines.tick.ledger import Unrecorded
-
-Batch = tuple[list[str], datetime, float | None]
+from celery_routines.tick.ledger import PublishLedger, SentBatch
 
 
-class MarkingBehind:
+class BackgroundMarker:
     """At most one marking in flight; :meth:`finish` waits for it."""
 
-    def __init__(self, ledger: Unrecorded, mark: Callable[[Sequence[Batch]], None]) -> None:
+    def __init__(self, ledger: PublishLedger, mark: Callable[[Sequence[SentBatch]], None]) -> None:
         self.ledger = ledger
         self.mark = mark
         self._thread: threading.Thread | None = None
-        self._batches: list[Batch] = []
+        self._batches: list[SentBatch] = []
         self._error: BaseException | None = None
 
     def start(self) -> None:
@@ -52,7 +49,7 @@ class MarkingBehind:
         )
         self._thread.start()
 
-    def _run(self, batches: list[Batch]) -> None:
+    def _run(self, batches: list[SentBatch]) -> None:
         try:
             self.mark(batches)
         except BaseException as exc:  # re-raised by finish(), in the tick's thread
@@ -76,3 +73,17 @@ class MarkingBehind:
             del sent[: len(batches)]
         else:  # never expected; a batch left in the ledger is written again, harmlessly
             sent[:] = [batch for batch in sent if batch not in batches]
+
+
+class InlineMarker:
+    """Elsewhere than PostgreSQL: a published chunk is marked ``sent`` on the
+    tick's own thread, at once (a statement each; nothing to wait for)."""
+
+    def __init__(self, mark: Callable[[], None]) -> None:
+        self.mark = mark
+
+    def start(self) -> None:
+        self.mark()
+
+    def finish(self) -> None:
+        """Nothing in flight: the marking was done by :meth:`start`."""

@@ -18,8 +18,7 @@ from celery_routines.clock import Clock
 from celery_routines.config import Settings
 from celery_routines.policy.runs import lost_deadline
 from celery_routines.store import Published, Store
-from celery_routines.tick.ledger import Unrecorded
-from celery_routines.tick.marking import Batch
+from celery_routines.tick.ledger import PublishLedger, SentBatch
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -28,18 +27,22 @@ logger = logging.getLogger("celery_routines.beat")
 STOP_WRITE_DOWN_ATTEMPTS = 3
 
 
-class Recording:
-    """What the engine provides to this half."""
+class Bookkeeper:
+    """Writes down what the beat published, from its ledger."""
 
-    store: Store
-    settings: Settings
-    holder: str
-    ledger: Unrecorded
-    # The database's clock minus the beat's, for run deadlines.
-    offset: timedelta
-    clock: Clock
+    def __init__(
+        self, store: Store, settings: Settings, holder: str, ledger: PublishLedger, clock: Clock
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.holder = holder
+        self.ledger = ledger
+        self.clock = clock
+        # The database's clock minus the beat's, for run deadlines (set by
+        # the engine at each tick).
+        self.offset = timedelta(0)
 
-    def _mark_published(self) -> None:
+    def mark_published(self) -> None:
         """The ledger's published runs -> ``sent``, oldest batch first."""
         while self.ledger.sent:
             run_ids, sent_at, timeout = self.ledger.sent[0]
@@ -47,14 +50,14 @@ class Recording:
             self.store.runs.mark_sent(run_ids, sent_at, deadline_at=deadline)
             self.ledger.marked()
 
-    def _mark_batches(self, batches: Sequence[Batch]) -> None:
-        """Published batches -> ``sent`` (run by ``MarkingBehind``'s thread:
+    def mark_batches(self, batches: Sequence[SentBatch]) -> None:
+        """Published batches -> ``sent`` (run by ``BackgroundMarker``'s thread:
         it leaves the ledger to the tick's thread)."""
         for run_ids, sent_at, timeout in batches:
             deadline = self._sent_deadline(sent_at, timeout)
             self.store.runs.mark_sent(run_ids, sent_at, deadline_at=deadline)
 
-    def _record_published(self, now: datetime) -> None:
+    def record_published(self, now: datetime) -> None:
         """Write down what went out: runs marked sent, then routines moved on.
 
         Each is one statement of its own, after the messages: a failure of
@@ -66,14 +69,14 @@ class Recording:
         if ledger.sent and ledger.advances and self.store.bookkeeping.one_statement:
             self._record_in_one_statement(now)
             return
-        self._mark_published()
+        self.mark_published()
         if ledger.advances:
             advances = sorted(ledger.advances.values(), key=lambda a: a.routine_id)
             advanced = self.store.routines.advance(advances, self.holder, now)
             ledger.advances.clear()
             self._say_taken_over(len(advances) - advanced)
 
-    def _write_down_before_stopping(self) -> None:
+    def write_down_before_stopping(self) -> None:
         """A stopping beat's ledger (its last bookkeeping failed), written
         before its claims are handed back: else the beat that takes them over
         finds those runs ``pending`` and publishes them again."""
@@ -83,7 +86,7 @@ class Recording:
             try:
                 with self.store.session():  # a fresh connection after a failed one
                     logger.info("stopping: writing down %s", self.ledger.describe())
-                    self._record_published(self.clock())
+                    self.record_published(self.clock())
             except Exception:
                 if attempt < STOP_WRITE_DOWN_ATTEMPTS:
                     continue

@@ -45,3 +45,8 @@ class TickReport:
                 )
         for reason, count in other.skipped_by_reason.items():
             self.skipped_by_reason[reason] = self.skipped_by_reason.get(reason, 0) + count
+
+    def skipped(self, reason: str, count: int = 1) -> None:
+        """``count`` windows skipped for ``reason`` (the run row's)."""
+        self.skipped_windows += count
+        self.skipped_by_reason[reason] = self.skipped_by_reason.get(reason, 0) + count

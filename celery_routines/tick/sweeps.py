@@ -35,7 +35,7 @@ from celery_routines.sending.delivery import outgoing_run, publish_runs, record_
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
 from celery_routines.store.records import DueRetry
-from celery_routines.tick.ledger import Unrecorded
+from celery_routines.tick.ledger import PublishLedger
 
 if TYPE_CHECKING:
     from celery_routines.tick.report import TickReport
@@ -141,7 +141,7 @@ class Sweeps:
             skipped_first=run.scheduled_for,
             skipped_last=run.scheduled_for,
         )
-        if not self.store.runs.take_retry(run.id, settled, skipped, now):
+        if not self.store.retries.take_retry(run.id, settled, skipped, now):
             report.conflicts += 1
             return
         report.skipped_windows += 1
@@ -160,13 +160,13 @@ class Sweeps:
     def retries_due(self, now: datetime, report: TickReport) -> list[DueRetry]:
         """The ``retrying`` runs whose ``retry_at`` has come (read inside the
         tick's first transaction; sent by :meth:`send_retries` after it)."""
-        due = self.store.runs.retries_due(now, self.settings.batch_size)
+        due = self.store.retries.retries_due(now, self.settings.batch_size)
         if len(due) >= self.settings.batch_size:
             report.more_due = True
         return due
 
     def send_retries(
-        self, due: list[DueRetry], now: datetime, report: TickReport, ledger: Unrecorded
+        self, due: list[DueRetry], now: datetime, report: TickReport, ledger: PublishLedger
     ) -> None:
         """Send attempt N+1 of each due retry; each is taken by one beat only,
         and the taken ones go out together, batched like a tick's windows.
@@ -191,7 +191,7 @@ class Sweeps:
             if blocked is not None or model is None:
                 # Dropped, not postponed: resuming the routine later must not
                 # replay a backlog of retries in a burst.
-                if self.store.runs.cancel_retry(run.id, settled, no_retry(blocked or "invalid")):
+                if self.store.retries.cancel_retry(run.id, settled, no_retry(blocked or "invalid")):
                     report.retries_cancelled += 1
                     logger.warning(
                         "retry of %s attempt %d dropped: routine %s is %s",
@@ -215,7 +215,7 @@ class Sweeps:
                     now + self.offset, model.run_timeout or self.settings.run_timeout
                 ),
             )
-            if not self.store.runs.take_retry(run.id, settled, next_run, now):
+            if not self.store.retries.take_retry(run.id, settled, next_run, now):
                 report.conflicts += 1
                 logger.info(
                     "retry of %s attempt %d taken by another beat", run.idempotency_key, attempt
@@ -282,7 +282,7 @@ class Sweeps:
             return False
         if routine.overlap == Overlap.REPLACE:
             settled = settled_state(run.reason)
-            if self.store.runs.cancel_retry(run.id, settled, no_retry(Reason.REPLACED)):
+            if self.store.retries.cancel_retry(run.id, settled, no_retry(Reason.REPLACED)):
                 report.retries_cancelled += 1
                 logger.warning(
                     "retry of %s attempt %d dropped: overlap=replace and %s is open",
@@ -291,7 +291,7 @@ class Sweeps:
                     others[0],
                 )
             return True
-        if self.store.runs.postpone_retry(run.id, now + QUEUE_RECHECK):
+        if self.store.retries.postpone_retry(run.id, now + QUEUE_RECHECK):
             logger.info(
                 "retry of %s attempt %d waits: overlap=%s and %s is open",
                 run.idempotency_key,

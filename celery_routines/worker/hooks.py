@@ -147,7 +147,7 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
         # One statement claims and starts the run and stamps its deadline on
         # the database's clock (the injected clock of a test that replaced it).
         deadline = None if clock is utc_now else now + timedelta(seconds=after)
-        claim = partial(store.runs.claim_start, task_id, hostname, now, celery_retries=retries)
+        claim = partial(store.outcomes.claim_start, task_id, hostname, now, celery_retries=retries)
         claimed = run_statement(
             store, lambda on: claim(deadline_at=deadline, lost_after=after, on=on)
         )
@@ -159,7 +159,7 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
         raise
     if claimed:
         request._routines_claimed = task_id
-        heartbeat.start(task_id, timeout, store.runs.heartbeat, arbiter)
+        heartbeat.start(task_id, timeout, store.outcomes.heartbeat, arbiter)
         return
     end_run()
     global _refused
@@ -167,7 +167,7 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
         _refused += 1
     counting.refused(store, task_id, now)
     try:
-        state = store.runs.count_duplicate(task_id)
+        state = store.outcomes.count_duplicate(task_id)
     except Exception:
         state = "unreadable (database error)"
         logger.exception("could not count the refused delivery of run %s", task_id)
@@ -262,7 +262,7 @@ def _on_prerun(sender: Any = None, task_id: str | None = None, task: Any = None,
         )
     begin_run()
     try:
-        store_for(task.app).runs.claim_start(task_id, task.request.hostname, clock())
+        store_for(task.app).outcomes.claim_start(task_id, task.request.hostname, clock())
     except Exception:
         logger.exception("could not mark run %s running", task_id)
 
@@ -278,7 +278,7 @@ def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
         # One statement, which also tells whether the routine has a ceiling.
         store, now = store_for(sender.app), clock()
         finished = run_statement(
-            store, lambda on: store.runs.succeed(run_id, now, spend=ledger, on=on)
+            store, lambda on: store.outcomes.succeed(run_id, now, spend=ledger, on=on)
         )
     except Exception:
         logger.exception("could not record the success of run %s", run_id)
@@ -336,7 +336,7 @@ def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: 
         now + wait, run_timeout_of(request, settings_for(sender.app).run_timeout)
     )
     try:
-        store_for(sender.app).runs.requeue(
+        store_for(sender.app).outcomes.requeue(
             request.id, celery_retries=int(request.retries or 0), deadline_at=deadline
         )
     except Exception:

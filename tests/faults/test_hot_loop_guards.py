@@ -37,7 +37,7 @@ def fail_every_sent_run(store: Store, now: datetime) -> int:
         ids = conn.execute(text("SELECT id FROM routine_runs WHERE state = 'sent'")).scalars()
         ids = list(ids)
     for run_id in ids:
-        assert store.runs.claim_start(run_id, "worker-1", now)
+        assert store.outcomes.claim_start(run_id, "worker-1", now)
         worker.record_failure(store, run_id, "RuntimeError: always fails", now, lost=False)
     return len(ids)
 

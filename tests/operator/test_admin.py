@@ -414,8 +414,8 @@ def test_a_backfill_follows_the_routines_overlap_policy(
         with pytest.raises(OperationRefused, match="wait for it to finish"):
             admin.backfill(*span)
     for window in first.windows:  # a worker ran them
-        assert store.runs.claim_start(window.run_id, "worker-1", NOW)
-        store.runs.finish(window.run_id, "succeeded", NOW)
+        assert store.outcomes.claim_start(window.run_id, "worker-1", NOW)
+        store.outcomes.finish(window.run_id, "succeeded", NOW)
     second = admin.backfill(*span)
     assert sent(second) == second_call
     # The backfill's own --overlap: every window left at once.

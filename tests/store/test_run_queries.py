@@ -64,7 +64,7 @@ def test_the_lost_sweep_is_a_range_scan_of_the_deadline_index(planned: Store) ->
 
 def test_the_retry_query_is_a_range_scan_of_the_retry_index(planned: Store) -> None:
     store = planned
-    plan = explain(store, store.runs.retries_due_select(NOW, 100))
+    plan = explain(store, store.retries.retries_due_select(NOW, 100))
     assert "ix_routine_runs_retry_due" in plan, plan
 
 

@@ -66,8 +66,8 @@ def test_no_statement_of_a_beat_a_worker_or_the_migrations_leaves_session_state(
             for run in runs_of(store, f"poll-{n}"):
                 if run["state"] != "sent":
                     continue
-                assert store.runs.claim_start(run["id"], "w1", clock.now, lost_after=60)
-                assert store.runs.finish(run["id"], "succeeded", clock.now)
+                assert store.outcomes.claim_start(run["id"], "w1", clock.now, lost_after=60)
+                assert store.outcomes.finish(run["id"], "succeeded", clock.now)
         with store.engine.connect() as conn:
             prepared = conn.execute(text("SELECT count(*) FROM pg_prepared_statements")).scalar()
     finally:

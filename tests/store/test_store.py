@@ -285,10 +285,10 @@ def test_worker_claim_of_a_run_succeeds_once(store: Store) -> None:
     run = new_run(rid, "r@2026-10-25T02:00:00+02:00")
     store.runs.insert_new([run], T0)
     store.runs.mark_sent([run.id], T0)
-    assert store.runs.claim_start(run.id, "w1", T0) is True
-    assert store.runs.claim_start(run.id, "w2", T0) is False
-    assert store.runs.finish(run.id, "succeeded", T0, spend={"fires": 1}) is True
-    assert store.runs.claim_start(run.id, "w3", T0) is False
+    assert store.outcomes.claim_start(run.id, "w1", T0) is True
+    assert store.outcomes.claim_start(run.id, "w2", T0) is False
+    assert store.outcomes.finish(run.id, "succeeded", T0, spend={"fires": 1}) is True
+    assert store.outcomes.claim_start(run.id, "w3", T0) is False
     stored = store.runs.get(run.id)
     assert (stored.state, stored.worker, stored.spend) == ("succeeded", "w1", '{"fires": 1}')
 

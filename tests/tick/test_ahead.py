@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from celery_routines import Scheduler, register
-from celery_routines.tick.write import STOP_GRACE_SECONDS
+from celery_routines.tick.send import STOP_GRACE_SECONDS
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app, published, runs_of
 

@@ -89,7 +89,7 @@ def test_a_beat_whose_claims_were_taken_over_mid_tick_publishes_none_of_them(
         slow.tick()  # adopts
         clock.advance(minutes=1)
         engine = slow.engine
-        send = engine._send
+        send = engine.sender.send
 
         def stalled(outgoing: Any, now: Any, report: Any) -> Any:
             # The slow beat's rows are committed; it stalls past its claims,
@@ -98,7 +98,7 @@ def test_a_beat_whose_claims_were_taken_over_mid_tick_publishes_none_of_them(
             other.tick()
             return send(outgoing, now, report)
 
-        engine._send = stalled  # type: ignore[method-assign]
+        engine.sender.send = stalled  # type: ignore[method-assign]
         slow.tick()
         counts = Counter(m["id"] for m in published(folder))
         assert list(counts.values()) == [1], counts
@@ -142,7 +142,7 @@ def test_a_long_publish_renews_its_claims_between_chunks_so_nobody_takes_them_ov
             def close(self) -> None:
                 inner.close()
 
-        engine.publisher = SlowPublisher()  # type: ignore[assignment]
+        engine.sender.publisher = SlowPublisher()  # type: ignore[assignment]
         slow.tick()
         counts = Counter(m["id"] for m in published(folder))
         assert len(counts) == 1200 and set(counts.values()) == {1}
@@ -220,7 +220,7 @@ def test_a_chunk_marked_sent_behind_the_next_one_was_published_first_and_a_failu
                 raise OperationalError("injected", {}, Exception("connection dropped"))
             return mark_sent(run_ids, *args, **kwargs)
 
-        engine.publisher = Recording()  # type: ignore[assignment]
+        engine.sender.publisher = Recording()  # type: ignore[assignment]
         runs.mark_sent = checked  # type: ignore[method-assign]
         scheduler.tick()  # chunk 1 out; its marking fails behind chunk 2; chunk 3 waits
         assert marked_on == ["celery-routines-mark-sent"]

@@ -422,7 +422,7 @@ def test_a_run_is_published_only_after_its_row_is_committed(
     try:
         scheduler.tick()  # adopts
         engine = scheduler.engine
-        engine.publisher = CheckingPublisher(engine.publisher)
+        engine.sender.publisher = CheckingPublisher(engine.sender.publisher)
         clock.advance(minutes=5)
         scheduler.tick()
         assert len(published(broker_folder)) == 1

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from celery_routines import Scheduler, register
-from celery_routines.tick import write
+from celery_routines.tick import send
 from tests.conftest import FakeClock
 from tests.harness import published, runs_of
 from tests.tick.test_bookkeeping import make
@@ -56,7 +56,7 @@ def terminated_mid_tick(tmp_path: Path, database_url: str, clock: FakeClock) -> 
         def close(self) -> None:
             inner.close()
 
-    stopping.engine.publisher = TerminatedPublisher()  # type: ignore[assignment]
+    stopping.engine.sender.publisher = TerminatedPublisher()  # type: ignore[assignment]
     with pytest.raises(SystemExit) as stopped:
         stopping.tick()
     assert stopped.value.code == 0
@@ -82,11 +82,11 @@ def test_sigterm_mid_tick_publishes_what_was_committed_then_stops(
 def test_a_beat_out_of_grace_leaves_the_rest_pending_and_hands_its_claims_back(
     tmp_path: Path, database_url: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(write, "STOP_GRACE_SECONDS", 0.0)
+    monkeypatch.setattr(send, "STOP_GRACE_SECONDS", 0.0)
     other = terminated_mid_tick(tmp_path, database_url, clock)
     try:
         folder = tmp_path / "broker"
-        assert len(published(folder)) == write.PUBLISH_CHUNK  # only the chunk under way
+        assert len(published(folder)) == send.PUBLISH_CHUNK  # only the chunk under way
         # Within the stopped beat's claim TTL (the clock has not moved): its
         # claims were released, so the other beat sends the rest at once.
         other.tick()

@@ -53,7 +53,7 @@ def set_paused(store: Store, name: str, paused: bool) -> None:
 
 def fail(store: Store, run_id: str, now: datetime, error: str = "RuntimeError: boom") -> None:
     """What the worker does for a body that raised."""
-    assert store.runs.claim_start(run_id, "worker-1", now)
+    assert store.outcomes.claim_start(run_id, "worker-1", now)
     worker.record_failure(store, run_id, error, now, lost=False)
 
 
@@ -115,8 +115,8 @@ def test_two_beats_never_both_send_the_same_retry(
         fail(first.store, run.id, clock.now)
         clock.advance(minutes=1)
         # Both beats read the due retry before either takes it.
-        stale = second.store.runs.retries_due(clock.now, 10)
-        monkeypatch.setattr(second.store.runs, "retries_due", lambda now, limit: stale)
+        stale = second.store.retries.retries_due(clock.now, 10)
+        monkeypatch.setattr(second.store.retries, "retries_due", lambda now, limit: stale)
         stale_probe = iter([second.store.probe(clock.now, second.holder)])
         real_probe = second.store.probe
         monkeypatch.setattr(
@@ -147,7 +147,7 @@ def test_a_run_past_its_deadline_becomes_lost_visibly_and_is_retried(
         beat.tick()
         store = beat.store
         [run] = runs(store, "slow")
-        assert store.runs.claim_start(
+        assert store.outcomes.claim_start(
             run.id, "worker-1", clock.now, deadline_at=clock.now + timedelta(seconds=300)
         )
         # The worker is SIGKILLed: nothing more is heard from it.
@@ -180,7 +180,7 @@ def test_two_beats_declare_a_run_lost_once(
         clock.advance(hours=1)
         first.tick()
         [run] = runs(first.store, "slow")
-        assert first.store.runs.claim_start(
+        assert first.store.outcomes.claim_start(
             run.id, "worker-1", clock.now, deadline_at=clock.now + timedelta(seconds=60)
         )
         clock.advance(minutes=2)
@@ -292,12 +292,12 @@ def start_slow_run(policy: str, database_url: str, tmp_path: Path, clock: FakeCl
     folder = tmp_path / "broker"
     beat = make_scheduler(folder, database_url, clock)
     revoker = RecordingRevoker()
-    beat.engine.revoker = revoker
+    beat.engine.writer.revoker = revoker
     beat.tick()
     clock.advance(minutes=1)
     beat.tick()
     [first] = runs(beat.store, "slow")
-    assert beat.store.runs.claim_start(first.id, "worker-1", clock.now)
+    assert beat.store.outcomes.claim_start(first.id, "worker-1", clock.now)
     clock.advance(minutes=1)  # the next window is due; the first run is still running
     return beat, folder, first, revoker
 
@@ -328,7 +328,7 @@ def test_overlap_queue_holds_the_window_until_the_open_run_ends_without_spinning
         assert min(sleeps) > 0.5, "a queued routine made the tick spin"
         assert max(sleeps) <= 1.1, "the queued window is not rechecked within a second"
         assert beat.last_report.queued == 1
-        beat.store.runs.finish(first.id, "succeeded", clock.now)
+        beat.store.outcomes.finish(first.id, "succeeded", clock.now)
         beat.tick()  # the first tick after the run ended, at the same instant
         assert len(published(folder)) == 2
         assert published(folder)[1]["routine_window"] == "slow@2026-11-30T12:02:00+00:00"
@@ -343,7 +343,7 @@ def test_overlap_queue_sends_missed_windows_one_at_a_time(
     try:
         clock.advance(minutes=2)  # three windows due behind the open run
         beat.tick()
-        beat.store.runs.finish(first.id, "succeeded", clock.now)
+        beat.store.outcomes.finish(first.id, "succeeded", clock.now)
         beat.tick()
         beat.tick()
         assert len(published(folder)) == 2  # one queued window, not a burst of three
@@ -472,7 +472,7 @@ def test_a_retry_follows_the_overlap_policy_while_a_later_window_runs(
         clock.advance(minutes=1)
         beat.tick()  # 12:02: nothing open (the failed attempt waits as retrying)
         later = next(r for r in runs(beat.store, "flaky") if r.scheduled_for == clock.now)
-        assert beat.store.runs.claim_start(later.id, "worker-1", clock.now)  # 12:02 runs
+        assert beat.store.outcomes.claim_start(later.id, "worker-1", clock.now)  # 12:02 runs
         clock.advance(seconds=30)
         beat.tick()  # 12:02:30: the retry is due while 12:02 runs
         attempts = [m["routine_attempt"] for m in published(folder)]
@@ -487,7 +487,7 @@ def test_a_retry_follows_the_overlap_policy_while_a_later_window_runs(
             return
         # skip, queue: it waits for the run in progress, then goes.
         assert retry.state == "retrying" and retry.retry_at > clock.now
-        beat.store.runs.finish(later.id, "succeeded", clock.now)
+        beat.store.outcomes.finish(later.id, "succeeded", clock.now)
         clock.advance(seconds=1)
         beat.tick()
         assert [m["routine_attempt"] for m in published(folder)] == [1, 1, 2]

@@ -33,6 +33,8 @@ def scheduler_with_events(tmp_path: Path, database_url: str, clock: FakeClock, *
     events = RecordingEvents()
     scheduler.engine.events = events
     scheduler.engine.sweeps.events = events
+    scheduler.engine.writer.events = events
+    scheduler.engine.sender.events = events
     return scheduler, events
 
 

@@ -23,11 +23,11 @@ def test_a_heartbeat_extends_a_running_runs_deadline_and_keeps_a_later_one(
     store: Store, clock: FakeClock
 ) -> None:
     run_id = make_run(store, "job")
-    assert store.runs.claim_start(run_id, "w1", clock.now, deadline_at=clock.now)
+    assert store.outcomes.claim_start(run_id, "w1", clock.now, deadline_at=clock.now)
     later = clock.now + timedelta(minutes=5)
-    assert store.runs.heartbeat(run_id, later)
+    assert store.outcomes.heartbeat(run_id, later)
     assert store.runs.get(run_id).deadline_at == later
-    assert store.runs.heartbeat(run_id, clock.now + timedelta(minutes=1))
+    assert store.outcomes.heartbeat(run_id, clock.now + timedelta(minutes=1))
     assert store.runs.get(run_id).deadline_at == later  # a time limit's later deadline stays
 
 
@@ -35,7 +35,7 @@ def test_a_heartbeat_of_a_run_no_longer_running_changes_nothing(
     store: Store, clock: FakeClock
 ) -> None:
     run_id = make_run(store, "job")  # sent, never claimed
-    assert not store.runs.heartbeat(run_id, clock.now + timedelta(hours=1))
+    assert not store.outcomes.heartbeat(run_id, clock.now + timedelta(hours=1))
     assert store.runs.get(run_id).deadline_at is None
 
 

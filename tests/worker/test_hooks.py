@@ -238,7 +238,7 @@ def test_a_lost_pool_process_makes_the_run_lost_and_retried(
         pass
 
     run_id = make_run(store, "job")
-    assert store.runs.claim_start(run_id, "w1", clock.now)
+    assert store.outcomes.claim_start(run_id, "w1", clock.now)
     # What the worker's main process reports when the pool child running the
     # task dies (it pushes the request so handlers see the headers).
     job.push_request(id=run_id, headers={"routine": "job"})
@@ -293,12 +293,12 @@ def test_a_celery_retry_delivery_may_take_over_its_running_run_but_a_duplicate_m
     # Celery's retry message can arrive before the retrying delivery's
     # task_retry handler put the row back to sent: request.retries tells them apart.
     run_id = make_run(store, "job")
-    assert store.runs.claim_start(run_id, "w1", clock.now, celery_retries=0)
-    assert not store.runs.claim_start(run_id, "w2", clock.now, celery_retries=0)
-    assert store.runs.claim_start(run_id, "w2", clock.now, celery_retries=1)
-    assert not store.runs.claim_start(run_id, "w3", clock.now, celery_retries=1)
+    assert store.outcomes.claim_start(run_id, "w1", clock.now, celery_retries=0)
+    assert not store.outcomes.claim_start(run_id, "w2", clock.now, celery_retries=0)
+    assert store.outcomes.claim_start(run_id, "w2", clock.now, celery_retries=1)
+    assert not store.outcomes.claim_start(run_id, "w3", clock.now, celery_retries=1)
     # The late task_retry handler of the first delivery changes nothing now.
-    store.runs.requeue(run_id, celery_retries=0)
+    store.outcomes.requeue(run_id, celery_retries=0)
     assert store.runs.get(run_id).state == "running"
 
 
@@ -310,7 +310,7 @@ def test_celery_retry_puts_the_run_back_to_sent_for_its_redelivery(
         pass
 
     run_id = make_run(store, "job")
-    assert store.runs.claim_start(run_id, "w1", clock.now)
+    assert store.outcomes.claim_start(run_id, "w1", clock.now)
     job.push_request(id=run_id, headers={"routine": "job"}, retries=0)
     try:
         worker._on_retry(sender=job, request=job.request, reason=SimpleNamespace(when=30))
@@ -523,6 +523,6 @@ def test_a_message_that_expired_in_the_queue_is_a_skip_reason_expired(
     assert (run.state, run.reason, run.retry_at) == ("skipped", "expired", None)
     # A run that already started keeps its outcome.
     started = make_run(store, "job", attempt=2)
-    assert store.runs.claim_start(started, "w1", clock.now)
+    assert store.outcomes.claim_start(started, "w1", clock.now)
     worker._on_revoked(sender=job, request=Context(id=started, routine="job"), expired=True)
     assert store.runs.get(started).state == "running"

@@ -1,0 +1,294 @@
+"""The send half of a tick: the written runs published, after their rows
+are committed (a worker claims a run only from its row), in chunks under
+claims known to be live, what went out entered in the beat's ledger and what
+the broker refused recorded under the routine's retry policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from celery_routines.clock import Clock
+from celery_routines.config import Settings
+from celery_routines.observe.events import Events
+from celery_routines.policy.states import Reason
+from celery_routines.sending.delivery import (
+    begin_publish_runs,
+    outgoing_run,
+    record_send_failure,
+)
+from celery_routines.sending.publish import Publisher, publishes_in_background
+from celery_routines.store import NewRun, Store
+from celery_routines.tick.decide import Decision
+from celery_routines.tick.ledger import PublishLedger
+from celery_routines.tick.report import TickReport
+
+logger = logging.getLogger("celery_routines.beat")
+
+# Messages go out on claims taken or renewed less than this share of
+# routines_lock_ttl ago; older claims are renewed in the database first (the
+# rest of the TTL is the margin for a chunk of messages and its bookkeeping).
+CLAIM_TRUSTED_SHARE = 0.25
+# Messages published between two looks at the claims (kombu's Redis batch).
+PUBLISH_CHUNK = 500
+# A beat told to stop mid-tick (SIGTERM) keeps publishing what it committed
+# for at most this long; what is left stays pending for the next beat, which
+# may take it at once (the stopping beat releases its claims).
+STOP_GRACE_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A chunk of runs handed to the publisher, and the wait for its answer."""
+
+    chunk: list[tuple[Decision, NewRun, str]]
+    errors: Callable[[], list[str | None]]
+
+
+@dataclass
+class Outgoing:
+    """What a tick wrote: the routines it moves on, the runs to send."""
+
+    ready: list[Decision]
+    sends: list[tuple[Decision, NewRun, str]] = field(default_factory=list)
+
+
+class Marker(Protocol):
+    """Marks the ledger's published chunks ``sent``: on another thread
+    (:class:`~celery_routines.tick.marking.BackgroundMarker`, PostgreSQL) or
+    at once (:class:`~celery_routines.tick.marking.InlineMarker`)."""
+
+    def start(self) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class WindowSender:
+    """Publishes a tick's written windows and enters what went out."""
+
+    def __init__(
+        self,
+        store: Store,
+        publisher: Publisher,
+        settings: Settings,
+        holder: str,
+        clock: Clock,
+        events: Events,
+        ledger: PublishLedger,
+        marker: Marker,
+    ) -> None:
+        self.store = store
+        self.publisher = publisher
+        self.settings = settings
+        self.holder = holder
+        self.clock = clock
+        self.events = events
+        self.ledger = ledger
+        self.marker = marker
+        # time.monotonic() when beat was told to stop (SIGTERM), else None.
+        self.stopping: float | None = None
+        # The database's clock minus the beat's, for claims (set each tick).
+        self.offset = timedelta(0)
+
+    def send(self, outgoing: Outgoing, now: datetime, report: TickReport) -> set[int]:
+        """Publish the written runs, after their rows are committed (a worker
+        claims a run only from its row), in as few broker round trips as the
+        transport allows; the ids of the routines whose claims held to the end.
+
+        Messages go out in chunks, each under claims known to be live: a
+        chunk that starts later than a quarter of ``routines_lock_ttl`` after
+        the claims were taken or last renewed renews them first, so no other
+        beat can take a routine over while its messages are going out.
+        """
+        try:
+            held = self._publish_chunks(outgoing, now, report)
+        except BaseException:
+            # The error in flight wins; a failed marking's batches stay in the ledger.
+            with suppress(Exception):
+                self.marker.finish()
+            raise
+        self.marker.finish()
+        return held
+
+    def _publish_chunks(self, outgoing: Outgoing, now: datetime, report: TickReport) -> set[int]:
+        held = {d.claimed.record.id for d in outgoing.ready}
+        confirmed = now
+        trusted = timedelta(seconds=self.settings.lock_ttl * CLAIM_TRUSTED_SHARE)
+        sending = [
+            (item, run, run_id)
+            for item, run, run_id in self._orphans_still_pending(outgoing.sends, report)
+            if not self._too_late(item, run, run_id, report)
+        ]
+        # The chunk handed to the publisher and not yet answered: a publisher
+        # in another process sends it while this one prepares the next. It is
+        # taken out of ``in_flight`` before its answer is entered, so an error
+        # while entering it never has that answer waited for twice.
+        in_flight: InFlight | None = None
+        in_background = publishes_in_background(self.publisher)
+        try:
+            for start in range(0, len(sending), PUBLISH_CHUNK):
+                if self._out_of_grace():
+                    last, in_flight = in_flight, None
+                    self._answered(last, report)
+                    return held - self._left_pending(sending[start:])
+                if self.clock() >= confirmed + trusted:
+                    confirmed = self.clock()
+                    held = self.renew_claims(outgoing.ready, held, confirmed)
+                chunk = [
+                    send
+                    for send in sending[start : start + PUBLISH_CHUNK]
+                    if send[0].claimed.record.id in held
+                ]
+                messages = [
+                    outgoing_run(item.claimed.routine, run, run_id) for item, run, run_id in chunk
+                ]
+                started = InFlight(chunk, begin_publish_runs(self.publisher, messages))
+                if in_background:
+                    previous, in_flight = in_flight, started
+                    self._answered(previous, report, more=True)
+                else:
+                    self._answered(started, report, more=start + PUBLISH_CHUNK < len(sending))
+            last, in_flight = in_flight, None
+            self._answered(last, report)
+        except BaseException:
+            # What went out is entered in the ledger; the error in flight wins.
+            with suppress(Exception):
+                self._answered(in_flight, report)
+            raise
+        return held
+
+    def _answered(self, in_flight: InFlight | None, report: TickReport, more: bool = False) -> None:
+        """Wait for a chunk's answer and enter it; with ``more`` chunks after
+        it, mark it sent now, while the claims still hold (a beat that takes
+        a routine over later finds the row sent). The last chunk's are
+        written with the advance, next."""
+        if in_flight is None:
+            return
+        self._sent(in_flight.chunk, in_flight.errors(), report)
+        if more:
+            self.marker.start()
+
+    def _out_of_grace(self) -> bool:
+        return self.stopping is not None and time.monotonic() - self.stopping >= STOP_GRACE_SECONDS
+
+    def _left_pending(self, unsent: list[tuple[Decision, NewRun, str]]) -> set[int]:
+        """The routines of runs a stopping beat leaves unpublished: not moved
+        on, so the beat that takes them over sends those same rows."""
+        routines = {item.claimed.record.id for item, _, _ in unsent}
+        logger.warning(
+            "stopping: %d run(s) of %d routine(s) left pending after %.0f s of publishing; "
+            "the next beat sends them",
+            len(unsent),
+            len(routines),
+            STOP_GRACE_SECONDS,
+        )
+        return routines
+
+    def _sent(
+        self,
+        chunk: list[tuple[Decision, NewRun, str]],
+        errors: list[str | None],
+        report: TickReport,
+    ) -> None:
+        """Enter what went out in the ledger; record what the broker refused."""
+        published = [
+            (run_id, item.claimed.routine.run_timeout)
+            for (item, _, run_id), error in zip(chunk, errors, strict=True)
+            if error is None
+        ]
+        self.ledger.published(
+            [run_id for run_id, _ in published], self.clock(), [t for _, t in published]
+        )
+        for (item, run, run_id), error in zip(chunk, errors, strict=True):
+            if error is None:
+                report.sent += 1
+            else:
+                report.send_failures += 1
+                record_send_failure(
+                    self.store,
+                    item.claimed.record,
+                    run_id,
+                    run.idempotency_key,
+                    run.attempt,
+                    error,
+                    self.clock(),
+                )
+
+    def _orphans_still_pending(
+        self, sends: list[tuple[Decision, NewRun, str]], report: TickReport
+    ) -> list[tuple[Decision, NewRun, str]]:
+        """Look again, just before publishing, at the rows taken over from
+        another beat: if that beat was only slow, not gone, it may have
+        published and marked them sent since this tick read them."""
+        orphans = [run_id for _, run, run_id in sends if run_id != run.id]
+        if not orphans:
+            return sends
+        pending = self.store.runs.still_pending(orphans)
+        kept = []
+        for send in sends:
+            _, run, run_id = send
+            if run_id != run.id and run_id not in pending:
+                report.conflicts += 1
+                logger.info(
+                    "not sending %s: the beat that wrote it sent it meanwhile", run.idempotency_key
+                )
+                continue
+            kept.append(send)
+        return kept
+
+    def _too_late(self, item: Decision, run: NewRun, run_id: str, report: TickReport) -> bool:
+        """``max_lateness`` judged now, at the moment of sending, not when the
+        row was read: a long drain behind a backlog cannot send a stale window."""
+        limit = item.claimed.routine.max_lateness
+        if limit is None:
+            return False
+        # From the send instant: a jittered window is due `offset` after it.
+        lateness = (self.clock() - item.claimed.send_at(run.scheduled_for)).total_seconds()
+        if lateness <= limit or not self.store.runs.skip_late(run_id, self.clock()):
+            return False
+        report.skipped(Reason.LATE)
+        self.events.skipped(
+            item.claimed.routine.name,
+            reason=Reason.LATE,
+            count=1,
+            first=run.scheduled_for,
+            last=run.scheduled_for,
+            run_id=run_id,
+        )
+        logger.warning(
+            "skipped %s: late (%.1f s late at send time, max_lateness is %s s)",
+            run.idempotency_key,
+            lateness,
+            limit,
+        )
+        return True
+
+    def renew_claims(self, ready: list[Decision], held: set[int], checked: datetime) -> set[int]:
+        """The routines of ``held`` whose claims this beat still has, renewed
+        from ``checked`` for the messages still to go out and their bookkeeping.
+
+        A claim lets another beat take the routine over once it expires, and
+        that beat sends the routine's ``pending`` rows itself; a routine taken
+        over meanwhile is left to its new holder, its rows unpublished here.
+        """
+        ttl = timedelta(seconds=self.settings.lock_ttl)
+        until = checked + self.offset + ttl  # on the database's clock
+        still = self.store.routines.renew_claims(sorted(held), self.holder, until)
+        taken = [d for d in ready if d.claimed.record.id in held - still]
+        if taken:
+            logger.warning(
+                "claims of %d routine(s) were taken over before this beat sent their runs "
+                "(%s): their %d pending run(s) are left to the new holder (raise "
+                "routines_lock_ttl or lower routines_batch_size if ticks are this slow)",
+                len(taken),
+                ", ".join(d.claimed.routine.name for d in taken[:5])
+                + (", ..." if len(taken) > 5 else ""),
+                sum(len(d.sends) for d in taken),
+            )
+        return still
