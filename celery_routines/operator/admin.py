@@ -11,6 +11,7 @@ names the routine or the bad value (``UnknownRoutine``, ``InvalidRoutine``,
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -18,7 +19,7 @@ from celery import Celery
 
 from celery_routines.clock import Clock, utc_now
 from celery_routines.config import Settings, settings_from
-from celery_routines.errors import InvalidRoutine, RoutinesError, ScheduleError, UnknownRoutine
+from celery_routines.errors import InvalidRoutine, RoutinesError, ScheduleError
 from celery_routines.observe.events import RoutineEvents
 from celery_routines.operator.bulk import BulkActions, pause_reason
 from celery_routines.operator.lifecycle_views import (
@@ -27,10 +28,15 @@ from celery_routines.operator.lifecycle_views import (
     DeleteResult,
     PruneResult,
 )
-from celery_routines.operator.listing import Listing
-from celery_routines.operator.manage import Managing
-from celery_routines.operator.schedule_words import schedule_words
-from celery_routines.operator.sending import MAX_BACKFILL, OperationRefused, Sending, UnknownRun
+from celery_routines.operator.listing import RoutineListing
+from celery_routines.operator.lookup import RoutineLookup
+from celery_routines.operator.manage import RoutineEditor
+from celery_routines.operator.sending import (
+    MAX_BACKFILL,
+    OperationRefused,
+    OperatorSends,
+    UnknownRun,
+)
 from celery_routines.operator.views import (
     BackfillResult,
     CeilingUsage,
@@ -43,9 +49,7 @@ from celery_routines.operator.views import (
     SyncResult,
     WindowView,
     definition_of,
-    describe_schedule,
     next_excluded_text,
-    routine_state,
     run_view,
     window_view,
 )
@@ -55,27 +59,15 @@ from celery_routines.operator.windows import (
     parse_instant,
     preview,
     take_windows,
-    to_instant,
 )
-from celery_routines.policy.ceilings import (
-    Ceiling,
-    parse_ceilings,
-    period_bounds,
-)
-from celery_routines.policy.runs import in_progress
 from celery_routines.policy.states import RUN_STATES, Reason, RunState
 from celery_routines.registry import InvalidEntry, definitions_for
-from celery_routines.schedules.base import Schedule, is_never
+from celery_routines.schedules.base import is_never
 from celery_routines.schedules.jitter import window_of
 from celery_routines.schedules.keys import window_key
-from celery_routines.schedules.parse import schedule_of
-from celery_routines.schedules.zones import load_zone
 from celery_routines.sending.publish import Publisher
-from celery_routines.store import NewRun, RoutineRecord, RunRecord, Store, migrate
+from celery_routines.store import NewRun, Store, migrate
 from celery_routines.store.engine import safe_url
-from celery_routines.store.panel_queries import RecentRun
-from celery_routines.store.records import OpenRun
-from celery_routines.store.spend_queries import SpendQueries
 from celery_routines.tick.declarations import declare, who
 
 __all__ = [
@@ -107,7 +99,7 @@ MAX_LIMIT = 10_000
 # -- the API ---------------------------------------------------------------------
 
 
-class Routines(Sending, Managing, Listing):
+class Routines:
     """Operations on the routines stored for a Celery app (or for ``Settings``).
 
     Sending (trigger, replay, backfill) needs the app, to publish; everything
@@ -133,21 +125,38 @@ class Routines(Sending, Managing, Listing):
         # Building an engine opens no connection; the first query does.
         self.store = store or Store.from_url(self.settings.database_url)
         self._owns_store = store is None
-        self._spend = SpendQueries(self.store.engine)
-        self._publisher = publisher
-        self._owns_publisher = publisher is None
         # Skips an operator causes (a resume) and manual sends go out as
         # Celery events like beat's own; without an app there is no broker.
         self.events = events or (
             RoutineEvents(self.app, store=self.store) if self.app is not None else None
         )
+        # The parts: what they all look up, then the sends, the changes and
+        # the panel's reads. Their operations are this object's own.
+        self.lookup = RoutineLookup(self.store, self.settings, clock)
+        self.sends = OperatorSends(
+            self.lookup, self.store, self.settings, clock, self.events, self.app, publisher
+        )
+        self.editor = RoutineEditor(self.lookup, self.store, self.settings, clock, self.events)
+        self.listing = RoutineListing(self.lookup, self.store, self.settings, clock)
+        self.trigger = self.sends.trigger
+        self.replay = self.sends.replay
+        self.backfill = self.sends.backfill
+        self.backfill_plan = self.sends.backfill_plan
+        self.add = self.editor.add
+        self.edit = self.editor.edit
+        self.enable = self.editor.enable
+        self.disable = self.editor.disable
+        self.delete = self.editor.delete
+        self.history = self.editor.history
+        self.prune = self.editor.prune
+        self.page = self.listing.page
+        self.owner = self.listing.owner
+        self.lateness = self.listing.lateness
         # One action on many routines, each through the operations below.
         self.bulk = BulkActions(self)
 
     def close(self) -> None:
-        if self._publisher is not None and self._owns_publisher:
-            self._publisher.close()
-            self._publisher = None
+        self.sends.close()
         if self.events is not None:
             self.events.close()
         if self._owns_store:
@@ -166,22 +175,22 @@ class Routines(Sending, Managing, Listing):
         latest = self.store.admin.latest_runs()
         retries = self.store.admin.next_retries()
         return [
-            self._summary(r, latest.get(r.id), now, retries.get(r.id))
+            self.lookup.summary(r, latest.get(r.id), now, retries.get(r.id))
             for r in self.store.routines.all()
         ]
 
     def show(self, name: str, windows: int = 5) -> RoutineDetail:
         check_count("windows", windows, MAX_PREVIEW)
-        record = self._record(name)
+        record = self.lookup.record(name)
         now = self.clock()
         # This routine's newest run only (latest_runs() reads every routine's).
         newest = self.store.panel.recent_runs([record.id], 1)[record.id]
         latest = newest[0] if newest else None
-        timezone = self._zone_of(record)
-        next_windows: list[WindowView] = []
+        timezone = self.lookup.zone_of(record)
+        next_windows: builtins.list[WindowView] = []
         schedule_error = next_excluded = None
         try:
-            schedule = self._schedule(record)
+            schedule = self.lookup.schedule(record)
             next_excluded = next_excluded_text(schedule, now, timezone)
             # The stored next window is the first one; an unscheduled routine
             # (beat has not adopted it yet) starts from now.
@@ -201,7 +210,7 @@ class Routines(Sending, Managing, Listing):
             schedule_error = str(exc)
         ceiling_error = None
         try:
-            ceilings = self._usage(record, now)
+            ceilings = self.lookup.usage(record, now)
         except InvalidRoutine as exc:
             # Show what can be shown; the bad column is named in the error.
             ceilings, ceiling_error = [], exc.problem
@@ -219,11 +228,11 @@ class Routines(Sending, Managing, Listing):
         )
         next_retry = retrying[0] if retrying and retrying[0].retry_at is not None else None
         return RoutineDetail(
-            summary=self._summary(record, latest, now, next_retry),
+            summary=self.lookup.summary(record, latest, now, next_retry),
             definition=definition_of(record),
             next_windows=next_windows,
             ceilings=ceilings,
-            open_runs=len(self._open_runs(record, now)) + len(retrying),
+            open_runs=len(self.lookup.open_runs(record, now)) + len(retrying),
             retrying=retrying,
             last_error=record.last_error,
             suspended_until=record.suspended_until,
@@ -241,7 +250,7 @@ class Routines(Sending, Managing, Listing):
         since: datetime | str | None = None,
         until: datetime | str | None = None,
         limit: int = 50,
-    ) -> list[RunView]:
+    ) -> builtins.list[RunView]:
         """Run rows, newest first; ``since`` and ``until`` (UTC unless they
         say otherwise) filter on when the row was written."""
         check_count("limit", limit, MAX_LIMIT)
@@ -249,17 +258,19 @@ class Routines(Sending, Managing, Listing):
         for value in states:
             if value not in RUN_STATES:
                 raise ValueError(f"state {value!r} is unknown; use one of {', '.join(RUN_STATES)}")
-        routine_id = self._record(name).id if name is not None else None
+        routine_id = self.lookup.record(name).id if name is not None else None
         rows = self.store.admin.runs(
             routine_id=routine_id,
             states=states,
-            since=self._since(since),
-            until=self._since(until, "--until"),
+            since=self.lookup.since(since),
+            until=self.lookup.since(until, "--until"),
             limit=limit,
         )
         return [run_view(row) for row in rows]
 
-    def skips(self, since: datetime | str | None = None, limit: int = 1000) -> list[RunView]:
+    def skips(
+        self, since: datetime | str | None = None, limit: int = 1000
+    ) -> builtins.list[RunView]:
         """Every decision not to fire: skipped run rows with reason and count."""
         return self.runs(state=RunState.SKIPPED, since=since, limit=limit)
 
@@ -268,7 +279,7 @@ class Routines(Sending, Managing, Listing):
     def pause(self, name: str, *, reason: str | None = None, by: str | None = None) -> PauseResult:
         """Stop firing; ``reason`` (a short text) shows wherever it shows as paused."""
         text = pause_reason(reason, required=False)
-        record = self._record(name)
+        record = self.lookup.record(name)
         now = self.clock()
         changed = self.store.admin.pause(record.id, now, text)
         if changed:
@@ -284,13 +295,15 @@ class Routines(Sending, Managing, Listing):
         the next window is left as it was and beat treats the paused windows
         like downtime, under the routine's ``catch_up`` policy and cap.
         """
-        record = self._record(name)
+        record = self.lookup.record(name)
         now = self.clock()
         skip: NewRun | None = None
         next_run_at = record.next_run_at
         if not catch_up and record.next_run_at is not None and record.next_run_at <= now:
             try:
-                skip, next_run_at = self._missed(record, record.next_run_at, now, Reason.PAUSED)
+                skip, next_run_at = self.lookup.missed(
+                    record, record.next_run_at, now, Reason.PAUSED
+                )
             except ScheduleError:
                 # Invalid schedule: beat's invalid-retry path deals with it.
                 skip, next_run_at = None, record.next_run_at
@@ -337,7 +350,7 @@ class Routines(Sending, Managing, Listing):
             )
         # Modules listed in `imports`/`include` declare routines when imported.
         self.app.loader.import_default_modules()
-        invalid: list[InvalidEntry] = []
+        invalid: builtins.list[InvalidEntry] = []
         definitions = definitions_for(self.app, invalid)
         self.store.migrate()
         declared = declare(
@@ -357,85 +370,3 @@ class Routines(Sending, Managing, Listing):
             revived=[r.name for r in declared.revived],
             newer_stamp=declared.newer_stamp,
         )
-
-    # -- internals ---------------------------------------------------------
-
-    def _record(self, name: str) -> RoutineRecord:
-        record = self.store.routines.by_name(name)
-        if record is None:
-            raise UnknownRoutine(name)
-        return record
-
-    def _zone_of(self, record: RoutineRecord) -> str:
-        return record.timezone or self.settings.timezone
-
-    def _schedule(self, record: RoutineRecord) -> Schedule:
-        return schedule_of(record, self._zone_of(record))
-
-    def _since(self, since: datetime | str | None, label: str = "--since") -> datetime | None:
-        if since is None:
-            return None
-        return to_instant(since, "UTC", self.clock(), label)
-
-    def _summary(
-        self,
-        record: RoutineRecord,
-        latest: RunRecord | RecentRun | None,
-        now: datetime,
-        next_retry: RunRecord | RunView | None = None,
-    ) -> RoutineSummary:
-        timezone = self._zone_of(record)
-        local = None
-        next_run_at = None if is_never(record.next_run_at) else record.next_run_at
-        if next_run_at is not None:
-            try:
-                local = record.next_run_at.astimezone(load_zone(timezone))
-            except ScheduleError:
-                local = None
-        outcome = None
-        if latest is not None:
-            outcome = latest.state
-            if latest.reason:
-                outcome += f" ({latest.reason})"
-        return RoutineSummary(
-            name=record.name,
-            task=record.task,
-            schedule=describe_schedule(record),
-            timezone=timezone,
-            next_run_utc=next_run_at,
-            next_run_local=local,
-            state=routine_state(record, now),
-            last_outcome=outcome,
-            last_run_at=latest.created_at if latest is not None else None,
-            next_retry_at=next_retry.retry_at if next_retry is not None else None,
-            retired_at=record.retired_at,
-            source=record.source or "sql",
-            schedule_words=schedule_words(record, timezone),
-            paused_reason=record.paused_reason if record.paused else None,
-        )
-
-    def _ceilings(self, record: RoutineRecord) -> tuple[Ceiling, ...]:
-        try:
-            return parse_ceilings(record.ceiling)
-        except ScheduleError as exc:
-            raise InvalidRoutine(record.name, str(exc)) from None
-
-    def _usage(self, record: RoutineRecord, now: datetime) -> list[CeilingUsage]:
-        ceilings = self._ceilings(record)
-        if not ceilings:
-            return []
-        timezone = self._zone_of(record)
-        # Beat's own accounting: a run counts in the period of its created_at;
-        # skips and runs whose message never went out are free.
-        used = self._spend.used_by_ceiling(record.id, ceilings, now, timezone)
-        usage = []
-        for ceiling in ceilings:
-            start, end = period_bounds(now, ceiling.per, timezone)
-            spent = used.get(ceiling.unit, 0.0)
-            usage.append(CeilingUsage(ceiling.unit, ceiling.per, ceiling.limit, spent, start, end))
-        return usage
-
-    def _open_runs(self, record: RoutineRecord, now: datetime) -> list[OpenRun]:
-        """Runs in progress, by beat's own overlap rule."""
-        found = self.store.runs.open_runs([record.id]).get(record.id, [])
-        return in_progress(found, set(), now)

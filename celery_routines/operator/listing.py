@@ -1,8 +1,7 @@
 """The admin API's reads for the panel: a page of routines with a strip of
 their newest runs, who owns a routine, and how late its sends went out.
 
-Part of :class:`celery_routines.operator.admin.Routines` (which provides the
-store, the clock and the routine look-ups); the SQL is in
+``Routines.listing`` (:class:`celery_routines.operator.admin.Routines`); the SQL is in
 :mod:`celery_routines.store.panel_queries`.
 """
 
@@ -15,12 +14,13 @@ from datetime import datetime, timedelta
 from celery_routines.clock import Clock
 from celery_routines.config import Settings
 from celery_routines.errors import ScheduleError
+from celery_routines.operator.lookup import RoutineLookup
 from celery_routines.operator.views import RoutineSummary
 from celery_routines.operator.windows import check_count
 from celery_routines.schedules.base import Schedule
 from celery_routines.schedules.marks import dst_note
 from celery_routines.schedules.parse import schedule_from_columns
-from celery_routines.store import RoutineRecord, RunRecord, Store
+from celery_routines.store import RoutineRecord, Store
 from celery_routines.store.panel_queries import ROUTINE_STATES, RecentRun
 
 MAX_PER_PAGE = 500
@@ -100,20 +100,16 @@ def _schedule(cron: str | None, interval: float | None, zone: str) -> Schedule:
     return schedule_from_columns(cron, interval, zone)
 
 
-class Listing:
-    """The panel's reads of :class:`celery_routines.operator.admin.Routines`."""
+class RoutineListing:
+    """The panel's reads (``Routines.listing``)."""
 
-    store: Store
-    clock: Clock
-    settings: Settings
-
-    def _record(self, name: str) -> RoutineRecord:
-        raise NotImplementedError
-
-    def _summary(
-        self, record: RoutineRecord, latest: RunRecord | RecentRun | None, now: datetime
-    ) -> RoutineSummary:
-        raise NotImplementedError
+    def __init__(
+        self, lookup: RoutineLookup, store: Store, settings: Settings, clock: Clock
+    ) -> None:
+        self.lookup = lookup
+        self.store = store
+        self.settings = settings
+        self.clock = clock
 
     def page(
         self,
@@ -144,7 +140,7 @@ class Listing:
             runs = recent.get(record.id, [])
             rows.append(
                 RoutineRow(
-                    summary=self._summary(record, runs[0] if runs else None, now),
+                    summary=self.lookup.summary(record, runs[0] if runs else None, now),
                     owner=owner_of(record),
                     recent=[strip_cell(run) for run in runs],
                     next_note=self._next_note(record),
@@ -164,12 +160,12 @@ class Listing:
     def owner(self, name: str) -> str:
         """Where the routine's definition comes from: ``code (app proj)``,
         ``cli`` or ``sql``."""
-        return owner_of(self._record(name))
+        return owner_of(self.lookup.record(name))
 
     def lateness(self, name: str, hours: float = 24) -> list[LatenessPoint]:
         """How late each window of the last ``hours`` was sent (the first
         attempt of each scheduled window), oldest first."""
-        record = self._record(name)
+        record = self.lookup.record(name)
         since = self.clock() - timedelta(hours=hours)
         return [
             LatenessPoint(window, sent, (sent - window).total_seconds())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -36,18 +36,15 @@ from celery_routines.operator.lifecycle_views import (
     DeleteResult,
     PruneResult,
 )
+from celery_routines.operator.lookup import RoutineLookup
 from celery_routines.operator.texts import duration
 from celery_routines.operator.windows import check_count
-from celery_routines.policy.catch_up import SkippedWindows
 from celery_routines.policy.routine import define
 from celery_routines.policy.states import Reason
-from celery_routines.schedules.base import Schedule, count_windows, last_windows
-from celery_routines.schedules.jitter import jitter_offset, send_instant, window_of
 from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.schedules.union import spec_list
-from celery_routines.store import NewRun, RoutineRecord, Store
+from celery_routines.store import RoutineRecord, Store
 from celery_routines.store.declarations import SCHEDULE_COLUMNS
-from celery_routines.tick.decide import skip_row
 from celery_routines.tick.declarations import who
 from celery_routines.tick.prune import prune_once
 
@@ -58,23 +55,23 @@ SCHEDULE_FIELDS = SCHEDULE_COLUMNS
 PRUNE_CALL_LIMIT = 10_000_000
 
 
-class Managing:
-    """The lifecycle operations of ``Routines``, which provides the store, the
-    clock, the settings and the routine look-ups used here."""
+class RoutineEditor:
+    """Adds, changes, enables, disables and deletes routines, and prunes
+    their run history (``Routines.editor``)."""
 
-    settings: Settings
-    clock: Clock
-    store: Store
-    events: RoutineEvents | None
-
-    def _record(self, name: str) -> RoutineRecord:
-        raise NotImplementedError
-
-    def _zone_of(self, record: RoutineRecord) -> str:
-        raise NotImplementedError
-
-    def _schedule(self, record: RoutineRecord) -> Schedule:
-        raise NotImplementedError
+    def __init__(
+        self,
+        lookup: RoutineLookup,
+        store: Store,
+        settings: Settings,
+        clock: Clock,
+        events: RoutineEvents | None,
+    ) -> None:
+        self.lookup = lookup
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.events = events
 
     # -- definitions -----------------------------------------------------------
 
@@ -171,11 +168,11 @@ class Managing:
         """Change a routine added outside the code. A new schedule or zone
         takes effect from now (the stale next window never fires); any other
         change applies to the next window."""
-        record = self._record(name)
+        record = self.lookup.record(name)
         _refuse_code(record, "edit")
         if cron is not None and every is not None:
             raise InvalidRoutine(name, "give either --cron or --every, not both")
-        zone = timezone or self._zone_of(record)
+        zone = timezone or self.lookup.zone_of(record)
         at, starts_at, ends_at = instants(name, zone, at=at, starts_at=starts_at, ends_at=ends_at)
         current = current_options(record)
         if cron is not None or every is not None:
@@ -235,7 +232,7 @@ class Managing:
         """Enable a disabled routine, like ``resume``: the windows that fell
         due while it was disabled are one ``skipped`` row (reason
         ``disabled``), and it continues with its first window after now."""
-        record = self._record(name)
+        record = self.lookup.record(name)
         _refuse_code(record, "enable")
         by = by or who()
         if record.enabled:
@@ -244,7 +241,7 @@ class Managing:
         skip, next_run_at = None, record.next_run_at
         if next_run_at is not None and next_run_at <= now and record.last_error is None:
             try:
-                skip, next_run_at = self._missed(record, next_run_at, now, Reason.DISABLED)
+                skip, next_run_at = self.lookup.missed(record, next_run_at, now, Reason.DISABLED)
             except ScheduleError:
                 skip, next_run_at = None, None  # beat's invalid path says why
         self.store.changes.update_routine(
@@ -268,7 +265,7 @@ class Managing:
 
     def disable(self, name: str, *, by: str | None = None) -> ChangeResult:
         """Stop firing a routine until it is enabled again (its history stays)."""
-        record = self._record(name)
+        record = self.lookup.record(name)
         _refuse_code(record, "disable")
         by = by or who()
         if not record.enabled:
@@ -283,7 +280,7 @@ class Managing:
         """Delete a retired or SQL/CLI routine and its runs (its change
         history stays); a routine still declared in code is refused.
         ``dry_run`` changes nothing and says what would go."""
-        record = self._record(name)
+        record = self.lookup.record(name)
         _refuse_code(record, "delete")
         by = by or who()
         if dry_run:
@@ -326,23 +323,6 @@ class Managing:
             total.update(deleted)
             done += sum(deleted.values())
         return PruneResult(cutoff, dry_run, dict(total), len(cutoffs))
-
-    # -- internals ---------------------------------------------------------------
-
-    def _missed(
-        self, record: RoutineRecord, due: datetime, now: datetime, reason: Reason
-    ) -> tuple[NewRun, datetime]:
-        """The skip row for the windows sent by ``now`` from the one due at
-        ``due`` (a send instant: a jittered window goes out its offset after
-        it), and the send instant of the next window."""
-        schedule, jitter = self._schedule(record), record.jitter_seconds
-        offset = jitter_offset(record.name, jitter)
-        window = window_of(due, record.name, jitter)
-        count = 1 + count_windows(schedule, window, now - offset)
-        last = (last_windows(schedule, window, now - offset, 1) or [window])[-1]
-        summary = SkippedWindows(reason, count, window, last)
-        skip = skip_row(record.id, record.name, self._zone_of(record), summary)
-        return skip, send_instant(schedule.next_after(last), record.name, jitter)
 
 
 def _schedule_of(name: str, cron: str | list[str] | None, every: Any) -> Any:

@@ -18,9 +18,9 @@ from celery_routines.clock import Clock
 from celery_routines.config import Settings
 from celery_routines.errors import InvalidRoutine, RoutinesError, ScheduleError
 from celery_routines.observe.events import RoutineEvents
+from celery_routines.operator.lookup import RoutineLookup
 from celery_routines.operator.views import (
     BackfillResult,
-    CeilingUsage,
     SendResult,
     iso_utc,
     send_result,
@@ -31,16 +31,14 @@ from celery_routines.operator.windows import (
     range_windows,
     to_instant,
 )
-from celery_routines.policy.ceilings import Ceiling, decide_before_send
+from celery_routines.policy.ceilings import decide_before_send
 from celery_routines.policy.states import EXCLUSIVE_OVERLAP, Overlap, RunState, choices
-from celery_routines.schedules.base import Schedule
 from celery_routines.schedules.keys import window_key
 from celery_routines.sending.direct import publisher_for
 from celery_routines.sending.dispatch import SENT, Dispatched, dispatch
 from celery_routines.sending.offload import monitored
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
-from celery_routines.store.records import OpenRun
 from celery_routines.tick.declarations import who
 
 
@@ -102,39 +100,43 @@ class OperationRefused(RoutinesError, ValueError):
     """A send would break the routine's overlap policy or ceiling."""
 
 
-class Sending:
-    """The sends of :class:`celery_routines.operator.admin.Routines`, which
-    provides the store, the clock and the routine look-ups used here."""
+class OperatorSends:
+    """Trigger, replay and backfill (``Routines.sends``): checked against the
+    routine's overlap policy and ceiling, then written, published and marked
+    by :func:`~celery_routines.sending.dispatch.dispatch`.
 
-    app: Celery | None
-    settings: Settings
-    clock: Clock
-    store: Store
-    events: RoutineEvents | None
-    _publisher: Publisher | None
+    The publisher is built at the first send, from ``app`` (none given), and
+    closed by :meth:`close`; one handed in is the caller's to close.
+    """
 
-    def _record(self, name: str) -> RoutineRecord:
-        raise NotImplementedError
+    def __init__(
+        self,
+        lookup: RoutineLookup,
+        store: Store,
+        settings: Settings,
+        clock: Clock,
+        events: RoutineEvents | None,
+        app: Celery | None,
+        publisher: Publisher | None = None,
+    ) -> None:
+        self.lookup = lookup
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.events = events
+        self.app = app
+        self._publisher = publisher
+        self._owns_publisher = publisher is None
 
-    def _zone_of(self, record: RoutineRecord) -> str:
-        raise NotImplementedError
-
-    def _schedule(self, record: RoutineRecord) -> Schedule:
-        raise NotImplementedError
-
-    def _ceilings(self, record: RoutineRecord) -> tuple[Ceiling, ...]:
-        raise NotImplementedError
-
-    def _usage(self, record: RoutineRecord, now: datetime) -> list[CeilingUsage]:
-        raise NotImplementedError
-
-    def _open_runs(self, record: RoutineRecord, now: datetime) -> list[OpenRun]:
-        raise NotImplementedError
+    def close(self) -> None:
+        if self._publisher is not None and self._owns_publisher:
+            self._publisher.close()
+            self._publisher = None
 
     def trigger(self, name: str, *, force: bool = False, by: str | None = None) -> SendResult:
         """Send the routine now, outside its schedule, under a manual key
         (``name@manual:<uuid>``) that can never collide with a window."""
-        record = self._record(name)
+        record = self.lookup.record(name)
         now = self.clock()
         if not force:
             self._check_may_send(record, 1, now)
@@ -218,7 +220,7 @@ class Sending:
         Naive and string bounds are read in the routine's zone. ``end`` may
         not be in the future: beat sends those windows.
         """
-        record = self._record(name)
+        record = self.lookup.record(name)
         policy = backfill_overlap(record, overlap)
         now = self.clock()
         first, last, runs = self._backfill_runs(record, start, end, max_windows, now)
@@ -247,11 +249,11 @@ class Sending:
         """What :meth:`backfill` with the same range would do, sending
         nothing: how many windows it covers and how many are already stored
         (those are not sent again). The same checks and messages."""
-        record = self._record(name)
+        record = self.lookup.record(name)
         now = self.clock()
         first, last = self._backfill_range(record, start, end, max_windows, now)
         try:
-            schedule = self._schedule(record)
+            schedule = self.lookup.schedule(record)
             count = count_range_windows(schedule, record, first, last, max_windows)
         except ScheduleError as exc:
             raise InvalidRoutine(record.name, str(exc)) from None
@@ -283,9 +285,9 @@ class Sending:
         now: datetime,
     ) -> tuple[datetime, datetime, list[NewRun]]:
         first, last = self._backfill_range(record, start, end, max_windows, now)
-        timezone = self._zone_of(record)
+        timezone = self.lookup.zone_of(record)
         try:
-            schedule = self._schedule(record)
+            schedule = self.lookup.schedule(record)
             windows = range_windows(schedule, record, first, last, max_windows)
         except ScheduleError as exc:
             raise InvalidRoutine(record.name, str(exc)) from None
@@ -310,7 +312,7 @@ class Sending:
         now: datetime,
     ) -> tuple[datetime, datetime]:
         check_count("max_windows", max_windows, 1_000_000)
-        timezone = self._zone_of(record)
+        timezone = self.lookup.zone_of(record)
         first = to_instant(start, timezone, now, "--from")
         last = to_instant(end, timezone, now, "--to")
         if last < first:
@@ -330,21 +332,21 @@ class Sending:
         """Refuse a manual send that the overlap policy (``overlap``, else the
         routine's) or a ceiling forbids."""
         if (overlap or record.overlap) in EXCLUSIVE_OVERLAP:
-            open_runs = self._open_runs(record, now)
+            open_runs = self.lookup.open_runs(record, now)
             if open_runs:
                 raise OperationRefused(
                     f"routine {record.name!r} has {len(open_runs)} open run(s) "
                     f"(oldest {open_runs[0].id}, {open_runs[0].state}) and overlap="
                     f"{str(overlap or record.overlap)!r}; wait for it to finish or pass --force"
                 )
-        usage = self._usage(record, now)
+        usage = self.lookup.usage(record, now)
         if not usage:
             return
         decision = decide_before_send(
-            self._ceilings(record),
+            self.lookup.ceilings(record),
             {u.unit: u.spent for u in usage},
             now,
-            self._zone_of(record),
+            self.lookup.zone_of(record),
             wanted=fires,
         )
         if decision.send < fires:

@@ -135,7 +135,7 @@ class BackfillResult:
     """The overlap policy the backfill followed (``--overlap``, else the routine's)."""
     left: int = 0
     """New windows not sent: under ``skip``/``queue`` all but the oldest,
-    under ``replace`` all but the newest (see ``Sending.backfill``)."""
+    under ``replace`` all but the newest (see ``OperatorSends.backfill``)."""
 
     @property
     def sent(self) -> int:
