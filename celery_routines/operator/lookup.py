@@ -20,6 +20,7 @@ from celery_routines.operator.views import (
 from celery_routines.operator.windows import to_instant
 from celery_routines.policy.catch_up import SkippedWindows
 from celery_routines.policy.ceilings import Ceiling, parse_ceilings, period_bounds
+from celery_routines.policy.decide import skip_row
 from celery_routines.policy.runs import in_progress
 from celery_routines.policy.states import Reason
 from celery_routines.schedules.base import Schedule, count_windows, is_never, last_windows
@@ -29,7 +30,6 @@ from celery_routines.schedules.zones import load_zone
 from celery_routines.store import NewRun, RoutineRecord, RunRecord, Store
 from celery_routines.store.panel_queries import RecentRun
 from celery_routines.store.records import OpenRun
-from celery_routines.tick.decide import skip_row
 
 
 class RoutineLookup:

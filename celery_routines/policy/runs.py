@@ -174,6 +174,26 @@ def overlap_action(policy: Overlap, open_runs: int) -> str:
     return policy.value
 
 
+@dataclass(frozen=True)
+class NewRun:
+    """A run row to write before its message is sent (decided here, written by
+    the store)."""
+
+    id: str
+    routine_id: int
+    idempotency_key: str
+    attempt: int
+    scheduled_for: datetime
+    state: str = RunState.PENDING
+    reason: str | None = None
+    skipped_count: int | None = None
+    skipped_first: datetime | None = None
+    skipped_last: datetime | None = None
+    # Open rows get one so a beat that dies between writing and sending
+    # leaves a run the lost sweep finds.
+    deadline_at: datetime | None = None
+
+
 class OpenRunLike(Protocol):
     """What :func:`in_progress` reads of an open run row."""
 

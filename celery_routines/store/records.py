@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..policy.states import RunState
+from ..policy.runs import NewRun
+
+__all__ = ["DueRetry", "NewRun", "OpenRun", "RoutineRecord", "RunRecord"]
 
 
 @dataclass(frozen=True)
@@ -58,25 +60,6 @@ class RoutineRecord:
 
 
 ROUTINE_RECORD_FIELDS = tuple(RoutineRecord.__dataclass_fields__)
-
-
-@dataclass(frozen=True)
-class NewRun:
-    """A run row to write before its message is sent."""
-
-    id: str
-    routine_id: int
-    idempotency_key: str
-    attempt: int
-    scheduled_for: datetime
-    state: str = RunState.PENDING
-    reason: str | None = None
-    skipped_count: int | None = None
-    skipped_first: datetime | None = None
-    skipped_last: datetime | None = None
-    # Open rows get one so a beat that dies between writing and sending
-    # leaves a run the lost sweep finds.
-    deadline_at: datetime | None = None
 
 
 @dataclass(frozen=True)

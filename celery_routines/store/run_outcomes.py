@@ -131,7 +131,7 @@ class RunOutcomeQueries:
 
     def _claim_start_statement(self, deadline: Any) -> Any:
         """The claim's UPDATE (parameters: run_id, now, by_worker, retries)."""
-        retries = bindparam("retries")
+        retries: BindParameter[Any] = bindparam("retries")
         return (
             update(table)
             .where(

@@ -205,15 +205,15 @@ class RunQueries:
         if not run_ids:
             return
         if self._mysql:
-            params = {"ids": mysql_json.ids(run_ids), "now": mysql_json.naive(now)}
-            stmt = mysql_json.MARK_SENT
+            values = {"ids": mysql_json.ids(run_ids), "now": mysql_json.naive(now)}
+            statement = mysql_json.MARK_SENT
             if deadline_at is not None:
-                stmt, params["deadline"] = (
+                statement, values["deadline"] = (
                     mysql_json.MARK_SENT_WITH_DEADLINE,
                     mysql_json.naive(deadline_at),
                 )
             with self.db.fast_write() as conn:
-                conn.execute(stmt, params)
+                conn.execute(statement, values)
             return
         ids = text_array(run_ids) if self._postgres else list(run_ids)
         params: dict[str, Any] = {"ids": ids, "now": now}
@@ -325,8 +325,10 @@ class RunQueries:
     ) -> Select[Any]:
         """The open runs of these routines (``ix_routine_runs_open``);
         ``any_of``: ``routine_ids`` is one PostgreSQL array parameter."""
-        ids = routine_ids if isinstance(routine_ids, ColumnElement) else list(routine_ids)
-        which = c.routine_id == any_(ids) if any_of else c.routine_id.in_(ids)
+        if isinstance(routine_ids, ColumnElement):
+            which = c.routine_id == any_(routine_ids) if any_of else c.routine_id.in_(routine_ids)
+        else:
+            which = c.routine_id.in_(list(routine_ids))
         return select(c.id, c.routine_id, c.idempotency_key, c.state, c.deadline_at).where(
             OPEN, which
         )

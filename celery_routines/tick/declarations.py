@@ -19,6 +19,7 @@ from datetime import datetime
 from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.observe.events import Events
 from celery_routines.policy.catch_up import SkippedWindows
+from celery_routines.policy.decide import skip_row
 from celery_routines.policy.routine import Routine
 from celery_routines.policy.states import Reason
 from celery_routines.registry import InvalidEntry
@@ -26,7 +27,6 @@ from celery_routines.schedules.base import count_windows, last_windows
 from celery_routines.schedules.parse import schedule_of
 from celery_routines.store import Store
 from celery_routines.store.declarations import Declared, Revived
-from celery_routines.tick.decide import skip_row
 
 logger = logging.getLogger("celery_routines.beat")
 

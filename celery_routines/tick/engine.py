@@ -2,7 +2,7 @@
 
 *read*: claim the due routines and, in as few queries as there are kinds of
 fact, what deciding needs (ceiling usage, open runs, a dead beat's rows);
-*decide*: :mod:`celery_routines.tick.decide`, pure; *write*: the decisions'
+*decide*: :mod:`celery_routines.policy.decide`, pure; *write*: the decisions'
 rows, claims, suspensions and deferrals in the tick's one transaction
 (:class:`~celery_routines.tick.write.RunWriter`); *send*: after the commit
 (:class:`~celery_routines.tick.send.WindowSender`), then mark the runs sent and
@@ -23,7 +23,9 @@ from celery_routines.clock import Clock
 from celery_routines.config import Settings
 from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.observe.events import Events, NoEvents
+from celery_routines.policy import decide
 from celery_routines.policy.catch_up import FirePlan
+from celery_routines.policy.decide import Claimed, Decision, Facts, SharedAnswers
 from celery_routines.policy.routine_rows import from_columns
 from celery_routines.schedules.base import Schedule, first_window, is_never
 from celery_routines.schedules.jitter import send_instant
@@ -33,11 +35,9 @@ from celery_routines.sending.gate import Gate
 from celery_routines.sending.publish import Publisher
 from celery_routines.sending.revoke import CeleryRevoker, NoRevoker, Revoker
 from celery_routines.store import Advance, Probe, RoutineRecord, Store
-from celery_routines.tick import decide
 from celery_routines.tick.ahead import BatchPreparer, WrittenBatch
 from celery_routines.tick.collection import collection_deferred
 from celery_routines.tick.contention import HeldElsewhere
-from celery_routines.tick.decide import Claimed, Decision, Facts
 from celery_routines.tick.ledger import PublishLedger
 from celery_routines.tick.marking import BackgroundMarker, InlineMarker
 from celery_routines.tick.recording import Bookkeeper
@@ -49,8 +49,6 @@ from celery_routines.tick.write import RunWriter
 
 logger = logging.getLogger("celery_routines.beat")
 
-# A routine whose schedule cannot be computed is looked at again this often.
-INVALID_RETRY = timedelta(minutes=1)
 # A slow beat's claims shrink to no fewer routines than this per tick.
 MIN_CLAIM_LIMIT = 10
 
@@ -85,6 +83,8 @@ class TickEngine:
         self.refresher = Refresher(store, settings, holder, self.events)
         # Due routines other beats' open claims hold: waited out, not spun on.
         self.held_elsewhere = HeldElsewhere()
+        # Window keys, plans and deadlines shared by a burst's routines.
+        self.answers = SharedAnswers()
         # What this beat published and has not yet written down, and who
         # writes it down.
         self.ledger = PublishLedger()
@@ -255,7 +255,7 @@ class TickEngine:
             now, self.holder, self.settings.lock_ttl, limit, now + self.offset, excluding
         )
         report.claimed = len(claimed)
-        self._lift_ended_suspensions(claimed, now)
+        self.writer.lift_ended_suspensions(claimed, now)
         decisions = self._decide(claimed, now, report)
         outgoing = self.writer.write(decisions, now, report)
         ids = [record.id for record in claimed]
@@ -324,14 +324,6 @@ class TickEngine:
         present = [instant for instant in candidates if instant is not None]
         return min(present) if present else None
 
-    def _lift_ended_suspensions(self, claimed: list[RoutineRecord], now: datetime) -> None:
-        ended = [
-            r.id for r in claimed if r.suspended_until is not None and r.suspended_until <= now
-        ]
-        for routine_id in self.store.spend.lift_expired(ended, now):
-            name = next(r.name for r in claimed if r.id == routine_id)
-            logger.info("resumed %s: its ceiling period turned", name)
-
     # -- adoption ------------------------------------------------------------
 
     def _adopt(self, now: datetime) -> int:
@@ -343,7 +335,7 @@ class TickEngine:
                 schedule = self._schedule(record)
                 jitter = from_columns(record).jitter  # the send instants need a valid jitter
             except (ScheduleError, InvalidRoutine) as exc:
-                self._invalid(record, exc, now, holder=None)
+                self.writer.mark_invalid(record, exc, now, holder=None)
                 continue
             # From the whole second, so interval windows (and their keys) do
             # not carry the adoption instant's microseconds forever.
@@ -388,10 +380,14 @@ class TickEngine:
                 routine = from_columns(record)
                 item = Claimed(record, routine, schedule, record.timezone or self.settings.timezone)
                 most = self.settings.catch_up_per_tick
-                planned = decide.plan(item, now, most) if record.last_error is None else None
+                planned = (
+                    decide.plan(item, now, most, self.answers)
+                    if record.last_error is None
+                    else None
+                )
                 drafts.append((item, planned))
             except (ScheduleError, InvalidRoutine) as exc:
-                self._invalid(record, exc, now, holder=self.holder)
+                self.writer.mark_invalid(record, exc, now, holder=self.holder)
                 report.invalid += 1
         usage = {
             item.record.id: self.store.spend.used_by_ceiling(
@@ -409,10 +405,17 @@ class TickEngine:
             facts = Facts(usage.get(item.record.id), open_runs.get(item.record.id, ()), self.offset)
             try:
                 decisions.append(
-                    decide.decide(item, planned, facts, now, run_timeout=self.settings.run_timeout)
+                    decide.decide(
+                        item,
+                        planned,
+                        facts,
+                        now,
+                        run_timeout=self.settings.run_timeout,
+                        answers=self.answers,
+                    )
                 )
             except ScheduleError as exc:
-                self._invalid(item.record, exc, now, holder=self.holder)
+                self.writer.mark_invalid(item.record, exc, now, holder=self.holder)
                 report.invalid += 1
         return self._take_over(decisions)
 
@@ -430,18 +433,6 @@ class TickEngine:
                 row.state,
             )
         return decisions
-
-    def _invalid(
-        self, record: RoutineRecord, exc: Exception, now: datetime, holder: str | None
-    ) -> None:
-        message = str(exc) if isinstance(exc, InvalidRoutine) else f"routine {record.name!r}: {exc}"
-        if record.last_error and record.cron is None and record.interval_seconds is None:
-            # A beat_schedule entry stored with its own error: it says more than "no schedule".
-            message = record.last_error
-        retry_at = now + INVALID_RETRY
-        logger.error("%s; marked invalid, looking again at %s", message, retry_at.isoformat())
-        self.store.routines.mark_invalid(record.id, message, retry_at, holder, now)
-        self.events.invalid(record.name, error=message, before=record.last_error)
 
 
 def _due(instant: datetime | None, now: datetime) -> bool:

@@ -111,7 +111,7 @@ class Bookkeeper:
         atomic statement (see :mod:`celery_routines.store.bookkeeping`): a
         failure writes neither, and both stay in the ledger for the next tick."""
         ledger = self.ledger
-        runs = []
+        runs: list[Published] = []
         for run_ids, sent_at, timeout in ledger.sent:
             # One deadline per batch: its runs went out at one instant.
             deadline = self._sent_deadline(sent_at, timeout)

@@ -19,24 +19,24 @@ and applies to the next window with nothing to do here.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from celery_routines.config import Settings
 from celery_routines.errors import ScheduleError
 from celery_routines.observe.events import Events
 from celery_routines.policy.catch_up import SkippedWindows
+from celery_routines.policy.decide import skip_row
 from celery_routines.policy.states import Reason
 from celery_routines.schedules.base import Schedule, count_windows, first_window, last_windows
 from celery_routines.schedules.jitter import jitter_offset, send_instant, window_of
 from celery_routines.schedules.parse import schedule_of
 from celery_routines.store import RoutineRecord, Store
-from celery_routines.tick.decide import skip_row
 from celery_routines.tick.report import TickReport
+from celery_routines.tick.write import INVALID_RETRY
 
 logger = logging.getLogger("celery_routines.beat")
 
 OFF = "|off"
-INVALID_RETRY = timedelta(minutes=1)
 # Rows without a fingerprint baselined per tick: a million of them in one
 # UPDATE held a fresh beat 20 s before its first send; a slice of this many
 # costs a tick about a quarter of a second, and the ticks follow each other

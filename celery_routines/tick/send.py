@@ -17,6 +17,7 @@ from typing import Protocol
 from celery_routines.clock import Clock
 from celery_routines.config import Settings
 from celery_routines.observe.events import Events
+from celery_routines.policy.decide import Decision
 from celery_routines.policy.states import Reason
 from celery_routines.sending.delivery import (
     begin_publish_runs,
@@ -25,7 +26,6 @@ from celery_routines.sending.delivery import (
 )
 from celery_routines.sending.publish import Publisher, publishes_in_background
 from celery_routines.store import NewRun, Store
-from celery_routines.tick.decide import Decision
 from celery_routines.tick.ledger import PublishLedger
 from celery_routines.tick.report import TickReport
 

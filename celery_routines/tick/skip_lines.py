@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import logging
 
+from celery_routines.policy.decide import Decision, Verdict
 from celery_routines.policy.runs import QUEUE_RECHECK
 from celery_routines.policy.states import Overlap, Reason
 from celery_routines.schedules.keys import window_key
 from celery_routines.store import NewRun
-from celery_routines.tick.decide import Decision, Verdict
 
 logger = logging.getLogger("celery_routines.beat")
 

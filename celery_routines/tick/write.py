@@ -10,17 +10,21 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from celery_routines.errors import InvalidRoutine
 from celery_routines.observe.events import Events
+from celery_routines.policy.decide import Decision, Verdict
 from celery_routines.policy.states import RunState
 from celery_routines.sending.gate import Gate
 from celery_routines.sending.revoke import Revoker
-from celery_routines.store import Advance, NewRun, Store
-from celery_routines.tick.decide import Decision, Verdict
+from celery_routines.store import Advance, NewRun, RoutineRecord, RunRecord, Store
 from celery_routines.tick.report import TickReport
 from celery_routines.tick.send import Outgoing
 from celery_routines.tick.skip_lines import log_overlap, skip_level, skip_line, skip_note
 
 logger = logging.getLogger("celery_routines.beat")
+
+# A routine whose schedule cannot be computed is looked at again this often.
+INVALID_RETRY = timedelta(minutes=1)
 
 
 class RunWriter:
@@ -36,6 +40,29 @@ class RunWriter:
         self.events = events
         # The database's clock minus the beat's, for claims (set each tick).
         self.offset = timedelta(0)
+
+    def lift_ended_suspensions(self, claimed: list[RoutineRecord], now: datetime) -> None:
+        """Claimed routines whose ceiling period turned are suspended no more."""
+        ended = [
+            r.id for r in claimed if r.suspended_until is not None and r.suspended_until <= now
+        ]
+        for routine_id in self.store.spend.lift_expired(ended, now):
+            name = next(r.name for r in claimed if r.id == routine_id)
+            logger.info("resumed %s: its ceiling period turned", name)
+
+    def mark_invalid(
+        self, record: RoutineRecord, exc: Exception, now: datetime, holder: str | None
+    ) -> None:
+        """A routine whose stored definition does not read: its error stored
+        (beat looks again after ``INVALID_RETRY``) and sent as an event."""
+        message = str(exc) if isinstance(exc, InvalidRoutine) else f"routine {record.name!r}: {exc}"
+        if record.last_error and record.cron is None and record.interval_seconds is None:
+            # A beat_schedule entry stored with its own error: it says more than "no schedule".
+            message = record.last_error
+        retry_at = now + INVALID_RETRY
+        logger.error("%s; marked invalid, looking again at %s", message, retry_at.isoformat())
+        self.store.routines.mark_invalid(record.id, message, retry_at, holder, now)
+        self.events.invalid(record.name, error=message, before=record.last_error)
 
     def write(
         self, decisions: list[Decision], now: datetime, report: TickReport
@@ -180,5 +207,5 @@ class RunWriter:
         )
 
 
-def _window(run: NewRun) -> tuple[int, str, int]:
+def _window(run: NewRun | RunRecord) -> tuple[int, str, int]:
     return (run.routine_id, run.idempotency_key, run.attempt)

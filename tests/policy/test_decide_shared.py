@@ -8,13 +8,12 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from celery_routines.policy.catch_up import FirePlan, one_at_a_time, plan_due
+from celery_routines.policy.decide import Claimed, Facts, SharedAnswers, decide, plan, random_id
 from celery_routines.policy.routine import define
 from celery_routines.policy.states import Overlap
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.keys import window_key
 from celery_routines.store.records import RoutineRecord
-from celery_routines.tick import decide as decide_module
-from celery_routines.tick.decide import Claimed, Facts, decide, plan, random_id
 
 DUE = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
 EVERY_FIVE = CronSchedule("*/5 * * * *", "UTC")
@@ -56,10 +55,12 @@ def test_run_ids_are_random_version_4_uuids_written_as_uuid4_writes_them() -> No
 def test_window_keys_are_window_key_for_every_routine_sharing_a_window() -> None:
     # Rome's repeated hour: 00:30 and 01:30 UTC are both 02:30 local.
     now = DUE + timedelta(hours=2)
+    answers = SharedAnswers()
     for zone in ("UTC", "Europe/Rome", "America/New_York"):
         for name in ("first", "second", "third"):
             item = claimed(name, CronSchedule("30 * * * *", zone), zone, catch_up_cap=5)
-            decision = decide(item, plan(item, now), Facts(), now, run_timeout=60)
+            planned = plan(item, now, answers=answers)
+            decision = decide(item, planned, Facts(), now, run_timeout=60, answers=answers)
             assert decision.sends, zone
             assert [run.idempotency_key for run in decision.sends] == [
                 window_key(name, run.scheduled_for, zone) for run in decision.sends
@@ -75,27 +76,33 @@ def test_a_window_in_another_zone_is_keyed_without_the_shared_answers() -> None:
     local = datetime(2026, 10, 25, 2, 30, tzinfo=ZoneInfo("Europe/Rome"))
     first, second = local, local.replace(fold=1)
     assert first == second  # equal as Python compares them, an hour apart
-    keys = [decide_module._window_key("x", w, "Europe/Rome") for w in (first, second)]
+    keys = [SharedAnswers().window_key("x", w, "Europe/Rome") for w in (first, second)]
     assert keys == ["x@2026-10-25T02:30:00+02:00", "x@2026-10-25T02:30:00+01:00"]
 
 
 def test_routines_sharing_schedule_window_and_options_share_one_plan() -> None:
     now = DUE + timedelta(hours=3, minutes=1)
     first, second = claimed("first", EVERY_FIVE), claimed("second", EVERY_FIVE)
-    assert plan(first, now) is plan(second, now)
+    answers = SharedAnswers()  # held by the tick engine for its life
+    assert plan(first, now, answers=answers) is plan(second, now, answers=answers)
     assert plan(first, now) == planned(EVERY_FIVE, DUE, now)
 
 
 def test_a_plan_is_shared_only_with_the_same_schedule_and_options() -> None:
     now = DUE + timedelta(hours=3, minutes=1)
-    every_five = plan(claimed("a", EVERY_FIVE), now)
-    capped = plan(claimed("b", EVERY_FIVE, catch_up_cap=2), now)
-    latest = plan(claimed("c", EVERY_FIVE, catch_up="latest"), now)
-    late = plan(claimed("d", EVERY_FIVE, max_lateness=600), now)
-    queued = plan(claimed("f", EVERY_FIVE, overlap="queue"), now)
-    overlapping = plan(claimed("g", EVERY_FIVE, overlap="overlap"), now)
+    answers = SharedAnswers()
+
+    def shared_plan(item: Claimed, now: datetime) -> FirePlan:
+        return plan(item, now, answers=answers)
+
+    every_five = shared_plan(claimed("a", EVERY_FIVE), now)
+    capped = shared_plan(claimed("b", EVERY_FIVE, catch_up_cap=2), now)
+    latest = shared_plan(claimed("c", EVERY_FIVE, catch_up="latest"), now)
+    late = shared_plan(claimed("d", EVERY_FIVE, max_lateness=600), now)
+    queued = shared_plan(claimed("f", EVERY_FIVE, overlap="queue"), now)
+    overlapping = shared_plan(claimed("g", EVERY_FIVE, overlap="overlap"), now)
     # Another schedule object: its own plan.
-    hourly = plan(claimed("e", CronSchedule("0 * * * *", "UTC")), now)
+    hourly = shared_plan(claimed("e", CronSchedule("0 * * * *", "UTC")), now)
     assert every_five == planned(EVERY_FIVE, DUE, now)
     assert capped == planned(EVERY_FIVE, DUE, now, catch_up_cap=2)
     assert latest == planned(EVERY_FIVE, DUE, now, catch_up="latest")

@@ -17,13 +17,21 @@ from typing import Any
 import pytest
 
 from celery_routines.policy.ceilings import Ceiling
+from celery_routines.policy.decide import (
+    Claimed,
+    Decision,
+    Facts,
+    Verdict,
+    decide,
+    plan,
+    written_key,
+)
+from celery_routines.policy.decide import take_over as take_over_
 from celery_routines.policy.routine import define
 from celery_routines.policy.states import Reason, RunState
 from celery_routines.schedules.base import count_windows
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.store.records import OpenRun, RoutineRecord, RunRecord
-from celery_routines.tick.decide import Claimed, Decision, Facts, Verdict, decide, plan, written_key
-from celery_routines.tick.decide import take_over as take_over_
 
 EVERY_FIVE = CronSchedule("*/5 * * * *", "UTC")
 RUN_TIMEOUT = 3600.0

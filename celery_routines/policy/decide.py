@@ -23,12 +23,11 @@ Catch-up, lateness, ceilings, overlap and takeover meet here, in this order:
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic
 
 from celery_routines.policy.catch_up import (
     FirePlan,
@@ -43,101 +42,24 @@ from celery_routines.policy.ceilings import (
     limit_plan,
     plan_suspended,
 )
-from celery_routines.policy.routine import Routine
-from celery_routines.policy.runs import QUEUE_RECHECK, in_progress, lost_deadline, overlap_action
+from celery_routines.policy.claimed import (
+    Claimed,
+    Facts,
+    IdFactory,
+    OpenRunRowLike,
+    Row,
+    SharedAnswers,
+    WrittenRunLike,
+    random_id,
+)
+from celery_routines.policy.runs import (
+    QUEUE_RECHECK,
+    NewRun,
+    in_progress,
+    overlap_action,
+)
 from celery_routines.policy.states import Overlap, Reason, RunState
-from celery_routines.schedules.base import Schedule
-from celery_routines.schedules.jitter import jitter_offset, send_instant, window_of
 from celery_routines.schedules.keys import skip_key, window_key
-from celery_routines.store.records import NewRun, OpenRun, RoutineRecord, RunRecord
-
-IdFactory = Callable[[], str]
-
-
-# The RFC 4122 variant digit of a version 4 UUID, from a random hex digit.
-_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
-
-
-def random_id() -> str:
-    """A random version 4 UUID, as ``str(uuid.uuid4())`` writes it: 122
-    random bits from ``os.urandom``, like ``uuid4``, formatted directly
-    (a burst draws one per run; ``uuid.UUID``'s checks cost four times this)."""
-    h = os.urandom(16).hex()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
-
-
-# Answers shared by the thousands of routines of a burst, which differ
-# mostly in their names: bounded, cleared when full (a miss only recomputes).
-SHARED_ANSWERS = 4096
-_local_windows: dict[tuple[datetime, str], str] = {}
-_plans: dict[tuple[Any, ...], tuple[Schedule, FirePlan]] = {}
-_deadlines: dict[tuple[datetime, timedelta, float], datetime] = {}
-
-
-def _window_key(name: str, window: datetime, timezone: str) -> str:
-    """:func:`window_key`, its ``@<window in timezone>`` part computed once per
-    (window, zone). Only UTC instants are looked up: in another zone, two
-    readings of a repeated hour compare (and hash) equal, an hour apart."""
-    if window.tzinfo is not UTC:
-        return window_key(name, window, timezone)
-    local = _local_windows.get((window, timezone))
-    if local is None:
-        local = window_key("", window, timezone)
-        if len(_local_windows) >= SHARED_ANSWERS:
-            _local_windows.clear()
-        _local_windows[(window, timezone)] = local
-    return name + local
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """A routine this tick holds the claim on, as read and validated."""
-
-    record: RoutineRecord
-    routine: Routine
-    schedule: Schedule
-    timezone: str
-    """The routine's zone, or the configured default."""
-
-    # Both are read several times per routine in a tick and computed once,
-    # kept in the instance's __dict__ beside the fields (not compared or
-    # shown). functools.cached_property takes a lock per read on Python 3.11:
-    # it cost more than computing them.
-    @property
-    def due(self) -> datetime:
-        """The due window (the stored ``next_run_at`` is its send instant)."""
-        found: datetime | None = self.__dict__.get("_due")
-        if found is None:
-            assert self.record.next_run_at is not None  # claim_due returns scheduled rows only
-            found = self.__dict__["_due"] = window_of(
-                self.record.next_run_at, self.routine.name, self.routine.jitter
-            )
-        return found
-
-    @property
-    def offset(self) -> timedelta:
-        """How long after its window each window goes out (``jitter``)."""
-        found: timedelta | None = self.__dict__.get("_offset")
-        if found is None:
-            found = self.__dict__["_offset"] = jitter_offset(self.routine.name, self.routine.jitter)
-        return found
-
-    def send_at(self, window: datetime) -> datetime:
-        """The send instant of ``window``: what ``next_run_at`` stores."""
-        return send_instant(window, self.routine.name, self.routine.jitter)
-
-
-@dataclass(frozen=True)
-class Facts:
-    """What the tick read for one routine besides its row."""
-
-    used: Mapping[str, float] | None = None
-    """Ceiling usage in the periods holding now; read when :func:`needs_usage`."""
-    open_runs: Sequence[OpenRun] = ()
-    """The routine's open runs; read when its plan sends anything."""
-    offset: timedelta = timedelta(0)
-    """The database's clock minus the beat's: run deadlines are written and
-    compared on the database's clock (windows stay on the beat's)."""
 
 
 class Verdict(StrEnum):
@@ -152,8 +74,8 @@ class Verdict(StrEnum):
 
 
 @dataclass(frozen=True)
-class Decision:
-    claimed: Claimed
+class Decision(Generic[Row]):
+    claimed: Claimed[Row]
     verdict: Verdict
     next_run_at: datetime
     sends: tuple[NewRun, ...] = ()
@@ -165,35 +87,27 @@ class Decision:
     """How many windows the plan wanted to send before the ceiling check."""
     replace: tuple[str, ...] = ()
     """Open runs to close and revoke for the new window (``overlap="replace"``)."""
-    holding: tuple[OpenRun, ...] = ()
+    holding: tuple[OpenRunRowLike, ...] = ()
     """The open runs that held the windows back (skip, queue, replace)."""
     waiting: int = 0
     """Planned windows left due for the next ticks (see ``FirePlan.waiting``)."""
-    resent: RunRecord | None = None
+    resent: WrittenRunLike | None = None
     """A dead beat's row of the due window, taken over by :func:`take_over`."""
-
-
-def _lost_deadline(now: datetime, offset: timedelta, run_timeout: float) -> datetime:
-    """:func:`lost_deadline` on the database's clock, once per tick and timeout
-    (the same for a burst's thousands of runs); UTC only, as in _window_key."""
-    if now.tzinfo is not UTC:
-        return lost_deadline(now + offset, run_timeout)
-    key = (now, offset, run_timeout)
-    found = _deadlines.get(key)
-    if found is None:
-        if len(_deadlines) >= SHARED_ANSWERS:
-            _deadlines.clear()
-        found = _deadlines[key] = lost_deadline(now + offset, run_timeout)
-    return found
 
 
 # -- 1. the plan ---------------------------------------------------------------------
 
 
-def plan(claimed: Claimed, now: datetime, most_per_tick: int | None = None) -> FirePlan:
+def plan(
+    claimed: Claimed[Any],
+    now: datetime,
+    most_per_tick: int | None = None,
+    answers: SharedAnswers | None = None,
+) -> FirePlan:
     """The windows of a due routine, at most ``most_per_tick`` of them this
-    tick (``routines_catch_up_per_tick``). Raises ScheduleError for a
-    schedule that does not move forward (the routine is then marked invalid)."""
+    tick (``routines_catch_up_per_tick``), shared through ``answers`` with
+    routines that plan alike. Raises ScheduleError for a schedule that does
+    not move forward (the routine is then marked invalid)."""
     record, routine = claimed.record, claimed.routine
     if record.suspended_until is not None and record.suspended_until > now:
         suspended = plan_suspended(claimed.schedule, claimed.due, record.suspended_until)
@@ -205,15 +119,13 @@ def plan(claimed: Claimed, now: datetime, most_per_tick: int | None = None) -> F
     options = (routine.catch_up, routine.catch_up_cap, routine.max_lateness, routine.overlap)
     # plan_due is pure: routines that share a schedule object (schedule_of
     # shares them), a due window, an instant and the options share a plan
-    # (frozen). The key holds the schedule by identity, checked on a hit (the
-    # answer holds it, so its id cannot be reused meanwhile); only UTC
-    # instants are looked up (see _window_key).
+    # (frozen). Only UTC instants are looked up (see SharedAnswers).
     key = (id(schedule), due, at, most_per_tick, *options)
-    cacheable = due.tzinfo is UTC and at.tzinfo is UTC
-    if cacheable:
-        found = _plans.get(key)
-        if found is not None and found[0] is schedule:
-            return found[1]
+    shared = answers if due.tzinfo is UTC and at.tzinfo is UTC else None
+    if shared is not None:
+        found = shared.plan(key, schedule)
+        if found is not None:
+            return found
     planned = plan_due(
         schedule,
         due,
@@ -228,10 +140,8 @@ def plan(claimed: Claimed, now: datetime, most_per_tick: int | None = None) -> F
     planned = one_at_a_time(planned, routine.overlap)
     if most_per_tick is not None:
         planned = this_tick(planned, most_per_tick)
-    if cacheable:
-        if len(_plans) >= SHARED_ANSWERS:
-            _plans.clear()
-        _plans[key] = (schedule, planned)
+    if shared is not None:
+        shared.keep_plan(key, schedule, planned)
     return planned
 
 
@@ -244,16 +154,18 @@ def needs_usage(claimed: Claimed, planned: FirePlan) -> bool:
 
 
 def decide(
-    claimed: Claimed,
+    claimed: Claimed[Row],
     planned: FirePlan | None,
     facts: Facts,
     now: datetime,
     *,
     run_timeout: float,
     new_id: IdFactory = random_id,
-) -> Decision:
+    answers: SharedAnswers | None = None,
+) -> Decision[Row]:
     """What the tick does with ``claimed``; ``planned`` is :func:`plan`'s
     answer (None for a routine that was invalid and reads again)."""
+    answers = answers or SharedAnswers(most=0)
     if planned is None or claimed.record.last_error is not None:
         window = claimed.schedule.next_after(now - claimed.offset)
         return Decision(claimed, Verdict.RESUMED, claimed.send_at(window))
@@ -267,18 +179,21 @@ def decide(
         )
         # Windows an open run then holds back (skip, queue) spend nothing: a
         # ceiling they would have reached is not reached, and nothing is cut.
-        if not (budget.send and budget.suspension and _held_back(claimed, planned, facts, now)):
+        held = (
+            budget.send and budget.suspension and _held_back(claimed, planned, facts, now, answers)
+        )
+        if not held:
             suspension = budget.suspension
             planned = limit_plan(planned, budget, claimed.schedule)
     if claimed.offset:
         planned = replace(planned, next_run_at=claimed.send_at(planned.next_run_at))
     record, name, timezone = claimed.record, claimed.routine.name, claimed.timezone
-    deadline = _lost_deadline(now, facts.offset, claimed.routine.run_timeout or run_timeout)
+    deadline = answers.lost_deadline(now, facts.offset, claimed.routine.run_timeout or run_timeout)
     sends = [
         NewRun(
             id=new_id(),
             routine_id=record.id,
-            idempotency_key=_window_key(name, window, timezone),
+            idempotency_key=answers.window_key(name, window, timezone),
             attempt=1,
             scheduled_for=window,
             deadline_at=deadline,
@@ -298,20 +213,22 @@ def decide(
     return _overlap(claimed, planned, sends, skips, suspension, wanted, facts, now, new_id)
 
 
-def _held_back(claimed: Claimed, planned: FirePlan, facts: Facts, now: datetime) -> bool:
+def _held_back(
+    claimed: Claimed, planned: FirePlan, facts: Facts, now: datetime, answers: SharedAnswers
+) -> bool:
     """Whether the overlap policy holds every planned window back (an open
     run, under ``skip`` or ``queue``): :func:`_overlap`'s question, asked
     before the ceiling counts the windows."""
     if not facts.open_runs:
         return False
     name, timezone = claimed.routine.name, claimed.timezone
-    keys = {_window_key(name, window, timezone) for window in planned.send}
+    keys = {answers.window_key(name, window, timezone) for window in planned.send}
     holding = in_progress(facts.open_runs, keys, now + facts.offset)
     return overlap_action(claimed.routine.overlap, len(holding)) in (Overlap.SKIP, Overlap.QUEUE)
 
 
 def _overlap(
-    claimed: Claimed,
+    claimed: Claimed[Row],
     planned: FirePlan,
     sends: list[NewRun],
     skips: list[NewRun],
@@ -320,16 +237,16 @@ def _overlap(
     facts: Facts,
     now: datetime,
     new_id: IdFactory,
-) -> Decision:
+) -> Decision[Row]:
     # One Decision built per routine (dataclasses.replace costs as much as
     # the rest of the decision: this runs for every claimed routine).
     policy = claimed.routine.overlap
-    holding = ()
+    holding: tuple[OpenRunRowLike, ...] = ()
     if facts.open_runs:
         planned_keys = {run.idempotency_key for run in sends}
         holding = tuple(in_progress(facts.open_runs, planned_keys, now + facts.offset))
     action = overlap_action(policy, len(holding))
-    verdict, replaced = Verdict.FIRE, ()
+    verdict, replaced = Verdict.FIRE, tuple[str, ...]()
     next_run_at, waiting = planned.next_run_at, planned.waiting
     if action == Overlap.SKIP:
         skips = _overlap_skip(claimed, sends, skips, new_id)
@@ -412,7 +329,9 @@ def written_key(decision: Decision) -> tuple[int, str, int] | None:
     return (claimed.record.id, window_key(claimed.routine.name, due, claimed.timezone), 1)
 
 
-def take_over(decision: Decision, written: RunRecord, new_id: IdFactory = random_id) -> Decision:
+def take_over(
+    decision: Decision[Row], written: WrittenRunLike, new_id: IdFactory = random_id
+) -> Decision[Row]:
     """The due window was already written by a beat whose claim expired: it
     leaves the skipped summary it would have started, and a row still
     ``pending`` (written, perhaps never sent) goes out again through the
