@@ -1,10 +1,13 @@
-"""The package's shape, read from its imports with ``ast``.
+"""The package's shape, read from its imports and classes with ``ast``.
 
-Three rules keep the layout readable (README, "Development"): no import
+Five rules keep the layout readable (README, "Development"): no import
 cycles between modules (``TYPE_CHECKING`` imports included: a cycle that only
 type checkers see still means two modules that must be read together); the
-pure wing (``policy/``, ``schedules/``) imports nothing that does I/O; and no
-module grows past what can be read in one sitting.
+pure wing (``policy/``, ``schedules/``) imports nothing that does I/O; no
+module grows past what can be read in one sitting; the tick's decisions live
+in ``policy/``, import nothing with I/O or the clock and keep no state of
+their own; and no class is assembled from parts that exist only to be mixed
+in (a part gets an object of its own, handed to the class that uses it).
 """
 
 from __future__ import annotations
@@ -122,6 +125,115 @@ def long_modules(root: Path = ROOT, limit: int = MAX_LINES) -> list[str]:
     ]
 
 
+# The tick's pure decisions: a claimed routine's windows, and a due retry.
+DECISIONS = ("policy/decide.py", "policy/claimed.py", "policy/retries.py")
+# Besides FORBIDDEN_FOR_PURE, what a decision never touches: the clock,
+# threads, sockets, processes, logging, Celery.
+FORBIDDEN_FOR_DECISIONS = (
+    *FORBIDDEN_FOR_PURE,
+    "time",
+    "threading",
+    "socket",
+    "subprocess",
+    "asyncio",
+    "logging",
+    "celery",
+)
+# Decorators that keep answers in the module between calls.
+CACHING_DECORATORS = ("cache", "lru_cache", "cached")
+MUTABLE_VALUES = (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)
+
+
+def _constant_name(name: str) -> bool:
+    return name.lstrip("_").isupper()
+
+
+def _module_state(tree: ast.Module) -> list[str]:
+    """Top-level names that hold state between calls: a mutable value bound
+    to a name that does not say it is a constant, or a caching decorator."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = node.value
+            mutable = isinstance(value, MUTABLE_VALUES) or (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id in ("dict", "list", "set", "defaultdict", "OrderedDict")
+            )
+            for target in targets:
+                if mutable and isinstance(target, ast.Name) and not _constant_name(target.id):
+                    found.append(target.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for decorator in node.decorator_list:
+                called = decorator.func if isinstance(decorator, ast.Call) else decorator
+                name = (
+                    called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", "")
+                )
+                if name in CACHING_DECORATORS:
+                    found.append(f"@{_base_name(called)} {node.name}")
+    return found
+
+
+def misplaced_decisions(root: Path = ROOT) -> list[str]:
+    problems = [
+        f"{relative} is missing" for relative in DECISIONS if not (root / relative).exists()
+    ]
+    if (root / "tick" / "decide.py").exists():
+        problems.append("tick/decide.py exists: decisions live in policy/")
+    for relative in DECISIONS:
+        path = root / relative
+        if not path.exists():
+            continue
+        for target in sorted(imports_of(path, root, names=False)):
+            if any(target == f or target.startswith(f + ".") for f in FORBIDDEN_FOR_DECISIONS):
+                problems.append(f"{relative} imports {target}")
+        for name in _module_state(ast.parse(path.read_text(), str(path))):
+            problems.append(f"{relative} keeps module state in {name}")
+    return problems
+
+
+def _base_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def mixed_in(root: Path = ROOT) -> list[str]:
+    """Classes of the package built from package classes that only exist to
+    be mixed in: a class with no base of its own, no ``__init__``, never
+    called anywhere in the package, yet a base of another class (it reads
+    what its host provides through ``self``). A class with two or more
+    package classes as bases is reported too."""
+    classes: dict[str, ast.ClassDef] = {}
+    called: set[str] = set()
+    trees = [ast.parse(p.read_text(), str(p)) for p in sorted(root.rglob("*.py"))]
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, node)
+            elif isinstance(node, ast.Call) and (name := _base_name(node.func)):
+                called.add(name)
+
+    def mixin_only(name: str) -> bool:
+        part = classes[name]
+        own_bases = [b for b in part.bases if _base_name(b) not in (None, "object")]
+        has_init = any(
+            isinstance(item, ast.FunctionDef) and item.name == "__init__" for item in part.body
+        )
+        return not own_bases and not has_init and name not in called
+
+    problems = []
+    for cls in classes.values():
+        ours = [name for b in cls.bases if (name := _base_name(b)) in classes]
+        if len(ours) > 1:
+            problems.append(f"{cls.name} mixes {', '.join(ours)}")
+        problems.extend(f"{cls.name} inherits mixin {name}" for name in ours if mixin_only(name))
+    return sorted(set(problems))
+
+
 def test_no_import_cycles() -> None:
     assert cycles(graph()) == []
 
@@ -132,6 +244,14 @@ def test_the_pure_wing_imports_nothing_with_io() -> None:
 
 def test_no_module_is_longer_than_one_sitting() -> None:
     assert long_modules() == []
+
+
+def test_the_decisions_are_pure_and_live_in_policy() -> None:
+    assert misplaced_decisions() == []
+
+
+def test_no_class_is_assembled_from_mixins() -> None:
+    assert mixed_in() == []
 
 
 # -- the rules catch what they are for ------------------------------------------
@@ -195,3 +315,38 @@ def _target(text: str) -> str:
 def test_a_long_module_is_found(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"long.py": "x = 1\n" * (MAX_LINES + 1), "short.py": "x = 1\n"})
     assert long_modules(root) == [f"{PACKAGE}/long.py: {MAX_LINES + 1} lines"]
+
+
+def test_a_decision_out_of_place_or_with_io_or_state_is_found(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "tick/__init__.py": "",
+            "tick/decide.py": "",
+            "policy/__init__.py": "",
+            "policy/decide.py": "import time\n_plans: dict[str, int] = {}\nSHARED = 10\n",
+            "policy/claimed.py": "import functools\n@functools.lru_cache\ndef f():\n    pass\n",
+        },
+    )
+    assert misplaced_decisions(root) == [
+        "policy/retries.py is missing",
+        "tick/decide.py exists: decisions live in policy/",
+        "policy/decide.py imports time",
+        "policy/decide.py keeps module state in _plans",
+        "policy/claimed.py keeps module state in @lru_cache f",
+    ]
+
+
+def test_a_class_built_from_mixins_is_found(tmp_path: Path) -> None:
+    part = "class Writing:\n    store: object\n\n    def write(self):\n        return self.store\n"
+    whole = (
+        "from .writing import Writing\n\n\nclass Base:\n    def __init__(self):\n"
+        "        self.store = 1\n\n\nclass Engine(Writing):\n    pass\n\n\n"
+        "class Both(Base, Writing):\n    pass\n\n\nclass Real(Base):\n    pass\n"
+    )
+    root = _tree(tmp_path, {"writing.py": part, "engine.py": whole})
+    assert mixed_in(root) == [
+        "Both inherits mixin Writing",
+        "Both mixes Base, Writing",
+        "Engine inherits mixin Writing",
+    ]

@@ -2,38 +2,36 @@
 
 Both are range scans of a partial index (``ix_routine_runs_deadline``,
 ``ix_routine_runs_retry_due``) limited to the batch size, so their cost grows
-with what is overdue, not with the history kept. Decisions come from
-:mod:`celery_routines.lifecycle`; the store's conditional UPDATEs make each
+with what is overdue, not with the history kept. Decisions are pure and
+come from :mod:`celery_routines.policy.runs` (a lost run's retry) and
+:mod:`celery_routines.policy.retries` (a due retry); this module reads what
+they need and carries them out. The store's conditional UPDATEs make each
 transition happen once however many beats sweep at the same time.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from celery_routines.config import Settings
-from celery_routines.errors import InvalidRoutine
 from celery_routines.observe.events import Events, NoEvents
 from celery_routines.observe.final_failures import after_final_failure
-from celery_routines.policy.ceilings import Ceiling, decide_before_send
-from celery_routines.policy.routine import Routine
-from celery_routines.policy.routine_rows import from_columns
-from celery_routines.policy.runs import (
-    QUEUE_RECHECK,
-    after_failure,
-    blocked_reason,
-    lost_deadline,
-    policy_of,
-    settled_state,
+from celery_routines.policy.retries import (
+    RetryDecision,
+    RetryVerdict,
+    decide_retry,
+    exclusive,
 )
-from celery_routines.policy.states import OPEN_STATES, Overlap, Reason, RunState, no_retry
+from celery_routines.policy.routine import Routine
+from celery_routines.policy.runs import after_failure, policy_of
+from celery_routines.policy.states import OPEN_STATES, Reason, RunState, no_retry
 from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
 from celery_routines.sending.publish import Publisher
-from celery_routines.store import NewRun, RoutineRecord, Store
+from celery_routines.store import NewRun, Store
 from celery_routines.store.records import DueRetry
 from celery_routines.tick.ledger import PublishLedger
 
@@ -125,38 +123,6 @@ class Sweeps:
 
     # -- retries ---------------------------------------------------------------
 
-    def _skip_late(self, item: DueRetry, settled: str, now: datetime, report: TickReport) -> None:
-        """The next attempt as a ``skipped`` row, reason ``late``, like a
-        first attempt past ``max_lateness``; the failed attempt settles."""
-        run, routine = item.run, item.routine
-        skipped = NewRun(
-            id=str(uuid.uuid4()),
-            routine_id=run.routine_id,
-            idempotency_key=run.idempotency_key,
-            attempt=run.attempt + 1,
-            scheduled_for=run.scheduled_for,
-            state=RunState.SKIPPED,
-            reason=Reason.LATE,
-            skipped_count=1,
-            skipped_first=run.scheduled_for,
-            skipped_last=run.scheduled_for,
-        )
-        if not self.store.retries.take_retry(run.id, settled, skipped, now):
-            report.conflicts += 1
-            return
-        report.skipped_windows += 1
-        report.skipped_by_reason[Reason.LATE] = report.skipped_by_reason.get(Reason.LATE, 0) + 1
-        self.events.skipped(
-            routine.name, reason=Reason.LATE, count=1, first=run.scheduled_for,
-            last=run.scheduled_for, run_id=skipped.id,
-        )  # fmt: skip
-        logger.warning(
-            "retry of %s (attempt %d) skipped: late, past max_lateness %ss of its window",
-            run.idempotency_key,
-            run.attempt + 1,
-            f"{routine.max_lateness:g}",
-        )
-
     def retries_due(self, now: datetime, report: TickReport) -> list[DueRetry]:
         """The ``retrying`` runs whose ``retry_at`` has come (read inside the
         tick's first transaction; sent by :meth:`send_retries` after it)."""
@@ -168,62 +134,35 @@ class Sweeps:
     def send_retries(
         self, due: list[DueRetry], now: datetime, report: TickReport, ledger: PublishLedger
     ) -> None:
-        """Send attempt N+1 of each due retry; each is taken by one beat only,
-        and the taken ones go out together, batched like a tick's windows.
-        What went out is entered in ``ledger``; the tick marks it sent."""
+        """Send attempt N+1 of each due retry as :func:`decide_retry` says;
+        each is taken by one beat only, and the taken ones go out together,
+        batched like a tick's windows. What went out is entered in
+        ``ledger``; the tick marks it sent."""
         taken: list[tuple[DueRetry, Routine, NewRun]] = []
         holding = self._runs_holding_retries(due, now)
         for item in due:
-            run, routine = item.run, item.routine
-            if self._held_by_overlap(item, holding, now, report):
-                continue
-            settled = settled_state(run.reason)
-            blocked = blocked_reason(policy_of(routine), now)
-            model = None
-            if blocked is None:
-                try:
-                    model = from_columns(routine)
-                    blocked = retry_blocked_by_ceiling(
-                        self.store, routine, model.ceilings, now, self.settings.timezone
-                    )
-                except InvalidRoutine as exc:
-                    blocked = f"invalid ({exc.problem})"
-            if blocked is not None or model is None:
-                # Dropped, not postponed: resuming the routine later must not
-                # replay a backlog of retries in a burst.
-                if self.store.retries.cancel_retry(run.id, settled, no_retry(blocked or "invalid")):
-                    report.retries_cancelled += 1
-                    logger.warning(
-                        "retry of %s attempt %d dropped: routine %s is %s",
+            run = item.run
+            decision = self._decide_retry(item, holding.get(run.routine_id, ()), now)
+            self._suspend_for_retry(item, decision, now)
+            if decision.verdict == RetryVerdict.WAIT:
+                self._wait(item, decision)
+            elif decision.verdict == RetryVerdict.DROP:
+                self._drop(item, decision, report)
+            elif decision.verdict == RetryVerdict.SKIP_LATE:
+                self._skip_late(item, decision, now, report)
+            elif decision.next_run is not None and decision.routine is not None:
+                next_run = decision.next_run
+                if not self.store.retries.take_retry(run.id, decision.settled, next_run, now):
+                    report.conflicts += 1
+                    logger.info(
+                        "retry of %s attempt %d taken by another beat",
                         run.idempotency_key,
-                        run.attempt,
-                        routine.name,
-                        blocked,
+                        next_run.attempt,
                     )
-                continue
-            attempt = run.attempt + 1
-            if late_retry(model.max_lateness, run.scheduled_for, now):
-                self._skip_late(item, settled, now, report)
-                continue
-            next_run = NewRun(
-                id=str(uuid.uuid4()),
-                routine_id=run.routine_id,
-                idempotency_key=run.idempotency_key,
-                attempt=attempt,
-                scheduled_for=run.scheduled_for,
-                deadline_at=lost_deadline(
-                    now + self.offset, model.run_timeout or self.settings.run_timeout
-                ),
-            )
-            if not self.store.retries.take_retry(run.id, settled, next_run, now):
-                report.conflicts += 1
-                logger.info(
-                    "retry of %s attempt %d taken by another beat", run.idempotency_key, attempt
-                )
-                continue
-            taken.append((item, model, next_run))
-            # The attempt now open holds the routine's later retries back.
-            holding.setdefault(run.routine_id, []).append(next_run.idempotency_key)
+                    continue
+                taken.append((item, decision.routine, next_run))
+                # The attempt now open holds the routine's later retries back.
+                holding.setdefault(run.routine_id, []).append(next_run.idempotency_key)
         if not taken:
             return
         messages = [outgoing_run(model, next_run) for _, model, next_run in taken]
@@ -249,13 +188,94 @@ class Sweeps:
                 now,
             )
 
+    def _decide_retry(
+        self, item: DueRetry, open_keys: Sequence[str], now: datetime
+    ) -> RetryDecision:
+        """The pure decision, with the ceiling usage read when it asks for it."""
+        run, routine = item.run, item.routine
+        decide = functools.partial(
+            decide_retry,
+            run,
+            routine,
+            open_keys,
+            now,
+            offset=self.offset,
+            run_timeout=self.settings.run_timeout,
+            timezone=self.settings.timezone,
+        )
+        decision = decide()
+        if decision.verdict == RetryVerdict.READ_USAGE:
+            zone = routine.timezone or self.settings.timezone
+            used = self.store.spend.used_by_ceiling(routine.id, decision.ceilings, now, zone)
+            decision = decide(used=used)
+        return decision
+
+    def _suspend_for_retry(self, item: DueRetry, decision: RetryDecision, now: datetime) -> None:
+        suspension, routine = decision.suspension, item.routine
+        if suspension is not None and self.store.spend.suspend(
+            routine.id, suspension.until, suspension.reason, now
+        ):
+            logger.warning("suspended %s: %s", routine.name, suspension.reason)
+
+    def _wait(self, item: DueRetry, decision: RetryDecision) -> None:
+        run, retry_at = item.run, decision.retry_at
+        if retry_at is not None and self.store.retries.postpone_retry(run.id, retry_at):
+            logger.info(
+                "retry of %s attempt %d waits: overlap=%s and %s is open",
+                run.idempotency_key,
+                run.attempt,
+                item.routine.overlap,
+                decision.holding,
+            )
+
+    def _drop(self, item: DueRetry, decision: RetryDecision, report: TickReport) -> None:
+        run, reason = item.run, decision.reason or no_retry("invalid")
+        if not self.store.retries.cancel_retry(run.id, decision.settled, reason):
+            return
+        report.retries_cancelled += 1
+        if decision.holding is not None:
+            logger.warning(
+                "retry of %s attempt %d dropped: overlap=replace and %s is open",
+                run.idempotency_key,
+                run.attempt,
+                decision.holding,
+            )
+        else:
+            logger.warning(
+                "retry of %s attempt %d dropped: routine %s is %s",
+                run.idempotency_key,
+                run.attempt,
+                item.routine.name,
+                decision.why,
+            )
+
+    def _skip_late(
+        self, item: DueRetry, decision: RetryDecision, now: datetime, report: TickReport
+    ) -> None:
+        """The next attempt as a ``skipped`` row, reason ``late``, like a
+        first attempt past ``max_lateness``; the failed attempt settles."""
+        run, routine, skipped = item.run, item.routine, decision.next_run
+        assert skipped is not None  # a SKIP_LATE decision carries its row
+        if not self.store.retries.take_retry(run.id, decision.settled, skipped, now):
+            report.conflicts += 1
+            return
+        report.skipped(Reason.LATE)
+        self.events.skipped(
+            routine.name, reason=Reason.LATE, count=1, first=run.scheduled_for,
+            last=run.scheduled_for, run_id=skipped.id,
+        )  # fmt: skip
+        logger.warning(
+            "retry of %s (attempt %d) skipped: late, past max_lateness %ss of its window",
+            run.idempotency_key,
+            run.attempt + 1,
+            f"{routine.max_lateness:g}",
+        )
+
     def _runs_holding_retries(self, due: list[DueRetry], now: datetime) -> dict[int, list[str]]:
         """The window keys of the open runs of the routines whose overlap
         policy holds a retry back (skip, queue, replace), by routine id:
         their ``pending`` rows too, the windows this tick is about to send."""
-        ids = sorted(
-            {item.run.routine_id for item in due if item.routine.overlap in EXCLUSIVE_RETRIES}
-        )
+        ids = sorted({item.run.routine_id for item in due if exclusive(item.routine.overlap)})
         if not ids:
             return {}
         deadline = now + self.offset
@@ -267,69 +287,3 @@ class Sweeps:
             ]
             for routine_id, runs in self.store.runs.open_runs(ids).items()
         }
-
-    def _held_by_overlap(
-        self, item: DueRetry, holding: dict[int, list[str]], now: datetime, report: TickReport
-    ) -> bool:
-        """A retry follows its routine's overlap policy like a window: with
-        another run of the routine open, under ``skip`` and ``queue`` it waits
-        for that run to end (it is the same window's next attempt, not a new
-        window to drop); under ``replace`` the newer run has replaced its
-        window, so it is not retried."""
-        run, routine = item.run, item.routine
-        others = [key for key in holding.get(run.routine_id, ()) if key != run.idempotency_key]
-        if not others or routine.overlap not in EXCLUSIVE_RETRIES:
-            return False
-        if routine.overlap == Overlap.REPLACE:
-            settled = settled_state(run.reason)
-            if self.store.retries.cancel_retry(run.id, settled, no_retry(Reason.REPLACED)):
-                report.retries_cancelled += 1
-                logger.warning(
-                    "retry of %s attempt %d dropped: overlap=replace and %s is open",
-                    run.idempotency_key,
-                    run.attempt,
-                    others[0],
-                )
-            return True
-        if self.store.retries.postpone_retry(run.id, now + QUEUE_RECHECK):
-            logger.info(
-                "retry of %s attempt %d waits: overlap=%s and %s is open",
-                run.idempotency_key,
-                run.attempt,
-                routine.overlap,
-                others[0],
-            )
-        return True
-
-
-# Overlap policies under which a retry never runs beside another run of its routine.
-EXCLUSIVE_RETRIES = (Overlap.SKIP, Overlap.QUEUE, Overlap.REPLACE)
-
-
-def late_retry(max_lateness: float | None, window: datetime, now: datetime) -> bool:
-    """A retry going out now would be later than the window's lateness limit."""
-    return max_lateness is not None and now - window > timedelta(seconds=max_lateness)
-
-
-def retry_blocked_by_ceiling(
-    store: Store,
-    record: RoutineRecord,
-    ceilings: Sequence[Ceiling],
-    now: datetime,
-    default_timezone: str,
-) -> str | None:
-    """The before-send check for one retry: the reason it may not go out
-    (the routine is suspended as the check decides), or None."""
-    if not ceilings:
-        return None
-    timezone = record.timezone or default_timezone
-    used = store.spend.used_by_ceiling(record.id, ceilings, now, timezone)
-    decision = decide_before_send(ceilings, used, now, timezone, wanted=1)
-    suspension = decision.suspension
-    if decision.send and suspension is None:
-        return None
-    if suspension is not None and store.spend.suspend(
-        record.id, suspension.until, suspension.reason, now
-    ):
-        logger.warning("suspended %s: %s", record.name, suspension.reason)
-    return None if decision.send else "over its ceiling"
