@@ -30,12 +30,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from benchmarks.common import HOT, create_database, drop_database, log, summary_ms
+from celery_routines.sending.publish import Publisher
 
 ROUTINES = 1000
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
-class MemoryPublisher:
+class MemoryPublisher(Publisher):
     def __init__(self) -> None:
         self.sent = 0
 

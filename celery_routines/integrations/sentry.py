@@ -38,8 +38,6 @@ from celery_routines.sending.publish import (
     OutgoingRun,
     PendingErrors,
     Publisher,
-    begin_publish_many,
-    publishes_in_background,
 )
 
 logger = logging.getLogger("celery_routines.sentry")
@@ -118,7 +116,7 @@ def check_in_headers(slug: str, config: dict[str, Any]) -> dict[str, Any]:
     return {**headers, "headers": dict(headers)}
 
 
-class CronsPublisher:
+class CronsPublisher(Publisher):
     """A publisher that gives every run the in-progress check-in and headers of
     Sentry Crons before the publisher it wraps sends it (in beat's own
     process, also when publishing processes send the message)."""
@@ -131,7 +129,7 @@ class CronsPublisher:
 
     @property
     def in_background(self) -> bool:
-        return publishes_in_background(self.inner)
+        return self.inner.in_background
 
     def publish(self, run: OutgoingRun) -> None:
         self.inner.publish(self._all_monitored([run])[0])
@@ -140,7 +138,7 @@ class CronsPublisher:
         return self.begin_publish_many(runs)()
 
     def begin_publish_many(self, runs: Sequence[OutgoingRun]) -> PendingErrors:
-        return begin_publish_many(self.inner, self._all_monitored(runs))
+        return self.inner.begin_publish_many(self._all_monitored(runs))
 
     def _all_monitored(self, runs: Sequence[OutgoingRun]) -> list[OutgoingRun]:
         if any(run.routine is not None for run in runs):

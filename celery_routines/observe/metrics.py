@@ -37,8 +37,6 @@ from celery_routines.sending.publish import (
     OutgoingRun,
     PendingErrors,
     Publisher,
-    begin_publish_many,
-    publishes_in_background,
 )
 
 if TYPE_CHECKING:
@@ -283,7 +281,7 @@ class RoutineMetrics:
         self._thread = None
 
 
-class MeasuredPublisher:
+class MeasuredPublisher(Publisher):
     """A publisher that records each successful send's lateness."""
 
     def __init__(self, inner: Publisher, metrics: RoutineMetrics, clock: Clock) -> None:
@@ -299,13 +297,13 @@ class MeasuredPublisher:
 
     @property
     def in_background(self) -> bool:
-        return publishes_in_background(self.inner)
+        return self.inner.in_background
 
     def publish_many(self, runs: Sequence[OutgoingRun]) -> list[Exception | None]:
         return self.begin_publish_many(runs)()
 
     def begin_publish_many(self, runs: Sequence[OutgoingRun]) -> PendingErrors:
-        pending = begin_publish_many(self.inner, runs)
+        pending = self.inner.begin_publish_many(runs)
 
         def observed() -> list[Exception | None]:
             errors = pending()

@@ -1,19 +1,20 @@
-"""The one publish path of every run (a tick's windows, its retries, an
-operator's sends): the message of a run, the batch publish with its log
-line, and a failed send recorded under the routine's retry policy."""
+"""The pieces of every run's publish (a tick's windows, its retries, an
+operator's sends, all through :class:`~celery_routines.sending.sender.Sender`):
+the message of a run, the errors of a batch publish with its log lines, and
+a failed send recorded under the routine's retry policy."""
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from celery_routines.policy.routine import Routine
 from celery_routines.policy.runs import after_failure, policy_of
 from celery_routines.policy.states import Reason, RunKind
 from celery_routines.schedules.jitter import send_instant
-from celery_routines.sending.publish import NotSent, OutgoingRun, Publisher, begin_publish_many
+from celery_routines.sending.publish import NotSent, OutgoingRun, Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
 
 logger = logging.getLogger("celery_routines.beat")
@@ -65,14 +66,6 @@ def publish_runs(publisher: Publisher, runs: Sequence[OutgoingRun]) -> list[str 
     """Publish runs, batched where the broker allows; for each, None or the
     error text of a failed send."""
     return sent_or_failed(runs, publisher.publish_many(runs))
-
-
-def begin_publish_runs(
-    publisher: Publisher, runs: Sequence[OutgoingRun]
-) -> Callable[[], list[str | None]]:
-    """:func:`publish_runs` started: the call returned waits for its answer."""
-    pending = begin_publish_many(publisher, runs)
-    return lambda: sent_or_failed(runs, pending())
 
 
 def sent_or_failed(

@@ -3,7 +3,8 @@
 The same order and the same pieces as the tick (guarantee 5, ``delivery.py``):
 write the run rows first, with the deadline after which the lost sweep takes
 them; let the database's unique ``(routine_id, idempotency_key, attempt)``
-decide which are new; publish only those; mark them sent. A failed publish is
+decide which are new; publish only those and mark them sent, through the
+one :class:`~celery_routines.sending.sender.Sender`. A failed publish is
 recorded like beat's own (``retrying`` under the routine's retry policy, or
 ``failed``). A row that already existed is never sent again from here, which
 is what makes a second backfill a no-op.
@@ -20,8 +21,9 @@ from celery_routines.clock import Clock
 from celery_routines.policy.routine_rows import from_columns
 from celery_routines.policy.runs import lost_deadline
 from celery_routines.policy.states import Reason, RunKind
-from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
+from celery_routines.sending.delivery import outgoing_run
 from celery_routines.sending.publish import Publisher
+from celery_routines.sending.sender import MarkSentNow, Outbound, Sender
 from celery_routines.store import NewRun, RoutineRecord, Store
 
 
@@ -77,16 +79,12 @@ def dispatch(
         )
     }
     fresh = [run for run in rows if run.id in inserted]
-    # One publish path with beat's windows and retries: batched where the
-    # transport allows, and once the broker fails (after its retries) the
-    # rest fail at once instead of each waiting out its own.
-    errors = publish_runs(
-        publisher,
-        [outgoing_run(routine, run, kind=kind) for run in fresh],
-    )
-    error_of = dict(zip((run.id for run in fresh), errors, strict=True))
+    # One send loop with beat's windows and retries (sending/sender.py):
+    # batched where the transport allows, and once the broker fails (after
+    # its retries) the rest fail at once instead of each waiting out its own.
+    outbound = [Outbound(outgoing_run(routine, run, kind=kind), record) for run in fresh]
+    done = Sender(store, publisher, clock).send(outbound, MarkSentNow(store, run_timeout))
     results: list[Dispatched] = []
-    sent_ids: list[str] = []
     for run in rows:
         if run.id not in inserted:
             # Another writer (beat, an earlier backfill) owns this window.
@@ -100,13 +98,9 @@ def dispatch(
                 )
             )
             continue
-        error = error_of[run.id]
+        error = done.errors[run.id]
         if error is None:
-            sent_ids.append(run.id)
             results.append(Dispatched(run, SENT))
-            continue
-        record_send_failure(store, record, run.id, run.idempotency_key, run.attempt, error, clock())
-        results.append(Dispatched(run, SEND_FAILED, error=error))
-    sent_at = clock()
-    store.runs.mark_sent(sent_ids, sent_at, deadline_at=lost_deadline(sent_at, run_timeout))
+        else:
+            results.append(Dispatched(run, SEND_FAILED, error=error))
     return results

@@ -49,7 +49,7 @@ logger = logging.getLogger("celery_routines.beat")
 CLOSE_TIMEOUT_SECONDS = 10.0
 
 
-class ProcessPublisher:
+class ProcessPublisher(Publisher):
     """A :class:`Publisher` whose sends happen in forked processes.
 
     ``make_inner`` builds the publisher that sends: in each child, after the

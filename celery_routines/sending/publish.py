@@ -97,7 +97,20 @@ def _not_sent(errors: Sequence[Exception | None]) -> NotSent:
     return NotSent(f"not sent: {type(first).__name__}: {first}")
 
 
+# The errors of runs handed to a publisher, once it has sent them (waits).
+PendingErrors = Callable[[], list[Exception | None]]
+
+
 class Publisher(Protocol):
+    """What beat and the operator's sends publish runs through.
+
+    A publisher that sends in another process (``sending/offload.py``) says
+    :attr:`in_background` and returns from :meth:`begin_publish_many` at
+    once, so the tick prepares the next chunk while this one goes out; any
+    other publisher subclasses this protocol for the defaults: not in the
+    background, and :meth:`begin_publish_many` sends here and now.
+    """
+
     def publish(self, run: OutgoingRun) -> None:
         """Send one run; raise on failure."""
         ...
@@ -106,35 +119,20 @@ class Publisher(Protocol):
         """Send runs in order; for each, None or the error that stopped it."""
         ...
 
+    @property
+    def in_background(self) -> bool:
+        """Whether :meth:`begin_publish_many` returns before the runs are sent."""
+        return False
+
+    def begin_publish_many(self, runs: Sequence[OutgoingRun]) -> PendingErrors:
+        """Start sending ``runs``; the call returned waits for each one's error."""
+        errors = self.publish_many(runs)
+        return lambda: errors
+
     def close(self) -> None: ...
 
 
-# The errors of runs handed to a publisher, once it has sent them (waits).
-PendingErrors = Callable[[], list[Exception | None]]
-
-
-def publishes_in_background(publisher: Publisher) -> bool:
-    """Whether ``publisher`` sends while its caller goes on (it has
-    ``begin_publish_many`` and says ``in_background``)."""
-    return bool(getattr(publisher, "in_background", False))
-
-
-def begin_publish_many(publisher: Publisher, runs: Sequence[OutgoingRun]) -> PendingErrors:
-    """Start sending ``runs``; the call returned waits for each one's error.
-
-    A publisher that sends in another process (``sending/offload.py``) has
-    ``begin_publish_many`` and returns at once, so the tick prepares the next
-    chunk while this one goes out; any other sends them here and now.
-    """
-    begin = getattr(publisher, "begin_publish_many", None)
-    if begin is not None:
-        pending: PendingErrors = begin(runs)
-        return pending
-    errors = publisher.publish_many(runs)
-    return lambda: errors
-
-
-class BatchingPublisher:
+class BatchingPublisher(Publisher):
     """Publishes through one reused connection and producer; subclasses say
     how one message goes out (``_send``).
 

@@ -79,7 +79,7 @@ class TickEngine:
         self.revoker = revoker
         # Skips, suspensions and lost runs also go out as `routine-*` events.
         self.events: Events = events or NoEvents()
-        self.sweeps = Sweeps(store, publisher, settings, self.events)
+        self.sweeps = Sweeps(store, publisher, settings, self.events, clock)
         self.refresher = Refresher(store, settings, holder, self.events)
         # Due routines other beats' open claims hold: waited out, not spun on.
         self.held_elsewhere = HeldElsewhere()

@@ -1,30 +1,26 @@
 """The send half of a tick: the written runs published, after their rows
-are committed (a worker claims a run only from its row), in chunks under
-claims known to be live, what went out entered in the beat's ledger and what
-the broker refused recorded under the routine's retry policy.
+are committed (a worker claims a run only from its row), through the one
+:class:`~celery_routines.sending.sender.Sender`, under claims known to be
+live; what went out is entered in the beat's ledger. Before that, a row taken
+over from another beat is looked at again, and ``max_lateness`` is judged
+at the moment of sending.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
 
 from celery_routines.clock import Clock
 from celery_routines.config import Settings
 from celery_routines.observe.events import Events
 from celery_routines.policy.decide import Decision
 from celery_routines.policy.states import Reason
-from celery_routines.sending.delivery import (
-    begin_publish_runs,
-    outgoing_run,
-    record_send_failure,
-)
-from celery_routines.sending.publish import Publisher, publishes_in_background
+from celery_routines.sending.delivery import outgoing_run
+from celery_routines.sending.publish import Publisher
+from celery_routines.sending.sender import Marker, Outbound, Sender
 from celery_routines.store import NewRun, Store
 from celery_routines.tick.ledger import PublishLedger
 from celery_routines.tick.report import TickReport
@@ -35,20 +31,10 @@ logger = logging.getLogger("celery_routines.beat")
 # routines_lock_ttl ago; older claims are renewed in the database first (the
 # rest of the TTL is the margin for a chunk of messages and its bookkeeping).
 CLAIM_TRUSTED_SHARE = 0.25
-# Messages published between two looks at the claims (kombu's Redis batch).
-PUBLISH_CHUNK = 500
 # A beat told to stop mid-tick (SIGTERM) keeps publishing what it committed
 # for at most this long; what is left stays pending for the next beat, which
 # may take it at once (the stopping beat releases its claims).
 STOP_GRACE_SECONDS = 5.0
-
-
-@dataclass(frozen=True)
-class InFlight:
-    """A chunk of runs handed to the publisher, and the wait for its answer."""
-
-    chunk: list[tuple[Decision, NewRun, str]]
-    errors: Callable[[], list[str | None]]
 
 
 @dataclass
@@ -57,16 +43,6 @@ class Outgoing:
 
     ready: list[Decision]
     sends: list[tuple[Decision, NewRun, str]] = field(default_factory=list)
-
-
-class Marker(Protocol):
-    """Marks the ledger's published chunks ``sent``: on another thread
-    (:class:`~celery_routines.tick.marking.BackgroundMarker`, PostgreSQL) or
-    at once (:class:`~celery_routines.tick.marking.InlineMarker`)."""
-
-    def start(self) -> None: ...
-
-    def finish(self) -> None: ...
 
 
 class WindowSender:
@@ -98,89 +74,36 @@ class WindowSender:
 
     def send(self, outgoing: Outgoing, now: datetime, report: TickReport) -> set[int]:
         """Publish the written runs, after their rows are committed (a worker
-        claims a run only from its row), in as few broker round trips as the
-        transport allows; the ids of the routines whose claims held to the end.
+        claims a run only from its row), through the one :class:`Sender`;
+        the ids of the routines whose claims held to the end.
 
         Messages go out in chunks, each under claims known to be live: a
         chunk that starts later than a quarter of ``routines_lock_ttl`` after
         the claims were taken or last renewed renews them first, so no other
         beat can take a routine over while its messages are going out.
         """
-        try:
-            held = self._publish_chunks(outgoing, now, report)
-        except BaseException:
-            # The error in flight wins; a failed marking's batches stay in the ledger.
-            with suppress(Exception):
-                self.marker.finish()
-            raise
-        self.marker.finish()
-        return held
-
-    def _publish_chunks(self, outgoing: Outgoing, now: datetime, report: TickReport) -> set[int]:
-        held = {d.claimed.record.id for d in outgoing.ready}
-        confirmed = now
-        trusted = timedelta(seconds=self.settings.lock_ttl * CLAIM_TRUSTED_SHARE)
+        claims = _TickClaims(self, outgoing.ready, now)
         sending = [
-            (item, run, run_id)
+            Outbound(outgoing_run(item.claimed.routine, run, run_id), item.claimed.record)
             for item, run, run_id in self._orphans_still_pending(outgoing.sends, report)
             if not self._too_late(item, run, run_id, report)
         ]
-        # The chunk handed to the publisher and not yet answered: a publisher
-        # in another process sends it while this one prepares the next. It is
-        # taken out of ``in_flight`` before its answer is entered, so an error
-        # while entering it never has that answer waited for twice.
-        in_flight: InFlight | None = None
-        in_background = publishes_in_background(self.publisher)
-        try:
-            for start in range(0, len(sending), PUBLISH_CHUNK):
-                if self._out_of_grace():
-                    last, in_flight = in_flight, None
-                    self._answered(last, report)
-                    return held - self._left_pending(sending[start:])
-                if self.clock() >= confirmed + trusted:
-                    confirmed = self.clock()
-                    held = self.renew_claims(outgoing.ready, held, confirmed)
-                chunk = [
-                    send
-                    for send in sending[start : start + PUBLISH_CHUNK]
-                    if send[0].claimed.record.id in held
-                ]
-                messages = [
-                    outgoing_run(item.claimed.routine, run, run_id) for item, run, run_id in chunk
-                ]
-                started = InFlight(chunk, begin_publish_runs(self.publisher, messages))
-                if in_background:
-                    previous, in_flight = in_flight, started
-                    self._answered(previous, report, more=True)
-                else:
-                    self._answered(started, report, more=start + PUBLISH_CHUNK < len(sending))
-            last, in_flight = in_flight, None
-            self._answered(last, report)
-        except BaseException:
-            # What went out is entered in the ledger; the error in flight wins.
-            with suppress(Exception):
-                self._answered(in_flight, report)
-            raise
-        return held
-
-    def _answered(self, in_flight: InFlight | None, report: TickReport, more: bool = False) -> None:
-        """Wait for a chunk's answer and enter it; with ``more`` chunks after
-        it, mark it sent now, while the claims still hold (a beat that takes
-        a routine over later finds the row sent). The last chunk's are
-        written with the advance, next."""
-        if in_flight is None:
-            return
-        self._sent(in_flight.chunk, in_flight.errors(), report)
-        if more:
-            self.marker.start()
+        done = Sender(self.store, self.publisher, self.clock).send(
+            sending, self.ledger, claims=claims, marker=self.marker, stop=self._out_of_grace
+        )
+        report.sent += done.sent
+        report.send_failures += done.failed
+        if done.left:
+            return claims.still - self._left_pending(done.left)
+        return claims.still
 
     def _out_of_grace(self) -> bool:
         return self.stopping is not None and time.monotonic() - self.stopping >= STOP_GRACE_SECONDS
 
-    def _left_pending(self, unsent: list[tuple[Decision, NewRun, str]]) -> set[int]:
+    def _left_pending(self, unsent: list[Outbound]) -> set[int]:
         """The routines of runs a stopping beat leaves unpublished: not moved
         on, so the beat that takes them over sends those same rows."""
-        routines = {item.claimed.record.id for item, _, _ in unsent}
+        routines = {item.record.id for item in unsent}
         logger.warning(
             "stopping: %d run(s) of %d routine(s) left pending after %.0f s of publishing; "
             "the next beat sends them",
@@ -189,36 +112,6 @@ class WindowSender:
             STOP_GRACE_SECONDS,
         )
         return routines
-
-    def _sent(
-        self,
-        chunk: list[tuple[Decision, NewRun, str]],
-        errors: list[str | None],
-        report: TickReport,
-    ) -> None:
-        """Enter what went out in the ledger; record what the broker refused."""
-        published = [
-            (run_id, item.claimed.routine.run_timeout)
-            for (item, _, run_id), error in zip(chunk, errors, strict=True)
-            if error is None
-        ]
-        self.ledger.published(
-            [run_id for run_id, _ in published], self.clock(), [t for _, t in published]
-        )
-        for (item, run, run_id), error in zip(chunk, errors, strict=True):
-            if error is None:
-                report.sent += 1
-            else:
-                report.send_failures += 1
-                record_send_failure(
-                    self.store,
-                    item.claimed.record,
-                    run_id,
-                    run.idempotency_key,
-                    run.attempt,
-                    error,
-                    self.clock(),
-                )
 
     def _orphans_still_pending(
         self, sends: list[tuple[Decision, NewRun, str]], report: TickReport
@@ -292,3 +185,22 @@ class WindowSender:
                 sum(len(d.sends) for d in taken),
             )
         return still
+
+
+class _TickClaims:
+    """The claims of the routines a tick publishes for, renewed from the
+    clock when they are older than ``CLAIM_TRUSTED_SHARE`` of the TTL."""
+
+    def __init__(self, sender: WindowSender, ready: list[Decision], claimed_at: datetime) -> None:
+        self.sender = sender
+        self.ready = ready
+        self.still = {d.claimed.record.id for d in ready}
+        self.confirmed = claimed_at
+        self.trusted = timedelta(seconds=sender.settings.lock_ttl * CLAIM_TRUSTED_SHARE)
+
+    def held(self) -> set[int]:
+        clock = self.sender.clock
+        if clock() >= self.confirmed + self.trusted:
+            self.confirmed = clock()
+            self.still = self.sender.renew_claims(self.ready, self.still, self.confirmed)
+        return self.still

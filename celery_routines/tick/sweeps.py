@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from celery_routines.clock import Clock, utc_now
 from celery_routines.config import Settings
 from celery_routines.observe.events import Events, NoEvents
 from celery_routines.observe.final_failures import after_final_failure
@@ -29,8 +30,9 @@ from celery_routines.policy.retries import (
 from celery_routines.policy.routine import Routine
 from celery_routines.policy.runs import after_failure, policy_of
 from celery_routines.policy.states import OPEN_STATES, Reason, RunState, no_retry
-from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
+from celery_routines.sending.delivery import outgoing_run
 from celery_routines.sending.publish import Publisher
+from celery_routines.sending.sender import Outbound, Sender
 from celery_routines.store import NewRun, Store
 from celery_routines.store.records import DueRetry
 from celery_routines.tick.ledger import PublishLedger
@@ -47,12 +49,19 @@ LOST_SWEEP_EVERY = timedelta(seconds=5)
 
 class Sweeps:
     def __init__(
-        self, store: Store, publisher: Publisher, settings: Settings, events: Events | None = None
+        self,
+        store: Store,
+        publisher: Publisher,
+        settings: Settings,
+        events: Events | None = None,
+        clock: Clock = utc_now,
     ) -> None:
         self.events: Events = events or NoEvents()
         self.store = store
         self.publisher = publisher
         self.settings = settings
+        # When retries went out (and a refused one failed): the tick's clock.
+        self.clock = clock
         self._last_lost_sweep: datetime | None = None
         # The database's clock minus the beat's (set by the engine each tick):
         # run deadlines are written and compared on the database's clock.
@@ -165,28 +174,12 @@ class Sweeps:
                 holding.setdefault(run.routine_id, []).append(next_run.idempotency_key)
         if not taken:
             return
-        messages = [outgoing_run(model, next_run) for _, model, next_run in taken]
-        errors = publish_runs(self.publisher, messages)
-        published = [
-            (next_run.id, model.run_timeout)
-            for (_, model, next_run), error in zip(taken, errors, strict=True)
-            if not error
+        outbound = [
+            Outbound(outgoing_run(model, next_run), item.routine) for item, model, next_run in taken
         ]
-        ledger.published([i for i, _ in published], now, [t for _, t in published])
-        for (item, _, next_run), error in zip(taken, errors, strict=True):
-            if error is None:
-                report.retries_sent += 1
-                continue
-            report.send_failures += 1
-            record_send_failure(
-                self.store,
-                item.routine,
-                next_run.id,
-                next_run.idempotency_key,
-                next_run.attempt,
-                error,
-                now,
-            )
+        done = Sender(self.store, self.publisher, self.clock).send(outbound, ledger)
+        report.retries_sent += done.sent
+        report.send_failures += done.failed
 
     def _decide_retry(
         self, item: DueRetry, open_keys: Sequence[str], now: datetime

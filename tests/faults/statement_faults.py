@@ -32,7 +32,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, event, text
 
 from celery_routines import Scheduler, register
-from celery_routines.tick import send
+from celery_routines.sending import sender
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app, published
 
@@ -128,7 +128,7 @@ def run_cell(
     """``then``: ``ticks``, the failing beat carries on; ``stops``, it is
     closed right after its failing tick (it writes down what it published
     and hands its claims back) and another beat starts in its place."""
-    monkeypatch.setattr(send, "PUBLISH_CHUNK", CHUNK)
+    monkeypatch.setattr(sender, "PUBLISH_CHUNK", CHUNK)
     clock = FakeClock(_start())
     for n in range(ROUTINES):
         register("tasks.poll", timedelta(minutes=1), name=f"poll-{n:02d}", overlap="overlap")

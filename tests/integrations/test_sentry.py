@@ -17,7 +17,7 @@ from celery_routines.config import Settings
 from celery_routines.policy.routine import Routine
 from celery_routines.sending.delivery import outgoing_run
 from celery_routines.sending.offload import monitored
-from celery_routines.sending.publish import OutgoingRun
+from celery_routines.sending.publish import OutgoingRun, Publisher
 from celery_routines.store import NewRun
 from tests.integrations.sentry_recorder import SentryRecorder
 
@@ -63,7 +63,7 @@ def test_the_monitor_config_comes_from_the_routine(
     assert monitor_config(routine(**fields), "Asia/Tokyo", 3600) == expected
 
 
-class Recording:
+class Recording(Publisher):
     def __init__(self) -> None:
         self.sent: list[OutgoingRun] = []
 

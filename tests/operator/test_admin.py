@@ -22,6 +22,7 @@ from celery_routines.operator.admin import (
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.interval import IntervalSchedule
 from celery_routines.schedules.marks import dst_note
+from celery_routines.sending.publish import Publisher
 from celery_routines.store import Store
 from tests.conftest import FakeClock
 from tests.harness import published
@@ -310,7 +311,7 @@ def test_trigger_with_settings_only_says_it_needs_the_app(
 def test_a_broker_failure_is_recorded_like_beats_own_and_reported(
     store: Store, database_url: str, clock: FakeClock
 ) -> None:
-    class Down:
+    class Down(Publisher):
         def publish(self, run: object) -> None:
             raise ConnectionError("broker down")
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from celery_routines.policy.routine import define
 from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
-from celery_routines.sending.publish import NotSent, OutgoingRun
+from celery_routines.sending.publish import NotSent, OutgoingRun, Publisher
 from celery_routines.store import NewRun, Store
 from tests.conftest import FakeClock
 from tests.operators import add_routine, add_run
@@ -31,7 +31,7 @@ def test_a_run_message_carries_the_routines_call_and_its_window() -> None:
 
 
 def test_publish_runs_answers_none_or_the_error_text_per_run() -> None:
-    class Half:
+    class Half(Publisher):
         def publish_many(self, runs: list[OutgoingRun]) -> list[Exception | None]:
             return [None, ConnectionError("refused"), NotSent("not sent: ConnectionError: refused")]
 

@@ -11,7 +11,7 @@ import pytest
 
 from celery_routines.errors import InvalidRoutine
 from celery_routines.sending.dispatch import EXISTS, SEND_FAILED, SENT, dispatch
-from celery_routines.sending.publish import CeleryPublisher, OutgoingRun
+from celery_routines.sending.publish import CeleryPublisher, OutgoingRun, Publisher
 from celery_routines.store import NewRun, Store
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app, published
@@ -51,7 +51,7 @@ def test_a_broker_that_fails_fails_the_rest_at_once_and_each_is_recorded(
 ) -> None:
     calls: list[list[str]] = []
 
-    class Down:
+    class Down(Publisher):
         def publish(self, run: OutgoingRun) -> None:
             raise ConnectionError("broker down")
 

@@ -32,7 +32,6 @@ from celery_routines.sending.publish import (
     CeleryPublisher,
     NotSent,
     OutgoingRun,
-    publishes_in_background,
 )
 from tests.harness import running
 from tests.sending.test_direct_publish import (
@@ -294,7 +293,7 @@ def test_beats_metrics_see_the_runs_the_processes_sent(redis_url: str) -> None:
         ProcessPublisher(app, lambda: CeleryPublisher(app), processes=2), metrics, utc_now
     )
     try:
-        assert publishes_in_background(measured)
+        assert measured.in_background
         pending = [measured.begin_publish_many(runs(50, start=50 * k)) for k in range(2)]
         assert [wait() for wait in pending] == [[None] * 50] * 2
     finally:

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from celery_routines import Scheduler, register
+from celery_routines.sending.publish import Publisher
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app, published, runs_of
 
@@ -132,7 +133,7 @@ def test_a_long_publish_renews_its_claims_between_chunks_so_nobody_takes_them_ov
         engine = slow.engine
         inner = engine.publisher
 
-        class SlowPublisher:
+        class SlowPublisher(Publisher):
             def publish_many(self, runs: Any) -> Any:
                 errors = inner.publish_many(runs)
                 clock.advance(seconds=20)
@@ -201,7 +202,7 @@ def test_a_chunk_marked_sent_behind_the_next_one_was_published_first_and_a_failu
         out: set[str] = set()
         marked_on: list[str] = []
 
-        class Recording:
+        class Recording(Publisher):
             def publish_many(self, runs: Any) -> Any:
                 errors = inner.publish_many(runs)
                 out.update(run.run_id for run in runs)

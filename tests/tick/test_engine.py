@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from celery_routines import Scheduler, register
+from celery_routines.sending.publish import Publisher
 from celery_routines.store import Store
 from celery_routines.store.dialects import is_mysql
 from tests.conftest import FakeClock
@@ -402,7 +403,7 @@ def test_a_run_is_published_only_after_its_row_is_committed(
     outside = create_engine(database_url)
     seen: list[list[str]] = []
 
-    class CheckingPublisher:
+    class CheckingPublisher(Publisher):
         def __init__(self, inner: Any) -> None:
             self.inner = inner
 

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from celery_routines import Scheduler, register
+from celery_routines.sending import sender
+from celery_routines.sending.publish import Publisher
 from celery_routines.tick import send
 from tests.conftest import FakeClock
 from tests.harness import published, runs_of
@@ -47,7 +49,7 @@ def terminated_mid_tick(tmp_path: Path, database_url: str, clock: FakeClock) -> 
     clock.advance(minutes=1)
     inner = stopping.engine.publisher
 
-    class TerminatedPublisher:
+    class TerminatedPublisher(Publisher):
         def publish_many(self, runs: Any) -> Any:
             if not published(folder):
                 os.kill(os.getpid(), signal.SIGTERM)  # a real signal, mid-tick
@@ -86,7 +88,7 @@ def test_a_beat_out_of_grace_leaves_the_rest_pending_and_hands_its_claims_back(
     other = terminated_mid_tick(tmp_path, database_url, clock)
     try:
         folder = tmp_path / "broker"
-        assert len(published(folder)) == send.PUBLISH_CHUNK  # only the chunk under way
+        assert len(published(folder)) == sender.PUBLISH_CHUNK  # only the chunk under way
         # Within the stopped beat's claim TTL (the clock has not moved): its
         # claims were released, so the other beat sends the rest at once.
         other.tick()
