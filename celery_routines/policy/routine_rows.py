@@ -55,7 +55,7 @@ def from_columns(row: Any) -> Routine:
     same types in every other column) is copied with the row's name, which
     is all that is checked again. Its ``args``, ``kwargs`` and ``options``
     are then shared by those routines, like any frozen model's values:
-    readers copy before changing them (``sending.delivery.outgoing_run``).
+    readers copy before changing them (``sending.sender.outgoing_run``).
     """
     try:
         values = _every_column(row)

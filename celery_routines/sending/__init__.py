@@ -1,1 +1,1 @@
-"""Putting runs on the broker: publish, delivery, dispatch, the gate, revoke."""
+"""Putting runs on the broker: publish, the sender, dispatch, the gate, revoke."""

@@ -1,6 +1,6 @@
 """Sending runs outside the beat tick (trigger, replay, backfill).
 
-The same order and the same pieces as the tick (guarantee 5, ``delivery.py``):
+The same order and the same pieces as the tick (guarantee 5, ``sender.py``):
 write the run rows first, with the deadline after which the lost sweep takes
 them; let the database's unique ``(routine_id, idempotency_key, attempt)``
 decide which are new; publish only those and mark them sent, through the
@@ -21,9 +21,8 @@ from celery_routines.clock import Clock
 from celery_routines.policy.routine_rows import from_columns
 from celery_routines.policy.runs import lost_deadline
 from celery_routines.policy.states import Reason, RunKind
-from celery_routines.sending.delivery import outgoing_run
 from celery_routines.sending.publish import Publisher
-from celery_routines.sending.sender import MarkSentNow, Outbound, Sender
+from celery_routines.sending.sender import MarkSentNow, Outbound, Sender, outgoing_run
 from celery_routines.store import NewRun, RoutineRecord, Store
 
 

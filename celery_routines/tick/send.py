@@ -17,13 +17,12 @@ from celery_routines.clock import Clock
 from celery_routines.config import Settings
 from celery_routines.observe.events import Events
 from celery_routines.policy.decide import Decision
-from celery_routines.policy.states import Reason
-from celery_routines.sending.delivery import outgoing_run
 from celery_routines.sending.publish import Publisher
-from celery_routines.sending.sender import Marker, Outbound, Sender
+from celery_routines.sending.sender import Marker, Outbound, Sender, outgoing_run
 from celery_routines.store import NewRun, Store
 from celery_routines.tick.ledger import PublishLedger
 from celery_routines.tick.report import TickReport
+from celery_routines.tick.skip_lines import late_skipped
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -145,15 +144,7 @@ class WindowSender:
         lateness = (self.clock() - item.claimed.send_at(run.scheduled_for)).total_seconds()
         if lateness <= limit or not self.store.runs.skip_late(run_id, self.clock()):
             return False
-        report.skipped(Reason.LATE)
-        self.events.skipped(
-            item.claimed.routine.name,
-            reason=Reason.LATE,
-            count=1,
-            first=run.scheduled_for,
-            last=run.scheduled_for,
-            run_id=run_id,
-        )
+        late_skipped(report, self.events, item.claimed.routine.name, run.scheduled_for, run_id)
         logger.warning(
             "skipped %s: late (%.1f s late at send time, max_lateness is %s s)",
             run.idempotency_key,

@@ -5,12 +5,15 @@ open run."""
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
+from celery_routines.observe.events import Events
 from celery_routines.policy.decide import Decision, Verdict
 from celery_routines.policy.runs import QUEUE_RECHECK
 from celery_routines.policy.states import Overlap, Reason
 from celery_routines.schedules.keys import window_key
 from celery_routines.store import NewRun
+from celery_routines.tick.report import TickReport
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -93,3 +96,12 @@ def skip_line(routine: str, run: NewRun, timezone: str, note: str | None = None)
     except ValueError:  # an unknown zone: the row is written, say it in UTC
         windows = f"{count} window(s) of {routine} from {first.isoformat()} to {last.isoformat()}"
     return f"skipped {windows}: {run.reason}" + (f" ({note})" if note else "")
+
+
+def late_skipped(
+    report: TickReport, events: Events, routine: str, window: datetime, run_id: str
+) -> None:
+    """One window skipped ``late`` at the moment of sending (a first attempt
+    or a retry past ``max_lateness``): counted, and sent as an event."""
+    report.skipped(Reason.LATE)
+    events.skipped(routine, reason=Reason.LATE, count=1, first=window, last=window, run_id=run_id)

@@ -30,12 +30,12 @@ from celery_routines.policy.retries import (
 from celery_routines.policy.routine import Routine
 from celery_routines.policy.runs import after_failure, policy_of
 from celery_routines.policy.states import OPEN_STATES, Reason, RunState, no_retry
-from celery_routines.sending.delivery import outgoing_run
 from celery_routines.sending.publish import Publisher
-from celery_routines.sending.sender import Outbound, Sender
+from celery_routines.sending.sender import Outbound, Sender, outgoing_run
 from celery_routines.store import NewRun, Store
 from celery_routines.store.records import DueRetry
 from celery_routines.tick.ledger import PublishLedger
+from celery_routines.tick.skip_lines import late_skipped
 
 if TYPE_CHECKING:
     from celery_routines.tick.report import TickReport
@@ -252,11 +252,7 @@ class Sweeps:
         if not self.store.retries.take_retry(run.id, decision.settled, skipped, now):
             report.conflicts += 1
             return
-        report.skipped(Reason.LATE)
-        self.events.skipped(
-            routine.name, reason=Reason.LATE, count=1, first=run.scheduled_for,
-            last=run.scheduled_for, run_id=skipped.id,
-        )  # fmt: skip
+        late_skipped(report, self.events, routine.name, run.scheduled_for, skipped.id)
         logger.warning(
             "retry of %s (attempt %d) skipped: late, past max_lateness %ss of its window",
             run.idempotency_key,

@@ -15,9 +15,9 @@ import pytest
 
 from celery_routines.config import Settings
 from celery_routines.policy.routine import Routine
-from celery_routines.sending.delivery import outgoing_run
 from celery_routines.sending.offload import monitored
 from celery_routines.sending.publish import OutgoingRun, Publisher
+from celery_routines.sending.sender import outgoing_run
 from celery_routines.store import NewRun
 from tests.integrations.sentry_recorder import SentryRecorder
 

@@ -32,9 +32,9 @@ from kombu import Exchange, Queue
 from celery_routines.config import Settings, settings_from
 from celery_routines.errors import ConfigurationError
 from celery_routines.policy.routine import define
-from celery_routines.sending.delivery import outgoing_run
 from celery_routines.sending.direct import DirectPublisher, publisher_for
 from celery_routines.sending.publish import BatchingPublisher, CeleryPublisher, OutgoingRun
+from celery_routines.sending.sender import outgoing_run
 from celery_routines.store import NewRun
 
 WINDOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

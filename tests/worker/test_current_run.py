@@ -15,8 +15,8 @@ from celery import Celery
 from celery_routines import RoutineRun, current_run
 from celery_routines.policy.routine import Routine
 from celery_routines.policy.states import RunKind
-from celery_routines.sending.delivery import outgoing_run
 from celery_routines.sending.publish import message_options
+from celery_routines.sending.sender import outgoing_run
 from celery_routines.store import NewRun
 from celery_routines.worker.current_run import run_of_request
 

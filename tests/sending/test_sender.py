@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from celery_routines.policy.routine import define
-from celery_routines.sending.delivery import outgoing_run, publish_runs, record_send_failure
 from celery_routines.sending.publish import NotSent, OutgoingRun, Publisher
+from celery_routines.sending.sender import outgoing_run, publish_runs, record_send_failure
 from celery_routines.store import NewRun, Store
 from tests.conftest import FakeClock
 from tests.operators import add_routine, add_run
