@@ -24,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
+from .declare import declare
 from .errors import RoutinesError
 from .extras import check_extras
 from .observe.events import RoutineEvents
@@ -38,7 +39,6 @@ from .store import Store
 from .store.engine import explain_database_error, safe_url
 from .store.migrate import HEAD_REVISION
 from .tick.backoff import TickBackoff, ledger_deadline
-from .tick.declarations import declare
 from .tick.engine import TickEngine
 from .tick.prune import Pruner
 from .tick.report import TickReport
@@ -341,7 +341,7 @@ class Scheduler(CeleryScheduler):
         if self._health_server is not None:
             self._health_server.close()
         if self._engine is not None:
-            self._engine.settle()  # no claim taken after they are released
+            self._engine.wind_down()  # no claim taken after they are released
         self._release_claims()
         if self._gate is not None:
             self._gate.close()

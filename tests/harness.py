@@ -100,3 +100,9 @@ def running(pid: int) -> bool:
         return False
     # The state is the first field after the command's closing ")".
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def recorded_changes(store: Store) -> int:
+    """How many changes ``routine_changes`` holds (each operator change writes one)."""
+    with store.engine.connect() as conn:
+        return int(conn.execute(text("SELECT COUNT(*) FROM routine_changes")).scalar_one())

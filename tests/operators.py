@@ -14,7 +14,7 @@ from celery.bin.base import CLIContext
 from sqlalchemy import insert, update
 
 from celery_routines.store import NewRun, RoutineRecord, Store
-from celery_routines.store.models import Routine, RoutineRun
+from celery_routines.store.models import ROUTINE_RUNS, ROUTINES
 from tests.harness import filesystem_app
 
 
@@ -28,14 +28,14 @@ def add_routine(store: Store, name: str, **columns: Any) -> RoutineRecord:
     if "cron" not in values and "interval_seconds" not in values:
         values["cron"] = "*/5 * * * *"
     with store.engine.begin() as conn:
-        conn.execute(insert(Routine.__table__).values(**values))
+        conn.execute(insert(ROUTINES).values(**values))
     record = store.routines.by_name(name)
     assert record is not None
     return record
 
 
 def set_columns(store: Store, name: str, **values: Any) -> None:
-    table = Routine.__table__
+    table = ROUTINES
     with store.engine.begin() as conn:
         conn.execute(update(table).where(table.c.name == name).values(**values))
 
@@ -68,7 +68,7 @@ def add_run(
     )
     assert store.runs.insert_new([run], created_at) == {run_id}
     if extra:
-        table = RoutineRun.__table__
+        table = ROUTINE_RUNS
         with store.engine.begin() as conn:
             conn.execute(update(table).where(table.c.id == run_id).values(**extra))
     return run_id

@@ -149,10 +149,10 @@ def test_a_running_beat_imports_none_of_the_heavy_modules(tmp_path: Path) -> Non
 def _runs(store: Store) -> int:
     from sqlalchemy import func, select
 
-    from celery_routines.store.models import RoutineRun
+    from celery_routines.store.models import ROUTINE_RUNS
 
     with store.engine.connect() as conn:
-        return conn.execute(select(func.count()).select_from(RoutineRun.__table__)).scalar_one()
+        return conn.execute(select(func.count()).select_from(ROUTINE_RUNS)).scalar_one()
 
 
 @pytest.mark.parametrize(

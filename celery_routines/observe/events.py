@@ -31,7 +31,6 @@ SUSPENDED = "routine-suspended"
 LOST = "routine-lost"
 TRIGGERED = "routine-triggered"
 RETIRED = "routine-retired"
-EVENT_TYPES = (SKIPPED, SUSPENDED, LOST, TRIGGERED, RETIRED)
 
 
 def _field(value: Any) -> Any:

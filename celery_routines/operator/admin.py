@@ -19,6 +19,7 @@ from celery import Celery
 
 from celery_routines.clock import Clock, utc_now
 from celery_routines.config import Settings, settings_from
+from celery_routines.declare import declare, process_user
 from celery_routines.errors import InvalidRoutine, RoutinesError, ScheduleError
 from celery_routines.observe.events import RoutineEvents
 from celery_routines.operator.bulk import BulkActions, pause_reason
@@ -68,7 +69,6 @@ from celery_routines.schedules.keys import window_key
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, Store, migrate
 from celery_routines.store.engine import safe_url
-from celery_routines.tick.declarations import declare, who
 
 __all__ = [
     "MAX_BACKFILL",
@@ -284,7 +284,7 @@ class Routines:
         changed = self.store.admin.pause(record.id, now, text)
         if changed:
             detail = {"reason": text} if text else None
-            self.store.changes.record(record.name, "paused", by or who(), now, detail)
+            self.store.changes.record(record.name, "paused", by or process_user(), now, detail)
         return PauseResult(record.name, True, changed, record.next_run_at)
 
     def resume(self, name: str, *, catch_up: bool = False, by: str | None = None) -> PauseResult:
@@ -326,7 +326,7 @@ class Routines:
             next_run_at = record.next_run_at
         else:
             detail = {"catch_up": catch_up, "skipped_windows": skipped}
-            self.store.changes.record(record.name, "resumed", by or who(), now, detail)
+            self.store.changes.record(record.name, "resumed", by or process_user(), now, detail)
         return PauseResult(record.name, False, changed, next_run_at, skipped)
 
     # -- schema ------------------------------------------------------------

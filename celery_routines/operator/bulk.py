@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from celery_routines.declare import process_user
 from celery_routines.errors import InvalidRoutine, RoutinesError, UnknownRoutine
 from celery_routines.operator.lifecycle_views import ChangeResult
 from celery_routines.operator.views import PauseResult, SendResult
 from celery_routines.sending.dispatch import SEND_FAILED, SENT
 from celery_routines.store import Store
 from celery_routines.store.panel_queries import ROUTINE_STATES
-from celery_routines.tick.declarations import who
 
 BULK_ACTIONS = ("pause", "resume", "enable", "disable", "trigger")
 # The most routines one bulk action takes: a filter matching more is refused.
@@ -186,7 +186,7 @@ class BulkActions:
         (see :meth:`targets`), each through the admin API's own operation."""
         text = self.check(action, reason)
         found = self.targets(names, state=state, name=name, use_filter=use_filter)
-        by = by or who()
+        by = by or process_user()
         items = []
         for routine in found:
             try:

@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 
 from celery_routines.clock import Clock
 from celery_routines.config import Settings
+from celery_routines.declare import process_user
 from celery_routines.errors import InvalidRoutine, ScheduleError, UnknownRoutine
 from celery_routines.observe.events import RoutineEvents
 from celery_routines.operator.definitions import (
@@ -45,7 +46,6 @@ from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.schedules.union import spec_list
 from celery_routines.store import RoutineRecord, Store
 from celery_routines.store.declarations import SCHEDULE_COLUMNS
-from celery_routines.tick.declarations import who
 from celery_routines.tick.prune import prune_once
 
 SOURCE = "cli"
@@ -128,7 +128,7 @@ class RoutineEditor:
         )
         schedule = None if cron is None and every is None else _schedule_of(name, cron, every)
         definition = define(task, schedule, name=name, **given)
-        by = by or who()
+        by = by or process_user()
         now = self.clock()
         columns = definition.columns()
         if self.store.routines.by_name(name) is not None:
@@ -217,7 +217,7 @@ class RoutineEditor:
             for k, v in columns.items()
             if k != "name" and not same_value(k, getattr(record, k), v)
         }
-        by = by or who()
+        by = by or process_user()
         if not changed:
             return ChangeResult(name, "edited", False, {}, record.next_run_at, 0, by)
         reschedule = any(k in changed for k in SCHEDULE_FIELDS)
@@ -234,7 +234,7 @@ class RoutineEditor:
         ``disabled``), and it continues with its first window after now."""
         record = self.lookup.record(name)
         _refuse_code(record, "enable")
-        by = by or who()
+        by = by or process_user()
         if record.enabled:
             return ChangeResult(name, "enabled", False, {}, record.next_run_at, 0, by)
         now = self.clock()
@@ -267,7 +267,7 @@ class RoutineEditor:
         """Stop firing a routine until it is enabled again (its history stays)."""
         record = self.lookup.record(name)
         _refuse_code(record, "disable")
-        by = by or who()
+        by = by or process_user()
         if not record.enabled:
             return ChangeResult(name, "disabled", False, {}, record.next_run_at, 0, by)
         now = self.clock()
@@ -282,7 +282,7 @@ class RoutineEditor:
         ``dry_run`` changes nothing and says what would go."""
         record = self.lookup.record(name)
         _refuse_code(record, "delete")
-        by = by or who()
+        by = by or process_user()
         if dry_run:
             counts = self.store.changes.runs_by_state(record.id)
             return DeleteResult(name, sum(counts.values()), by, True, counts)

@@ -16,6 +16,7 @@ from celery import Celery
 
 from celery_routines.clock import Clock
 from celery_routines.config import Settings
+from celery_routines.declare import process_user
 from celery_routines.errors import InvalidRoutine, RoutinesError, ScheduleError
 from celery_routines.observe.events import RoutineEvents
 from celery_routines.operator.lookup import RoutineLookup
@@ -39,7 +40,6 @@ from celery_routines.sending.dispatch import SENT, Dispatched, dispatch
 from celery_routines.sending.offload import monitored
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, RoutineRecord, Store
-from celery_routines.tick.declarations import who
 
 
 @dataclass(frozen=True)
@@ -361,7 +361,7 @@ class OperatorSends:
             )
 
     def _log_change(self, name: str, action: str, by: str | None, detail: dict[str, Any]) -> None:
-        self.store.changes.record(name, action, by or who(), self.clock(), detail)
+        self.store.changes.record(name, action, by or process_user(), self.clock(), detail)
 
     def _dispatch(self, record: RoutineRecord, runs: list[NewRun], how: str) -> list[Dispatched]:
         results = dispatch(

@@ -1,4 +1,4 @@
-"""Queries for the operator surface (``celery routines``, :mod:`celery_routines.admin`).
+"""Queries for the operator surface (``celery routines``, :mod:`celery_routines.operator.admin`).
 
 Read-mostly: listings across routines and runs, and the two writes operators
 make on a routine (pause, resume). Every value is a bound parameter, so a
@@ -16,11 +16,11 @@ from sqlalchemy import Engine, Select, and_, case, func, select, update
 
 from .connections import connections_for
 from .dialects import is_mysql
-from .models import Routine, RoutineRun
+from .models import ROUTINE_RUNS, ROUTINES
 from .records import RUN_RECORD_FIELDS, RunRecord
 
-routines = Routine.__table__
-runs = RoutineRun.__table__
+routines = ROUTINES
+runs = ROUTINE_RUNS
 RUN_COLUMNS = [runs.c[name] for name in RUN_RECORD_FIELDS]
 
 

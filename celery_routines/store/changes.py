@@ -13,11 +13,11 @@ from sqlalchemy import Engine, delete, func, select, update
 
 from .connections import connections_for
 from .fingerprint import current_fingerprint
-from .models import Routine, RoutineChange, RoutineRun
+from .models import ROUTINE_CHANGES, ROUTINE_RUNS, ROUTINES
 
-routines = Routine.__table__
-changes = RoutineChange.__table__
-runs = RoutineRun.__table__
+routines = ROUTINES
+changes = ROUTINE_CHANGES
+runs = ROUTINE_RUNS
 
 
 @dataclass(frozen=True)
@@ -70,10 +70,6 @@ class ChangeQueries:
         )
         with self.db.read() as conn:
             return [_change(row) for row in conn.execute(query)]
-
-    def latest_id(self) -> int:
-        with self.db.read() as conn:
-            return conn.execute(select(func.coalesce(func.max(changes.c.id), 0))).scalar_one()
 
     # -- routines without code ----------------------------------------------
 

@@ -20,9 +20,9 @@ from sqlalchemy import Engine, and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from .connections import connections_for
-from .models import Routine
+from .models import ROUTINES
 
-table = Routine.__table__
+table = ROUTINES
 c = table.c
 CODE = "code"
 # Columns that decide when a routine fires: a change resets its next window.

@@ -14,10 +14,10 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, String, and_, case, cast, func, literal
 
-from .models import Routine
+from .models import ROUTINES
 from .records import ROUTINE_RECORD_FIELDS
 
-table = Routine.__table__
+table = ROUTINES
 c = table.c
 
 COMPUTED = "schedule_changed"

@@ -17,11 +17,11 @@ from sqlalchemy import Engine, select, update
 
 from .connections import connections_for
 from .fingerprint import current_fingerprint
-from .models import Routine, RoutineChange, RoutineRun
+from .models import ROUTINE_CHANGES, ROUTINE_RUNS, ROUTINES
 
-routines = Routine.__table__
-changes = RoutineChange.__table__
-runs = RoutineRun.__table__
+routines = ROUTINES
+changes = ROUTINE_CHANGES
+runs = ROUTINE_RUNS
 
 
 class ImportQueries:

@@ -212,28 +212,3 @@ ROUTINE_WORKER_EVENTS = Table(
     Column("at", UTCDateTime, nullable=False),
     **TABLE_OPTIONS,
 )
-
-
-class Base:
-    """The tables' metadata under the name Alembic's ``env.py`` and the schema
-    test read it by (the ORM's declarative base, before these were Core)."""
-
-    metadata = metadata
-
-
-# Each table under the name of the model it was, read as ``Routine.__table__``
-# by the query modules, the tests and the benchmarks.
-class Routine:
-    __table__ = ROUTINES
-
-
-class RoutineChange:
-    __table__ = ROUTINE_CHANGES
-
-
-class RoutineRun:
-    __table__ = ROUTINE_RUNS
-
-
-class RoutineWorkerEvent:
-    __table__ = ROUTINE_WORKER_EVENTS

@@ -19,19 +19,19 @@ from typing import Any
 from sqlalchemy import ColumnElement, Engine, and_, func, not_, select, true, union_all
 
 from .connections import connections_for
-from .models import Routine, RoutineRun
+from .models import ROUTINE_RUNS, ROUTINES
 from .records import RoutineRecord
 from .routines import RECORD_COLUMNS, _record
 
-routines = Routine.__table__
-runs = RoutineRun.__table__
+routines = ROUTINES
+runs = ROUTINE_RUNS
 
 # The states a routine is filtered by, as the panel names them.
 ROUTINE_STATES = ("active", "paused", "suspended", "invalid", "disabled", "retired")
 
 
 @dataclass(frozen=True)
-class RoutinePage:
+class RoutineRecordPage:
     records: list[RoutineRecord]
     total: int
     """Routines matching the filters, over every page."""
@@ -90,7 +90,7 @@ class PanelQueries:
         name: str | None = None,
         offset: int = 0,
         limit: int = 50,
-    ) -> RoutinePage:
+    ) -> RoutineRecordPage:
         """Routines by name, ``limit`` from ``offset``; ``name`` matches any
         part of the name, ignoring case (a literal: ``%`` and ``_`` are only
         characters)."""
@@ -110,7 +110,7 @@ class PanelQueries:
         with self.db.read() as conn:
             rows = list(conn.execute(query))
             total = conn.execute(count).scalar_one()
-        return RoutinePage(records=[_record(row) for row in rows], total=total)
+        return RoutineRecordPage(records=[_record(row) for row in rows], total=total)
 
     def recent_runs(self, routine_ids: Sequence[int], per: int = 30) -> dict[int, list[RecentRun]]:
         """The newest ``per`` run rows of each routine, newest first, in one

@@ -20,11 +20,11 @@ from sqlalchemy import ColumnElement, Engine, and_, delete, exists, func, or_, s
 
 from ..policy.states import FINISHED_STATES
 from .connections import connections_for
-from .models import Routine, RoutineRun
+from .models import ROUTINE_RUNS, ROUTINES
 
-runs = RoutineRun.__table__
+runs = ROUTINE_RUNS
 c = runs.c
-routines = Routine.__table__
+routines = ROUTINES
 newer = runs.alias("newer")
 # Ids deleted per DELETE statement (SQLite's bound-parameter limit, short locks).
 DELETE_CHUNK = 1000

@@ -12,10 +12,10 @@ from sqlalchemy import ColumnElement, Engine, and_, or_, select, update
 
 from .connections import connections_for
 from .fingerprint import current_fingerprint, record_columns, schedule_changed
-from .models import Routine
+from .models import ROUTINES
 from .records import RoutineRecord
 
-table = Routine.__table__
+table = ROUTINES
 c = table.c
 
 

@@ -30,12 +30,12 @@ from .connections import connections_for
 from .declarations import DeclarationQueries, Declared
 from .dialects import is_mysql
 from .fingerprint import current_fingerprint, record_columns
-from .models import Routine
+from .models import ROUTINES
 from .pg_arrays import array_param, int_array
 from .records import ROUTINE_RECORD_FIELDS, RoutineRecord
 from .types import UTCDateTime
 
-table = Routine.__table__
+table = ROUTINES
 c = table.c
 
 # Spelled exactly like the partial indexes' predicate so both SQLite and

@@ -15,9 +15,9 @@ from datetime import datetime
 from sqlalchemy import Engine, delete, func, insert, literal, select
 
 from .connections import connections_for
-from .models import Routine, RoutineRun, RoutineWorkerEvent
+from .models import ROUTINE_RUNS, ROUTINE_WORKER_EVENTS, ROUTINES
 
-runs, routines, events = RoutineRun.__table__, Routine.__table__, RoutineWorkerEvent.__table__
+runs, routines, events = ROUTINE_RUNS, ROUTINES, ROUTINE_WORKER_EVENTS
 
 DUPLICATE = "duplicate"
 SUSPENDED = "suspended"

@@ -36,12 +36,12 @@ from ..clock import utc_now
 from .compiled import DriverStatement, naive_utc
 from .connections import Connections, connections_for
 from .dialects import is_mysql
-from .models import Routine, RoutineRun
+from .models import ROUTINE_RUNS, ROUTINES
 from .types import UTCDateTime
 
-table = RoutineRun.__table__
+table = ROUTINE_RUNS
 c = table.c
-routines = Routine.__table__
+routines = ROUTINES
 STARTABLE_STATES = ("pending", "sent")
 
 
@@ -193,25 +193,6 @@ class RunOutcomeQueries:
             row = conn.execute(stmt.returning(c.state)).first()
         return row.state if row is not None else None
 
-    def finish(
-        self,
-        run_id: str,
-        state: str,
-        now: datetime,
-        *,
-        error: str | None = None,
-        spend: dict[str, float] | None = None,
-    ) -> bool:
-        """``running`` -> ``succeeded``/``failed`` with the outcome.
-
-        A success also lands on a run the lost sweep gave up on but whose retry
-        has not gone out yet (``retrying``, reason ``lost``): it did finish, and
-        taking it out of ``retrying`` cancels the retry.
-        """
-        params = _outcome_params(run_id, now, error, spend)
-        with self.db.write() as conn:
-            return conn.execute(self._outcome_statement(state), params).rowcount == 1
-
     def _outcome_statement(self, state: str) -> Any:
         """The outcome's UPDATE for ``state``, built once per state (parameters:
         run_id, finished, error, spend): building it cost more than running it."""
@@ -255,11 +236,15 @@ class RunOutcomeQueries:
         spend: dict[str, float] | None,
         on: Connection | None = None,
     ) -> Finished:
-        """:meth:`finish` as ``succeeded``, telling in the same statement
+        """``running`` -> ``succeeded`` with the outcome, telling in the same statement
         whether the run's routine has a ceiling (RETURNING a read of it), so a
         run of a routine without one needs no further read. MySQL has no
         RETURNING: there the answer is "check" and the check reads it.
-        ``on``: as for :meth:`claim_start`."""
+        ``on``: as for :meth:`claim_start`.
+
+        A success also lands on a run the lost sweep gave up on but whose
+        retry has not gone out yet (``retrying``, reason ``lost``): it did
+        finish, and taking it out of ``retrying`` cancels the retry."""
         params = _outcome_params(run_id, now, None, spend)
         if is_mysql(self.db.engine):
             stmt = self._outcome_statement("succeeded")

@@ -16,7 +16,7 @@ import celery_routines.store.mysql as mysql_json
 from .connections import connections_for
 from .dialects import is_mysql
 from .fingerprint import record_columns
-from .models import Routine, RoutineRun
+from .models import ROUTINE_RUNS, ROUTINES
 from .records import (
     ROUTINE_RECORD_FIELDS,
     RUN_RECORD_FIELDS,
@@ -26,9 +26,9 @@ from .records import (
     RunRecord,
 )
 
-table = RoutineRun.__table__
+table = ROUTINE_RUNS
 c = table.c
-routines = Routine.__table__
+routines = ROUTINES
 RECORD_COLUMNS = [c[name] for name in RUN_RECORD_FIELDS]
 # Spelled exactly like the partial index's predicate: SQLite uses a partial
 # index only for a query whose WHERE contains the same term.

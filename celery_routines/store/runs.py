@@ -1,4 +1,8 @@
-"""Every query on the ``routine_runs`` table."""
+"""The tick's queries on ``routine_runs``: writing a batch's run rows, finding
+windows already written, marking runs sent, skipping late ones, settling,
+the lost sweep and the open runs overlap reads. The retry hand-over
+(``run_retries.py``), the worker's outcomes (``run_outcomes.py``), the
+operator's reads and the panel's have query modules of their own."""
 
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ import celery_routines.store.mysql as mysql_json
 from .compiled import naive_utc
 from .connections import connections_for
 from .dialects import is_mysql
-from .models import Routine, RoutineRun
+from .models import ROUTINE_RUNS, ROUTINES
 from .pg_arrays import array_param, int_array, text_array, timestamp_array
 from .records import (
     NewRun,
@@ -37,9 +41,9 @@ from .records import (
 )
 from .run_retries import RECORD_COLUMNS, RETRYING, run_record
 
-table = RoutineRun.__table__
+table = ROUTINE_RUNS
 c = table.c
-routines = Routine.__table__
+routines = ROUTINES
 # Spelled exactly like the partial indexes' predicates: SQLite uses a partial
 # index only for a query whose WHERE contains the same term.
 OPEN = text("routine_runs.state IN ('pending', 'sent', 'running')")

@@ -46,10 +46,10 @@ from ..policy.cost import usage
 from ..policy.states import Reason
 from .connections import connections_for
 from .dialects import is_mysql
-from .models import Routine, RoutineRun
+from .models import ROUTINE_RUNS, ROUTINES
 
-runs = RoutineRun.__table__
-routines = Routine.__table__
+runs = ROUTINE_RUNS
+routines = ROUTINES
 
 # A run whose message the broker refused (reason ``send_failed``), whether it
 # is then ``retrying`` or ``failed``: nothing went out, and the worker refuses

@@ -268,7 +268,7 @@ class TickEngine:
         with self.store.session(), self.store.transaction():
             return self._claim_and_write(now, excluding)
 
-    def settle(self) -> None:
+    def wind_down(self) -> None:
         """Beat stopping, before its claims are released: publish the batch
         in preparation, as a tick told to stop does (within the same grace,
         the rest left ``pending`` for the next holder); then write down what

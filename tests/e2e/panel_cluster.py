@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import insert
 
 from celery_routines.store import Store
-from celery_routines.store.models import Routine
+from celery_routines.store.models import ROUTINES
 from tests import services
 from tests.e2e.processes import CeleryProcess, environment, wait_until
 
@@ -89,7 +89,7 @@ class PanelCluster:
 
     def add(self, name: str, task: str, **columns: Any) -> None:
         with self.store.engine.begin() as conn:
-            conn.execute(insert(Routine.__table__).values(name=name, task=task, **columns))
+            conn.execute(insert(ROUTINES).values(name=name, task=task, **columns))
 
     def start(self) -> PanelCluster:
         holds = str(self.folder / "holds.log")

@@ -29,7 +29,8 @@ from sqlalchemy import func, select
 
 from celery_routines.clock import utc_now
 from celery_routines.store import Store
-from celery_routines.store.models import Routine, RoutineRun
+from celery_routines.store.models import ROUTINE_RUNS
+from celery_routines.store.models import ROUTINES as ROUTINES_TABLE
 from tests.e2e.processes import CeleryProcess, environment, wait_until
 from tests.harness import insert_routine
 
@@ -146,7 +147,7 @@ def most_at_once(found: list[Body], label: str, until: float) -> int:
 def rows_of(store: Store, name: str) -> list[Row]:
     """The routine's run rows, oldest window first, through the store's
     column types (SQLite keeps instants as text: the types read them back)."""
-    runs, routines = RoutineRun.__table__, Routine.__table__
+    runs, routines = ROUTINE_RUNS, ROUTINES_TABLE
     query = (
         select(
             runs.c.id,
@@ -346,7 +347,7 @@ def send_times(store: Store, name: str) -> list[tuple[datetime, datetime, dateti
     """(window, created_at, sent) of the routine's sent runs, naive UTC; sent
     is ``sent_at``, or the worker's ``started_at`` when the worker took the
     run before beat marked it sent (later than the send: an upper bound)."""
-    runs, routines = RoutineRun.__table__, Routine.__table__
+    runs, routines = ROUTINE_RUNS, ROUTINES_TABLE
     query = (
         select(
             runs.c.scheduled_for,

@@ -17,7 +17,7 @@ from sqlalchemy import insert
 
 from celery_routines.operator.admin import Routines
 from celery_routines.store import Store
-from celery_routines.store.models import Routine
+from celery_routines.store.models import ROUTINES
 from tests.e2e.processes import CeleryProcess, environment, wait_until
 from tests.harness import runs_of
 
@@ -46,7 +46,7 @@ def test_each_kind_of_run_tells_its_body_the_window_in_every_pool(
     store = Store.from_url(postgres_url)
     store.migrate()
     with store.engine.begin() as conn:
-        table = Routine.__table__
+        table = ROUTINES
         conn.execute(
             insert(table).values(
                 name="often",

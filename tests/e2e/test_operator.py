@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import insert
 
 from celery_routines.store import Store
-from celery_routines.store.models import Routine
+from celery_routines.store.models import ROUTINES
 from tests.e2e.processes import HERE, CeleryProcess, environment, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
@@ -43,7 +43,7 @@ def test_trigger_and_backfill_from_the_command_line_run_on_a_real_worker(
     store = Store.from_url(postgres_url)
     with store.engine.begin() as conn:
         conn.execute(
-            insert(Routine.__table__).values(
+            insert(ROUTINES).values(
                 name="words",
                 task="e2e_app.sql_inserted",
                 cron="0 * * * *",

@@ -14,7 +14,7 @@ from sqlalchemy import insert
 
 from celery_routines.operator.admin import Routines
 from celery_routines.store import Store
-from celery_routines.store.models import Routine
+from celery_routines.store.models import ROUTINES
 from tests.e2e.processes import CeleryProcess, environment, wait_until
 from tests.faults.cluster import free_port
 from tests.harness import runs_of
@@ -43,7 +43,7 @@ def start(tmp_path: Path, env: dict[str, str]) -> list[CeleryProcess]:
 
 def add(store: Store, **columns: object) -> None:
     with store.engine.begin() as conn:
-        conn.execute(insert(Routine.__table__).values(**columns))
+        conn.execute(insert(ROUTINES).values(**columns))
 
 
 def test_final_failures_pause_the_routine_and_a_person_is_told(

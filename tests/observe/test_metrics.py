@@ -322,7 +322,7 @@ def test_a_port_in_use_is_one_clear_error(
 def test_beat_prunes_one_batch_a_minute_at_most_and_counts_the_rows(
     database_url: str, tmp_path: Path, clock: FakeClock
 ) -> None:
-    from celery_routines.store.models import RoutineRun
+    from celery_routines.store.models import ROUTINE_RUNS
     from tests.operators import add_run
 
     folder = tmp_path / "broker"
@@ -345,7 +345,7 @@ def test_beat_prunes_one_batch_a_minute_at_most_and_counts_the_rows(
 
         def count() -> list[object]:
             with store.engine.connect() as conn:
-                return list(conn.execute(RoutineRun.__table__.select()).all())
+                return list(conn.execute(ROUTINE_RUNS.select()).all())
 
         scheduler.tick()  # within the first minute: nothing
         assert len(count()) == 6

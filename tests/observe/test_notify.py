@@ -17,7 +17,7 @@ from celery_routines.observe.events import RoutineEvents
 from celery_routines.observe.final_failures import after_final_failure
 from celery_routines.observe.notify import Notifier, notifier_for
 from celery_routines.store import Store
-from celery_routines.store.models import Routine
+from celery_routines.store.models import ROUTINES
 from tests.integrations.receiver import JsonReceiver
 
 T0 = datetime(2026, 12, 2, 1, 30, tzinfo=UTC)
@@ -202,7 +202,7 @@ def test_beat_and_the_worker_read_a_routines_notify_url_from_the_store(store: St
         app = Celery("notify-url", set_as_current=False, broker="memory://")
         app.conf.routines_notify_url = default.url
         with store.engine.begin() as conn:
-            table = Routine.__table__
+            table = ROUTINES
             conn.execute(insert(table).values(name="payroll", task="t.p", cron="0 9 * * *",
                                               notify_url=own.url))  # fmt: skip
             conn.execute(insert(table).values(name="nightly", task="t.n", cron="0 3 * * *"))

@@ -416,7 +416,7 @@ def test_a_backfill_follows_the_routines_overlap_policy(
             admin.backfill(*span)
     for window in first.windows:  # a worker ran them
         assert store.outcomes.claim_start(window.run_id, "worker-1", NOW)
-        store.outcomes.finish(window.run_id, "succeeded", NOW)
+        store.outcomes.succeed(window.run_id, NOW, spend=None)
     second = admin.backfill(*span)
     assert sent(second) == second_call
     # The backfill's own --overlap: every window left at once.

@@ -15,7 +15,7 @@ from celery_routines import register
 from celery_routines.operator import commands
 from celery_routines.operator.cli import routines
 from celery_routines.store import Store
-from celery_routines.store.models import Routine
+from celery_routines.store.models import ROUTINES
 from tests.conftest import FakeClock
 from tests.operators import add_routine, add_run, cli_context, make_app
 
@@ -248,8 +248,8 @@ def test_add_and_edit_take_pause_after_failures_and_a_notify_url_that_show_print
     assert (record.pause_after_failures, record.notify_url) == (3, hook)
     with store.engine.begin() as conn:  # as an automatic pause writes it
         conn.execute(
-            update(Routine.__table__)
-            .where(Routine.__table__.c.name == "payroll")
+            update(ROUTINES)
+            .where(ROUTINES.c.name == "payroll")
             .values(paused=True, paused_reason="paused after 3 consecutive final failures")
         )
     shown = ok(invoke("show", "payroll")).splitlines()

@@ -19,7 +19,7 @@ from celery_routines.operator import commands
 from celery_routines.operator.admin import Routines
 from celery_routines.operator.cli import routines
 from tests.conftest import FakeClock
-from tests.harness import published
+from tests.harness import published, recorded_changes
 from tests.operator.dcb import DCB
 from tests.operators import add_routine, cli_context, make_app
 
@@ -452,7 +452,7 @@ def test_a_failure_while_writing_leaves_nothing_written(
     with pytest.raises(RuntimeError):
         invoke("import", "django-celery-beat", dcb.url)
     assert len(inserted) == 7
-    assert admin.list() == [] and admin.store.changes.latest_id() == 0
+    assert admin.list() == [] and recorded_changes(admin.store) == 0
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(dcb: DCB, invoke, admin: Routines) -> None:
@@ -465,7 +465,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(dcb: DCB, invoke, admin: Rou
         out.splitlines()[-1] == "django-celery-beat: 7 added, 0 not imported (dry run: "
         "nothing written)"
     )
-    assert admin.list() == [] and admin.store.changes.latest_id() == 0
+    assert admin.list() == [] and recorded_changes(admin.store) == 0
 
 
 def test_disabled_imports_every_routine_paused(dcb: DCB, invoke, admin: Routines) -> None:

@@ -18,8 +18,9 @@ from celery_routines.config import Settings
 from celery_routines.operator import commands
 from celery_routines.operator.admin import Routines
 from celery_routines.operator.cli import routines
-from celery_routines.store.models import Routine
+from celery_routines.store.models import ROUTINES
 from tests.conftest import FakeClock
+from tests.harness import recorded_changes
 from tests.operators import add_routine, cli_context, make_app
 
 
@@ -103,7 +104,7 @@ def every_kind(admin: Routines) -> None:
 
 
 def snapshot(admin: Routines) -> list[dict[str, Any]]:
-    table = Routine.__table__
+    table = ROUTINES
     with admin.store.engine.connect() as conn:
         rows = conn.execute(select(table).order_by(table.c.name))
         return [dict(row._mapping) for row in rows]
@@ -111,7 +112,7 @@ def snapshot(admin: Routines) -> list[dict[str, Any]]:
 
 def test_the_round_trip_changes_nothing(invoke, admin: Routines, tmp_path: Path) -> None:
     every_kind(admin)
-    before, changes = snapshot(admin), admin.store.changes.latest_id()
+    before, changes = snapshot(admin), recorded_changes(admin.store)
     exported = ok(invoke("export"))
     data = json.loads(exported)
     assert data["routines"]["poll"] == {
@@ -142,7 +143,7 @@ def test_the_round_trip_changes_nothing(invoke, admin: Routines, tmp_path: Path)
     out = ok(invoke("import", "file", str(path)))
     assert out.splitlines()[-1] == "file: 0 added, 8 unchanged, 0 not imported"
     assert snapshot(admin) == before
-    assert admin.store.changes.latest_id() == changes
+    assert recorded_changes(admin.store) == changes
     # The same through YAML.
     yaml_path = tmp_path / "routines.yaml"
     yaml_path.write_text(ok(invoke("export", "--format", "yaml")))

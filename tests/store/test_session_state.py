@@ -67,7 +67,7 @@ def test_no_statement_of_a_beat_a_worker_or_the_migrations_leaves_session_state(
                 if run["state"] != "sent":
                     continue
                 assert store.outcomes.claim_start(run["id"], "w1", clock.now, lost_after=60)
-                assert store.outcomes.finish(run["id"], "succeeded", clock.now)
+                assert store.outcomes.succeed(run["id"], clock.now, spend=None).done
         with store.engine.connect() as conn:
             prepared = conn.execute(text("SELECT count(*) FROM pg_prepared_statements")).scalar()
     finally:

@@ -11,7 +11,7 @@ from sqlalchemy import text, update
 
 from celery_routines.policy.ceilings import Ceiling, decide_after_run, decide_before_send
 from celery_routines.store import NewRun, Store
-from celery_routines.store.models import RoutineRun
+from celery_routines.store.models import ROUTINE_RUNS
 from celery_routines.store.spend_queries import RunCeiling, SpendQueries
 from tests.store.test_due_query_plan import explain
 from tests.store.test_store import add_routine
@@ -23,7 +23,7 @@ DAY_START = datetime(2026, 10, 24, 22, tzinfo=UTC)
 DAY_END = datetime(2026, 10, 25, 23, tzinfo=UTC)
 NOON = datetime(2026, 10, 25, 11, tzinfo=UTC)
 
-runs_table = RoutineRun.__table__
+runs_table = ROUTINE_RUNS
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from sqlalchemy.engine import make_url
 from celery_routines.store import Advance, NewRun, Store, migrate
 from celery_routines.store.dialects import MYSQL_INDEX_COLUMNS, binary_collation, is_mysql
 from celery_routines.store.engine import postgres_driver
-from celery_routines.store.models import Base
+from celery_routines.store.models import metadata
 
 T0 = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
 
@@ -79,7 +79,7 @@ def test_migrations_create_the_contract_tables_and_match_the_models(store: Store
         context = MigrationContext.configure(conn)
         diff = [
             d
-            for d in compare_metadata(context, Base.metadata)
+            for d in compare_metadata(context, metadata)
             if not (isinstance(d, tuple) and "routines_alembic_version" in str(d))
             and not (mysql and _replaced_on_mysql(d))
         ]
@@ -287,7 +287,7 @@ def test_worker_claim_of_a_run_succeeds_once(store: Store) -> None:
     store.runs.mark_sent([run.id], T0)
     assert store.outcomes.claim_start(run.id, "w1", T0) is True
     assert store.outcomes.claim_start(run.id, "w2", T0) is False
-    assert store.outcomes.finish(run.id, "succeeded", T0, spend={"fires": 1}) is True
+    assert store.outcomes.succeed(run.id, T0, spend={"fires": 1}).done is True
     assert store.outcomes.claim_start(run.id, "w3", T0) is False
     stored = store.runs.get(run.id)
     assert (stored.state, stored.worker, stored.spend) == ("succeeded", "w1", '{"fires": 1}')

@@ -440,7 +440,7 @@ def test_the_engine_built_directly_reads_decides_writes_then_sends(
     from celery_routines.config import Settings
     from celery_routines.sending.gate import OpenGate
     from celery_routines.sending.publish import CeleryPublisher
-    from celery_routines.store.models import Routine
+    from celery_routines.store.models import ROUTINES
     from celery_routines.tick.engine import TickEngine
 
     store = Store.from_url(database_url)
@@ -466,7 +466,7 @@ def test_the_engine_built_directly_reads_decides_writes_then_sends(
         assert record.next_run_at == datetime(2026, 11, 30, 12, 25, tzinfo=UTC)
         assert record.locked_by is None
         assert sorted(r.state for r in runs_for(store, record.id)) == ["sent", "sent", "skipped"]
-        assert Routine.__table__.name == "routines"
+        assert ROUTINES.name == "routines"
     finally:
         publisher.close()
         store.dispose()

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 
 from celery_routines.store import Store
-from celery_routines.store.models import RoutineWorkerEvent
+from celery_routines.store.models import ROUTINE_WORKER_EVENTS
 from celery_routines.store.run_metrics import DUPLICATE, SUSPENDED
 from celery_routines.tick.prune import PRUNE_EVERY, Pruner
 
@@ -16,7 +16,7 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 def runs_noted(store: Store) -> list[str]:
-    table = RoutineWorkerEvent.__table__
+    table = ROUTINE_WORKER_EVENTS
     with store.engine.connect() as conn:
         return list(conn.scalars(select(table.c.run_id).order_by(table.c.id)))
 

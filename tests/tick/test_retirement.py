@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from celery_routines import Scheduler, register
+from celery_routines.declare import declare
 from celery_routines.operator.admin import Routines
 from celery_routines.registry import forget
 from celery_routines.store import Store
-from celery_routines.tick.declarations import declare
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app, published, runs_for
 

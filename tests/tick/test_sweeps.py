@@ -328,7 +328,7 @@ def test_overlap_queue_holds_the_window_until_the_open_run_ends_without_spinning
         assert min(sleeps) > 0.5, "a queued routine made the tick spin"
         assert max(sleeps) <= 1.1, "the queued window is not rechecked within a second"
         assert beat.last_report.queued == 1
-        beat.store.outcomes.finish(first.id, "succeeded", clock.now)
+        beat.store.outcomes.succeed(first.id, clock.now, spend=None)
         beat.tick()  # the first tick after the run ended, at the same instant
         assert len(published(folder)) == 2
         assert published(folder)[1]["routine_window"] == "slow@2026-11-30T12:02:00+00:00"
@@ -343,7 +343,7 @@ def test_overlap_queue_sends_missed_windows_one_at_a_time(
     try:
         clock.advance(minutes=2)  # three windows due behind the open run
         beat.tick()
-        beat.store.outcomes.finish(first.id, "succeeded", clock.now)
+        beat.store.outcomes.succeed(first.id, clock.now, spend=None)
         beat.tick()
         beat.tick()
         assert len(published(folder)) == 2  # one queued window, not a burst of three
@@ -487,7 +487,7 @@ def test_a_retry_follows_the_overlap_policy_while_a_later_window_runs(
             return
         # skip, queue: it waits for the run in progress, then goes.
         assert retry.state == "retrying" and retry.retry_at > clock.now
-        beat.store.outcomes.finish(later.id, "succeeded", clock.now)
+        beat.store.outcomes.succeed(later.id, clock.now, spend=None)
         clock.advance(seconds=1)
         beat.tick()
         assert [m["routine_attempt"] for m in published(folder)] == [1, 1, 2]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from celery_routines.declare import process_user
 from celery_routines.errors import ScheduleError
 from celery_routines.operator.importers.plan import (
     ImportLine,
@@ -42,7 +43,6 @@ from celery_routines.schedules.parse import schedule_of
 from celery_routines.store import RoutineRecord
 from celery_routines.store.declarations import SCHEDULE_COLUMNS
 from celery_routines.store.imports import ImportQueries
-from celery_routines.tick.declarations import who
 
 if TYPE_CHECKING:
     from celery_routines.operator.admin import Routines
@@ -80,7 +80,7 @@ class Importer:
         prune: bool = False,
         by: str | None = None,
     ) -> ImportResult:
-        by = by or who()
+        by = by or process_user()
         lines: list[ImportLine] = [
             ImportLine(u.name, "not imported", reason=u.reason) for u in plan.unmappable
         ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 
 from celery_routines.store.migrations.env_settings import VERSION_TABLE
-from celery_routines.store.models import Base
+from celery_routines.store.models import metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - only when run through the alembic CLI
@@ -17,7 +17,7 @@ if connection is None:  # pragma: no cover - only when run through the alembic C
 
 context.configure(
     connection=connection,
-    target_metadata=Base.metadata,
+    target_metadata=metadata,
     version_table=VERSION_TABLE,
     render_as_batch=connection.dialect.name == "sqlite",
     on_version_apply=context.config.attributes.get("on_version_apply"),

@@ -31,7 +31,7 @@ from celery_routines.store.declarations import Declared, Revived
 logger = logging.getLogger("celery_routines.beat")
 
 
-def who() -> str:
+def process_user() -> str:
     """``user@host`` of this process: who made a change when nobody says."""
     try:
         user = getpass.getuser()
@@ -72,7 +72,7 @@ def declare(
             stamp,
         )
         return declared
-    by = f"beat:{who()}"
+    by = f"beat:{process_user()}"
     for name in declared.retired:
         logger.warning(
             "retired %s: no longer declared in the code of %r; it will not fire again "
