@@ -46,8 +46,8 @@ class OpenRunRowLike(OpenRunLike, Protocol):
     def id(self) -> str: ...
 
 
-class WrittenRunLike(Protocol):
-    """A due window's row another beat already wrote (the store's ``RunRecord``)."""
+class RunWindowLike(Protocol):
+    """Which attempt of which window a stored run row is (the store's ``RunRecord``)."""
 
     @property
     def routine_id(self) -> int: ...
@@ -57,6 +57,11 @@ class WrittenRunLike(Protocol):
     def attempt(self) -> int: ...
     @property
     def scheduled_for(self) -> datetime: ...
+
+
+class WrittenRunLike(RunWindowLike, Protocol):
+    """A due window's row another beat already wrote, and its state."""
+
     @property
     def state(self) -> str: ...
 

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from celery_routines.errors import InvalidRoutine
 from celery_routines.policy.ceilings import Ceiling, Suspension, decide_before_send
-from celery_routines.policy.claimed import IdFactory, random_id
+from celery_routines.policy.claimed import IdFactory, RunWindowLike, random_id
 from celery_routines.policy.routine import Routine
 from celery_routines.policy.routine_rows import from_columns
 from celery_routines.policy.runs import (
@@ -47,19 +47,11 @@ from celery_routines.policy.states import Overlap, Reason, RunState, no_retry
 EXCLUSIVE_RETRIES = (Overlap.SKIP, Overlap.QUEUE, Overlap.REPLACE)
 
 
-class RetryingRunLike(Protocol):
-    """What deciding reads of the ``retrying`` attempt (the store's ``RunRecord``)."""
+class RetryingRunLike(RunWindowLike, Protocol):
+    """The ``retrying`` attempt as deciding reads it: its window, id and reason."""
 
     @property
     def id(self) -> str: ...
-    @property
-    def routine_id(self) -> int: ...
-    @property
-    def idempotency_key(self) -> str: ...
-    @property
-    def attempt(self) -> int: ...
-    @property
-    def scheduled_for(self) -> datetime: ...
     @property
     def reason(self) -> str | None: ...
 
