@@ -145,7 +145,7 @@ def plan(
     return planned
 
 
-def needs_usage(claimed: Claimed, planned: FirePlan) -> bool:
+def needs_usage(claimed: Claimed[Any], planned: FirePlan) -> bool:
     """Whether :func:`decide` needs the routine's ceiling usage."""
     return bool(claimed.routine.ceilings and planned.send)
 
@@ -214,7 +214,7 @@ def decide(
 
 
 def _held_back(
-    claimed: Claimed, planned: FirePlan, facts: Facts, now: datetime, answers: SharedAnswers
+    claimed: Claimed[Any], planned: FirePlan, facts: Facts, now: datetime, answers: SharedAnswers
 ) -> bool:
     """Whether the overlap policy holds every planned window back (an open
     run, under ``skip`` or ``queue``): :func:`_overlap`'s question, asked
@@ -294,7 +294,7 @@ def skip_row(
 
 
 def _overlap_skip(
-    claimed: Claimed, sends: Sequence[NewRun], skips: list[NewRun], new_id: IdFactory
+    claimed: Claimed[Any], sends: Sequence[NewRun], skips: list[NewRun], new_id: IdFactory
 ) -> list[NewRun]:
     """``skips`` with the windows of this tick as one ``skipped`` row, reason
     ``overlap``: the windows a recovery already skipped behind its oldest
@@ -316,7 +316,7 @@ def _overlap_skip(
 # -- 3. takeover -----------------------------------------------------------------------
 
 
-def written_key(decision: Decision) -> tuple[int, str, int] | None:
+def written_key(decision: Decision[Any]) -> tuple[int, str, int] | None:
     """The due window's row to look up, for a decision that skips the due
     window (a beat that wrote it and died may have left it behind); None
     for the others, which cost no query."""
