@@ -12,6 +12,7 @@ from sqlalchemy import Engine, bindparam, func, select, type_coerce
 from ..clock import as_utc, utc_now
 from . import migrate
 from .admin_queries import AdminQueries
+from .beats import BeatQueries
 from .bookkeeping import BookkeepingQueries, Published
 from .changes import ChangeQueries
 from .compiled import DriverStatement, naive_utc
@@ -70,6 +71,8 @@ class Store:
         self.changes = ChangeQueries(engine)
         self.prune = PruneQueries(engine)
         self.streaks = FailureStreakQueries(engine)
+        # The beats' heartbeats (issue 33): written by beat, read by the panel.
+        self.beats = BeatQueries(engine)
         # Built once: constructing it cost more than running it. Each has a
         # refresh variant that also says whether rows changed outside beat
         # (read every routines_refresh_seconds: it scans the routines).
