@@ -88,7 +88,9 @@ def test_the_upsert_counts_the_live_claims_this_beat_holds_on_due_routines(
             conn.execute(
                 update(table)
                 .where(table.c.name == name)
-                .values(next_run_at=now - timedelta(seconds=5), locked_by=holder, locked_until=until)
+                .values(
+                    next_run_at=now - timedelta(seconds=5), locked_by=holder, locked_until=until
+                )
             )
     store.beats.beat(pulse(), now)
     [row] = store.beats.recent()
