@@ -22,7 +22,6 @@ from celery import Celery
 from celery.beat import Scheduler as CeleryScheduler
 from sqlalchemy.exc import SQLAlchemyError
 
-from . import __version__
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
 from .errors import RoutinesError
@@ -41,7 +40,7 @@ from .store.migrate import HEAD_REVISION
 from .tick.backoff import TickBackoff, ledger_deadline
 from .tick.declarations import declare
 from .tick.engine import TickEngine
-from .tick.heartbeat import BeatHeartbeat
+from .tick.heartbeat import BeatHeartbeat, heartbeat_for
 from .tick.prune import Pruner
 from .tick.report import TickReport
 
@@ -135,6 +134,7 @@ class Scheduler(CeleryScheduler):
             _written(self.app, [d.name for d in definitions], self.settings.database_url),
         )
         self._store = store
+        self._beat_heartbeat = heartbeat_for(store.beats, self.holder, self._clock, self)
         self._serve_health(store)
         if self.metrics is None:
             self.metrics = metrics_for(self.app, self._clock, self.health)
@@ -199,7 +199,8 @@ class Scheduler(CeleryScheduler):
         self._backoff.succeeded()
         self.last_report = report
         self._watch_skew()
-        self._heartbeat(report)
+        if self._beat_heartbeat is not None:  # the row of the panel's Beats page
+            self._beat_heartbeat.tick_finished(report.duration)
         if self.metrics is not None:
             self.metrics.observe_tick(report, self._store)
         self._prune()
@@ -211,24 +212,6 @@ class Scheduler(CeleryScheduler):
             return longest
         until = (report.next_wakeup - self._clock()).total_seconds() + WAKE_SLACK
         return min(max(until, WAKE_SLACK), longest)
-
-    def _heartbeat(self, report: TickReport) -> None:
-        """This beat's row for the panel's Beats page (tick/heartbeat.py):
-        written at most once every routines_refresh_seconds, never raising."""
-        if self._store is None:
-            return
-        if self._beat_heartbeat is None:
-            refresh = self.settings.refresh_seconds
-            self._beat_heartbeat = BeatHeartbeat(
-                self._store.beats,
-                self.holder,
-                self._clock,
-                every=refresh,
-                longest_sleep=min(float(self.max_interval), refresh),
-                publish_processes=self.settings.publish_processes,
-                version=__version__,
-            )
-        self._beat_heartbeat.tick_finished(report.duration)
 
     def _serve_health(self, store: Store) -> None:
         """Beat's probes (observe/health.py): on ``routines_health_port`` when

@@ -24,6 +24,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from celery_routines.clock import Clock
 from celery_routines.store.beats import BeatPulse, BeatQueries
@@ -37,6 +39,31 @@ TICK_WINDOW = 1000
 # heartbeats: one late heartbeat (a slow tick, a pause for GC) is not a
 # dead beat, three in a row are.
 STALE_AFTER_GAPS = 3
+
+
+def package_version() -> str:
+    """The installed celery-routines version, as beat reports it."""
+    try:
+        return version("celery-routines")
+    except PackageNotFoundError:  # run from a source tree without installing
+        return "unknown"
+
+
+def heartbeat_for(beats: BeatQueries, beat_id: str, clock: Clock, scheduler: Any) -> BeatHeartbeat:
+    """The heartbeat of a ``celery_routines.Scheduler``: written at most once
+    every ``routines_refresh_seconds``, the longest it sleeps (or less, under
+    a smaller ``max_interval``)."""
+    settings = scheduler.settings
+    refresh = float(settings.refresh_seconds)
+    return BeatHeartbeat(
+        beats,
+        beat_id,
+        clock,
+        every=refresh,
+        longest_sleep=min(float(scheduler.max_interval), refresh),
+        publish_processes=settings.publish_processes,
+        version=package_version(),
+    )
 
 
 def percentile(sorted_values: list[float], share: float) -> float:

@@ -24,6 +24,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import celery_routines.operator.web.api as api
+import celery_routines.operator.web.beats as beats
 import celery_routines.operator.web.pages as pages
 from celery_routines.clock import Clock, utc_now
 from celery_routines.config import setting
@@ -233,7 +234,12 @@ def create_app(
             admin.close()
 
     app = Starlette(
-        routes=[*api.routes(), *pages.routes(), Mount("/static", StaticFiles(directory=STATIC))],
+        routes=[
+            *api.routes(),
+            *beats.routes(),
+            *pages.routes(),
+            Mount("/static", StaticFiles(directory=STATIC)),
+        ],
         middleware=[Middleware(GuardMiddleware, panel=panel, max_body=max_body)],
         lifespan=lifespan,
     )

@@ -82,6 +82,11 @@ OPENAPI: dict[str, Any] = {
         "/api/routines/{name}/runs": _get("Runs of one routine", NAME, STATE, SINCE, UNTIL, LIMIT),
         "/api/skips": _get("Every decision not to fire, newest first", SINCE, LIMIT),
         "/api/runs": _get("Runs across routines", _query("routine"), STATE, SINCE, UNTIL, LIMIT),
+        "/api/beats": _get(
+            "Every beat that ticked in the last hour: host, pid, last tick and seconds since "
+            "(database clock), tick p50/p99 (ms), claims held, clock skew (s), publishing "
+            "processes, version; stale: silent longer than stale_after_seconds"
+        ),
         "/api/routines/{name}/pause": _post(
             "Pause",
             {"reason": {"type": "string", "description": "why (at most 200 characters)"}},
