@@ -5,15 +5,18 @@ failing write never stops a tick."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, update
 
 from celery_routines import Scheduler, __version__, register
 from celery_routines.store.models import metadata
 from celery_routines.tick.heartbeat import BeatHeartbeat, percentile
+from celery_routines.tick.prune import Pruner
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app
 
@@ -118,3 +121,24 @@ def test_the_pulse_reports_milliseconds_over_a_bounded_window(clock: FakeClock) 
     assert (pulse.tick_p50_ms, pulse.tick_p99_ms) == (pytest.approx(1.0), pytest.approx(1.0))
     assert pulse.started_at == clock.now
     assert pulse.stale_after_seconds == 30.0
+
+
+def test_beats_rows_gone_for_a_day_go_with_the_prune_pass(beat: Scheduler) -> None:
+    beat.tick()
+    store = beat.store
+    table = store.beats.table
+    store.beats.beat(pulse_of(beat, "gone:1:x"), beat._clock())
+    with store.engine.begin() as conn:
+        conn.execute(
+            update(table)
+            .where(table.c.beat_id == "gone:1:x")
+            .values(last_tick_at=datetime.now(UTC) - timedelta(days=1, minutes=5))
+        )
+    minutes = iter([0.0, 61.0, 61.0])  # built, then a minute later: a pass is due
+    pruner = Pruner(store, 30, 100, "UTC", monotonic=lambda: next(minutes))
+    assert pruner.maybe_prune(datetime.now(UTC)) is not None
+    assert [row.beat_id for row in store.beats.recent(within=timedelta(days=7))] == [beat.holder]
+
+
+def pulse_of(beat: Scheduler, beat_id: str) -> Any:
+    return replace(heartbeat_of(beat).pulse(), beat_id=beat_id)
