@@ -18,6 +18,7 @@ from sqlalchemy import Engine, bindparam, delete, func, literal, select, type_co
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from ..clock import utc_now
+from .compiled import DriverStatement, naive_utc
 from .connections import connections_for
 from .dialects import database_clock, is_mysql
 from .models import ROUTINE_BEATS, ROUTINES
@@ -98,6 +99,13 @@ class BeatQueries:
         self.db = connections_for(engine)
         self._clock = database_clock(engine.dialect)
         self._statement = self._upsert()
+        # Run after every few ticks: on PostgreSQL its SQL is compiled once,
+        # as the probe's is (SQLAlchemy's preparation cost about a third of
+        # the write).
+        postgres = engine.dialect.name == "postgresql"
+        self._compiled = (
+            DriverStatement.compile(self._statement, engine.dialect) if postgres else None
+        )
 
     def _now(self, now: datetime | None) -> Any:
         """``now``, else the database's clock (the process clock on SQLite), as
@@ -162,7 +170,12 @@ class BeatQueries:
         if self._clock is None:
             params["db_now"] = utc_now()
         with self.db.fast_write() as conn:
-            conn.execute(self._statement, params)
+            if self._compiled is not None:
+                for name in ("started_at", "beat_clock_at"):
+                    params[name] = naive_utc(params[name])
+                self._compiled.execute(conn, params)
+            else:
+                conn.execute(self._statement, params)
 
     def recent(self, now: datetime | None = None, within: timedelta = RECENT) -> list[BeatRow]:
         """The beats that ticked within ``within`` of ``now`` (the database's
