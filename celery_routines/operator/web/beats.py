@@ -16,39 +16,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from celery_routines.operator.beats import beats_of
 from celery_routines.operator.web.api import answer
 from celery_routines.operator.web.context import panel_of, render
 from celery_routines.operator.web.pages import page
-from celery_routines.store.beats import RECENT, BeatRow
-
-
-def beat_fields(row: BeatRow) -> dict[str, Any]:
-    """One beat as the API answers it (and the page shows it)."""
-    return {
-        "beat_id": row.beat_id,
-        "host": row.host,
-        "pid": row.pid,
-        "started_at": row.started_at.isoformat(),
-        "last_tick_at": row.last_tick_at.isoformat(),
-        "seconds_since_tick": round(row.seconds_since_tick, 1),
-        "stale": row.stale,
-        "stale_after_seconds": row.stale_after_seconds,
-        "tick_p50_ms": _rounded(row.tick_p50_ms),
-        "tick_p99_ms": _rounded(row.tick_p99_ms),
-        "ticks_measured": row.ticks_measured,
-        "claims_held": row.claims_held,
-        "clock_skew_seconds": round(row.clock_skew_seconds, 3),
-        "publish_processes": row.publish_processes,
-        "version": row.version,
-    }
-
-
-def _rounded(milliseconds: float | None) -> float | None:
-    return None if milliseconds is None else round(milliseconds, 2)
+from celery_routines.store.beats import RECENT
 
 
 def recent_beats(request: Request) -> list[dict[str, Any]]:
-    return [beat_fields(row) for row in panel_of(request).admin.store.beats.recent()]
+    return beats_of(panel_of(request).admin.store)
 
 
 def list_beats(request: Request) -> dict[str, Any]:
