@@ -2,7 +2,8 @@
 
 After each tick the beat hands the tick's duration (measured on the monotonic
 clock) to :class:`BeatHeartbeat`, which keeps the most recent ones in memory
-and, at most once every ``every`` seconds, writes the row in one statement
+and, at most once every ``every`` seconds (``routines_refresh_seconds``, at
+least ``HEARTBEAT_SECONDS``), writes the row in one statement
 (``store/beats.py``: an upsert that also counts the claims this beat holds and
 stamps the database's clock). Not every tick: an idle beat ticks every
 ``routines_refresh_seconds`` anyway, and a busy one ticks back to back, where
@@ -35,6 +36,11 @@ logger = logging.getLogger("celery_routines.beat")
 # Tick durations the percentiles are taken over: the beat's last few minutes
 # when busy, its last hour or so when idle (one tick every few seconds).
 TICK_WINDOW = 1000
+# The heartbeat is written at most this often, however short
+# routines_refresh_seconds is: the panel's live view refreshes every 5 s, so
+# a fresher row would be seen by nobody, and an idle tick stays its probe
+# alone (one statement, issue 36) between two heartbeats.
+HEARTBEAT_SECONDS = 5.0
 # A beat is shown stale after this many of its longest gaps between two
 # heartbeats: one late heartbeat (a slow tick, a pause for GC) is not a
 # dead beat, three in a row are.
@@ -51,15 +57,15 @@ def package_version() -> str:
 
 def heartbeat_for(beats: BeatQueries, beat_id: str, clock: Clock, scheduler: Any) -> BeatHeartbeat:
     """The heartbeat of a ``celery_routines.Scheduler``: written at most once
-    every ``routines_refresh_seconds``, the longest it sleeps (or less, under
-    a smaller ``max_interval``)."""
+    every ``routines_refresh_seconds`` (the longest it sleeps, or less under a
+    smaller ``max_interval``), and at most once every ``HEARTBEAT_SECONDS``."""
     settings = scheduler.settings
     refresh = float(settings.refresh_seconds)
     return BeatHeartbeat(
         beats,
         beat_id,
         clock,
-        every=refresh,
+        every=max(refresh, HEARTBEAT_SECONDS),
         longest_sleep=min(float(scheduler.max_interval), refresh),
         publish_processes=settings.publish_processes,
         version=package_version(),
