@@ -37,7 +37,7 @@ def beat_fields(row: BeatRow) -> dict[str, Any]:
         "tick_p99_ms": _rounded(row.tick_p99_ms),
         "ticks_measured": row.ticks_measured,
         "claims_held": row.claims_held,
-        "clock_skew_seconds": round(row.clock_skew_seconds, 3),
+        "clock_skew_seconds": round(row.clock_skew_seconds, 3) + 0.0,  # never "-0.000"
         "publish_processes": row.publish_processes,
         "version": row.version,
     }
