@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, bindparam, delete, func, literal, select, type_coerce
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from ..clock import utc_now
 from .compiled import DriverStatement, naive_utc
@@ -139,16 +138,28 @@ class BeatQueries:
         }
         values["last_tick_at"] = clock
         values["claims_held"] = held
+        # Each dialect's insert is imported only where it runs: a beat loads
+        # its own database's SQL constructs, not every one's.
         dialect = self.engine.dialect
         if is_mysql(dialect):
-            statement = mysql.insert(beats).values(values)
+            from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+            statement = mysql_insert(beats).values(values)
             return statement.on_duplicate_key_update(
                 {name: statement.inserted[name] for name in UPDATED}
             )
-        insert = postgresql.insert if dialect.name == "postgresql" else sqlite.insert
-        upsert = insert(beats).values(values)
-        return upsert.on_conflict_do_update(
-            index_elements=[c.beat_id], set_={name: upsert.excluded[name] for name in UPDATED}
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            pg = pg_insert(beats).values(values)
+            return pg.on_conflict_do_update(
+                index_elements=[c.beat_id], set_={name: pg.excluded[name] for name in UPDATED}
+            )
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        lite = sqlite_insert(beats).values(values)
+        return lite.on_conflict_do_update(
+            index_elements=[c.beat_id], set_={name: lite.excluded[name] for name in UPDATED}
         )
 
     def beat(self, pulse: BeatPulse, beat_clock: datetime) -> None:
