@@ -97,14 +97,11 @@ class BeatQueries:
         self.table = beats
         self.db = connections_for(engine)
         self._clock = database_clock(engine.dialect)
-        self._statement = self._upsert()
-        # Run after every few ticks: on PostgreSQL its SQL is compiled once,
-        # as the probe's is (SQLAlchemy's preparation cost about a third of
-        # the write).
-        postgres = engine.dialect.name == "postgresql"
-        self._compiled = (
-            DriverStatement.compile(self._statement, engine.dialect) if postgres else None
-        )
+        # Built at the first heartbeat (workers, the CLI and the panel never
+        # write one); on PostgreSQL compiled once to the driver's SQL, as the
+        # tick's probe is: it runs on most of an idle beat's ticks.
+        self._statement: Any = None
+        self._compiled: DriverStatement | None = None
 
     def _now(self, now: datetime | None) -> Any:
         """``now``, else the database's clock (the process clock on SQLite), as
@@ -180,6 +177,10 @@ class BeatQueries:
         }
         if self._clock is None:
             params["db_now"] = utc_now()
+        if self._statement is None:
+            self._statement = self._upsert()
+            if self.engine.dialect.name == "postgresql":
+                self._compiled = DriverStatement.compile(self._statement, self.engine.dialect)
         with self.db.fast_write() as conn:
             if self._compiled is not None:
                 for name in ("started_at", "beat_clock_at"):
