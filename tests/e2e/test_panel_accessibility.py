@@ -26,11 +26,13 @@ from tests import services
 from tests.e2e.panel_cluster import PanelCluster, chromium
 from tests.e2e.processes import wait_until
 
+HERE = Path(__file__).parent
+
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
 AXE_CANDIDATES = (
     os.environ.get("ROUTINES_AXE", ""),
-    str(Path.home() / ".cache" / "celery-routines-axe" / "node_modules" / "axe-core" / "axe.min.js"),
+    str(Path.home() / ".cache/celery-routines-axe/node_modules/axe-core/axe.min.js"),
 )
 PAGES = ("/routines", "/routines/words", "/runs", "/skips", "/routines/words/backfill")
 
@@ -102,35 +104,7 @@ def test_every_page_passes_axe_core_wcag_a_and_aa(browser: Any, cluster: PanelCl
     assert not problems, "\n".join(problems)
 
 
-# The luminance and contrast formulas of WCAG 2.1 (1.4.3), computed in the
-# page on every element that holds text, against the first opaque
-# background found walking up the tree.
-CONTRAST_SCRIPT = """
-function channel(c) { c /= 255; return c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4); }
-function rgba(text) { const m = text.match(/[\\d.]+/g).map(Number); return [m[0], m[1], m[2], m.length > 3 ? m[3] : 1]; }
-function luminance(c) { return 0.2126 * channel(c[0]) + 0.7152 * channel(c[1]) + 0.0722 * channel(c[2]); }
-function background(el) {
-  for (let e = el; e; e = e.parentElement) {
-    const c = rgba(getComputedStyle(e).backgroundColor);
-    if (c[3] >= 1) return c;
-  }
-  return [255, 255, 255, 1];
-}
-const out = [];
-for (const el of document.querySelectorAll('body *')) {
-  const own = Array.from(el.childNodes).some(n => n.nodeType === 3 && n.textContent.trim());
-  const style = getComputedStyle(el);
-  if (!own || parseFloat(style.fontSize) === 0 || style.visibility === 'hidden' || style.display === 'none' || el.offsetParent === null) continue;
-  const fg = rgba(style.color), bg = background(el);
-  const [a, b] = [luminance(fg), luminance(bg)].sort((x, y) => y - x);
-  const ratio = (a + 0.05) / (b + 0.05);
-  const size = parseFloat(style.fontSize), bold = parseInt(style.fontWeight) >= 700;
-  const large = size >= 24 || (bold && size >= 18.66);
-  if (ratio < (large ? 3 : 4.5)) out.push(el.tagName.toLowerCase() + '.' + el.className + ' "'
-      + el.textContent.trim().slice(0, 30) + '" ' + ratio.toFixed(2) + ':1');
-}
-return out;
-"""
+CONTRAST_SCRIPT = (HERE / "contrast.js").read_text(encoding="utf-8")
 
 
 def test_all_text_meets_wcag_aa_contrast(browser: Any, cluster: PanelCluster) -> None:
