@@ -229,6 +229,11 @@ class Managing:
         next_run_at = None if reschedule else record.next_run_at
         return ChangeResult(name, "edited", True, shown, next_run_at, 0, by)
 
+    def check_editable(self, name: str) -> None:
+        """Raise :class:`OwnedByCode` (naming where) for a live code routine,
+        :class:`UnknownRoutine` for none: what ``edit`` refuses first."""
+        _refuse_code(self._record(name), "edit")
+
     def enable(self, name: str, *, by: str | None = None) -> ChangeResult:
         """Enable a disabled routine, like ``resume``: the windows that fell
         due while it was disabled are one ``skipped`` row (reason

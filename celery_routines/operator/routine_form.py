@@ -362,3 +362,55 @@ def preview_windows(definition: Any, default_zone: str, now: datetime, n: int = 
         found.append(PreviewWindow(view.local, view.utc, view.note, night or changed))
         previous = offset
     return found
+
+
+# -- a stored routine, back into the form ---------------------------------------------
+
+
+def stored_values(task: str, definition: Mapping[str, Any]) -> dict[str, Any]:
+    """The API's values of a stored definition (``show``'s ``definition``),
+    as the form shows them; a union of schedules shows its crons a line."""
+    values: dict[str, Any] = {"task": task}
+    for field in FIELDS[2:]:
+        value = definition.get(field.name)
+        if field.name == "cron" and definition.get("schedules"):
+            value = [str(spec) for spec in definition["schedules"]]
+        if field.name == "ceiling" and value:
+            items = value if isinstance(value, list) else [value]
+            value = [_ceiling_text(item) for item in items]
+        if value is not None and value != "":
+            values[field.name] = value
+    return values
+
+
+def _ceiling_text(item: Any) -> str:
+    if not isinstance(item, dict):
+        return str(item)
+    unit = item.get("unit") or "fires"
+    limit = f"{item.get('limit', '')}".removesuffix(".0")
+    return f"{limit}{'' if unit == 'fires' else ' ' + unit}/{item.get('per', 'day')}"
+
+
+def form_text(field: FormField, value: Any) -> str:
+    """How a value reads in its input."""
+    if value is None:
+        return ""
+    if field.kind == "lines":
+        return "\n".join(value) if isinstance(value, list) else str(value)
+    if field.kind == "json":
+        return json.dumps(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def edit_options(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The values an edit passes from a whole posted form: every value given
+    (``edit`` records only what differs), and ``None`` for an input emptied
+    that held a value (it clears, where a value clears). A schedule replaced
+    by another kind is not cleared: the new one replaces it."""
+    values = {key: value for key, value in new.items() if key not in ("name", "task")}
+    for key in stored:
+        if key not in new and key not in ("name", "task") and key not in SCHEDULE:
+            values[key] = None
+    return values
