@@ -322,12 +322,9 @@ def check_new(values: Mapping[str, Any], default_zone: str) -> Any:
         for key in ("name", "task")
         if not values.get(key)
     }
-    if missing:
-        try:
-            check(values, default_zone)
-        except FieldErrors as exc:
-            missing = {**exc.fields, **missing}
-        raise FieldErrors(missing)
+    if missing:  # the other fields each on their own: together needs both
+        name = values.get("name") or ""
+        raise FieldErrors({**field_errors(values, default_zone, name=name), **missing})
     return check(values, default_zone)
 
 
