@@ -104,7 +104,9 @@ def test_a_bad_cron_is_named_next_to_its_field_while_typing_and_nothing_changes(
         source="cli",
     )  # fmt: skip
     wait_until(
-        lambda: getattr(cluster.store.routines.by_name("editable"), "next_run_at", None),
+        lambda: (
+            getattr(cluster.store.routines.by_name("editable"), "next_run_at", None) is not None
+        ),
         60,
         "beat to adopt 'editable'",
         cluster.processes,
