@@ -311,3 +311,14 @@ def test_edit_form_changes_only_what_differs_and_a_code_routine_is_read_only(
     clone = client.get("/clone/coded").text
     assert 'value="coded-copy"' in clone and 'value="proj.tasks.nightly"' in clone
     assert 'id="save"' in clone
+
+
+def test_the_openapi_document_describes_create_edit_and_validate(admin: Routines) -> None:
+    paths = client_for(admin).get("/api/openapi.json").json()["paths"]
+    create_body = paths["/api/routines"]["post"]["requestBody"]["content"]["application/json"]
+    assert {"name", "task", "cron", "interval_seconds", "timezone", "jitter"} <= set(
+        create_body["schema"]["properties"]
+    )
+    assert set(paths["/api/routines"]["post"]["responses"]) >= {"201", "422"}
+    assert set(paths["/api/routines/{name}"]["patch"]["responses"]) >= {"200", "409", "422"}
+    assert "post" in paths["/api/routines/validate"]
