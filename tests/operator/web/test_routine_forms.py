@@ -322,3 +322,24 @@ def test_the_openapi_document_describes_create_edit_and_validate(admin: Routines
     assert set(paths["/api/routines"]["post"]["responses"]) >= {"201", "422"}
     assert set(paths["/api/routines/{name}"]["patch"]["responses"]) >= {"200", "409", "422"}
     assert "post" in paths["/api/routines/validate"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ('{"name": "n", "task": "t", "cron": "* * * * *", "args": [NaN]}', "args"),
+        ('{"name": "n", "task": "t", "cron": "* * * * *", "retry_base_seconds": Infinity}',
+         "retry_base_seconds"),
+        ('{"name": "n", "task": "t", "interval_seconds": 1e999}', "interval_seconds"),
+        ('{"name": "n", "task": "t", "cron": "* * * * *", "jitter": 1e400}', "jitter"),
+        ('{"name": "n", "task": "t", "at": "9999-12-31T23:59"}', "at"),
+    ],
+)  # fmt: skip
+def test_values_past_json_or_the_calendar_are_422_naming_the_field(
+    admin: Routines, store: Store, raw: str, field: str
+) -> None:
+    headers = {**BEARER, "Content-Type": "application/json"}
+    answer = client_for(admin).post("/api/routines", content=raw, headers=headers)
+    assert answer.status_code == 422, answer.text
+    assert field in answer.json()["fields"], answer.json()
+    assert store.routines.by_name("n") is None
