@@ -115,8 +115,12 @@ FIELDS: tuple[FormField, ...] = (
 )  # fmt: skip
 BY_NAME = {field.name: field for field in FIELDS}
 # Values that clear an option, as `celery routines edit` spells them.
-CLEARS: dict[str, Any] = {"exclude": [], "shift": "none", "notify_url": "none"}
-CLEARS["pause_after_failures"] = 0
+CLEARS: dict[str, Any] = {
+    "exclude": [],
+    "shift": "none",
+    "notify_url": "none",
+    "pause_after_failures": 0,
+}
 
 
 class FieldErrors(RoutinesError, ValueError):
@@ -257,11 +261,11 @@ def _ceilings(value: Any) -> list[Any]:
 # -- checking ----------------------------------------------------------------------
 
 
-def check(values: Mapping[str, Any], default_zone: str, *, name: str | None = None) -> Any:
+def check(values: Mapping[str, Any], default_zone: str) -> Any:
     """The definition ``values`` make, through ``add``'s own checks; every
     bad field is named (:class:`FieldErrors`), each on its own first, then
     together (a field the combined message names, else the schedule's)."""
-    name = name or values.get("name") or ""
+    name = values.get("name") or ""
     task = values.get("task") or PLACEHOLDER_TASK
     errors = dict(field_errors(values, default_zone, name=name))
     if errors:
