@@ -343,3 +343,19 @@ def test_values_past_json_or_the_calendar_are_422_naming_the_field(
     assert answer.status_code == 422, answer.text
     assert field in answer.json()["fields"], answer.json()
     assert store.routines.by_name("n") is None
+
+
+def test_a_read_only_panel_shows_the_form_locked_and_refuses_writes(
+    admin: Routines, store: Store
+) -> None:
+    add_routine(store, "kept", cron="0 1 * * *")
+    client = client_for(admin, read_only=True)
+    assert create(client, NIGHTLY).status_code == 403
+    assert patch(client, "kept", {"cron": "0 2 * * *"}).status_code == 403
+    page = client.get("/edit/kept").text
+    assert 'id="save"' not in page and 'id="new-routine"' not in page
+    assert (
+        'id="f-cron" name="cron" rows="2" aria-describedby="help-cron error-cron" readonly' in page
+    )
+    assert store.routines.by_name("nightly-report") is None
+    assert row_of(store, "kept")["cron"] == "0 1 * * *"
