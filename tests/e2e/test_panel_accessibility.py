@@ -34,7 +34,16 @@ AXE_CANDIDATES = (
     os.environ.get("ROUTINES_AXE", ""),
     str(Path.home() / ".cache/celery-routines-axe/node_modules/axe-core/axe.min.js"),
 )
-PAGES = ("/routines", "/routines/words", "/runs", "/skips", "/routines/words/backfill")
+PAGES = (
+    "/routines",
+    "/routines/words",
+    "/runs",
+    "/skips",
+    "/new",
+    "/edit/words",
+    "/edit/celery.backend_cleanup",  # owned by code: read-only
+    "/clone/celery.backend_cleanup",
+)
 
 
 def axe_source() -> str:
@@ -74,15 +83,15 @@ def cluster(
 
 
 def pages(cluster: PanelCluster) -> list[str]:
-    """Every page of the panel, with the ones added later when they exist."""
+    """Every page of the panel (each must answer 200)."""
     found = [cluster.url + path for path in PAGES]
-    for extra in ("/beats", "/routines/new", "/routines/words/edit"):
+    missing = []
+    for url in found:
         try:
-            with urllib.request.urlopen(cluster.url + extra, timeout=10) as answer:
-                if answer.status == 200:
-                    found.append(cluster.url + extra)
-        except OSError:
-            continue
+            urllib.request.urlopen(url, timeout=10).close()
+        except OSError as exc:
+            missing.append(f"{url}: {exc}")
+    assert not missing, missing
     return found
 
 
