@@ -50,12 +50,7 @@ def invalid(fields: dict[str, str]) -> JSONResponse:
 def create(request: Request) -> Response:
     admin = panel_of(request).admin
     values, errors = from_json(body(request))
-    try:
-        check_new(values, admin.settings.timezone)
-    except FieldErrors as exc:
-        errors = {**exc.fields, **errors}
-    if not errors and is_stored(admin, values["name"]):
-        errors["name"] = already_stored(values["name"])
+    errors = new_routine_errors(admin, values, errors)
     if errors:
         return invalid(errors)
     try:
@@ -117,7 +112,7 @@ def validate(request: Request) -> Response:
     except FieldErrors as exc:
         errors = {**exc.fields, **errors}
     name = values.get("name")
-    if not editing and "name" not in errors and name and is_stored(admin, name):
+    if not editing and "name" not in errors and name and admin.store.routines.by_name(name):
         errors["name"] = already_stored(name)
     windows: list[Any] = []
     if definition is not None and not errors:
@@ -152,8 +147,18 @@ def window_json(window: Any) -> dict[str, Any]:
     }
 
 
-def is_stored(admin: Routines, name: str) -> bool:
-    return admin.store.routines.by_name(name) is not None
+def new_routine_errors(
+    admin: Routines, values: dict[str, Any], errors: dict[str, str]
+) -> dict[str, str]:
+    """Every bad field of a new routine (the API's and the form's), the
+    reading errors first found kept, and a name already stored named."""
+    try:
+        check_new(values, admin.settings.timezone)
+    except FieldErrors as exc:
+        errors = {**exc.fields, **errors}
+    if not errors and admin.store.routines.by_name(values["name"]) is not None:
+        errors["name"] = already_stored(values["name"])
+    return errors
 
 
 def already_stored(name: str) -> str:

@@ -44,8 +44,7 @@ from celery_routines.operator.web.context import (
     render,
 )
 from celery_routines.operator.web.definitions_api import (
-    already_stored,
-    is_stored,
+    new_routine_errors,
     preview,
     stored,
 )
@@ -148,12 +147,7 @@ async def post_form(request: Request) -> Response:
 def save_new(request: Request, form: dict[str, str]) -> Response:
     admin = panel_of(request).admin
     values, errors = from_form(form)
-    try:
-        check_new(values, admin.settings.timezone)
-    except FieldErrors as exc:
-        errors = {**exc.fields, **errors}
-    if not errors and is_stored(admin, values["name"]):
-        errors["name"] = already_stored(values["name"])
+    errors = new_routine_errors(admin, values, errors)
     if not errors:
         try:
             admin.add(values["name"], values["task"], by=by(request), **options_of(values))
