@@ -39,6 +39,7 @@ PAGES = (
     "/routines/words",
     "/runs",
     "/skips",
+    "/beats",
     "/new",
     "/edit/words",
     "/edit/celery.backend_cleanup",  # owned by code: read-only
