@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from tests import services
-from tests.e2e.panel_cluster import PanelCluster, chromium
+from tests.e2e.panel_cluster import PanelCluster
 from tests.e2e.processes import wait_until
 
 HERE = Path(__file__).parent
@@ -55,32 +54,16 @@ def axe_source() -> str:
     raise AssertionError("unreachable")
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    driver = chromium()
-    yield driver
-    driver.quit()
-
-
-@pytest.fixture(scope="module")
-def cluster(
-    tmp_path_factory: pytest.TempPathFactory,
-    postgres_databases: services.PostgresDatabases,
-    redis_db: int,
-) -> Iterator[PanelCluster]:
-    redis_url = f"redis://{services.REDIS_HOST}:{services.REDIS_PORT}/{redis_db}"
-    with PanelCluster(
-        tmp_path_factory.mktemp("a11y"), postgres_databases.create(), redis_url
-    ) as running:
-        running.add("reports.weekly", "e2e_app.sql_inserted", cron="0 7 * * 1", paused=True)
-        # Skipped windows, so the skips page and the strips have content.
-        wait_until(
-            lambda: bool(running.store.admin.runs(states=["skipped"], limit=1)),
-            60,
-            "a skipped window",
-            running.processes,
-        )
-        yield running
+@pytest.fixture(scope="module", autouse=True)
+def content(cluster: PanelCluster) -> None:
+    """A paused routine, and a skipped window for the skips page and strips."""
+    cluster.add("reports.weekly", "e2e_app.sql_inserted", cron="0 7 * * 1", paused=True)
+    wait_until(
+        lambda: bool(cluster.store.admin.runs(states=["skipped"], limit=1)),
+        60,
+        "a skipped window",
+        cluster.processes,
+    )
 
 
 def pages(cluster: PanelCluster) -> list[str]:

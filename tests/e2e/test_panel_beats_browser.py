@@ -23,18 +23,11 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests import services
-from tests.e2e.panel_cluster import PanelCluster, chromium
+from tests.e2e.panel_cluster import PanelCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 STALE_AFTER = 18.0
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    driver = chromium()
-    yield driver
-    driver.quit()
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])

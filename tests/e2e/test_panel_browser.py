@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,39 +24,17 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests import services
 from tests.e2e.panel_cluster import (
     REBOUND_HOST,
     SCRIPT_NAME,
     WEB,
     WEB_HEALTH,
     PanelCluster,
-    chromium,
     free_port,
 )
 from tests.e2e.processes import HERE, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    driver = chromium()
-    yield driver
-    driver.quit()
-
-
-@pytest.fixture(scope="module")
-def cluster(
-    tmp_path_factory: pytest.TempPathFactory,
-    postgres_databases: services.PostgresDatabases,
-    redis_db: int,
-) -> Iterator[PanelCluster]:
-    redis_url = f"redis://{services.REDIS_HOST}:{services.REDIS_PORT}/{redis_db}"
-    with PanelCluster(
-        tmp_path_factory.mktemp("panel"), postgres_databases.create(), redis_url
-    ) as running:
-        yield running
 
 
 def wait_for(browser: Any, css: str, timeout: float = 20) -> Any:

@@ -8,7 +8,6 @@ Chromium these tests skip (and fail under ROUTINES_REQUIRE_SERVICES=1)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,31 +15,10 @@ from selenium.common.exceptions import NoSuchElementException, StaleElementRefer
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests import services
-from tests.e2e.panel_cluster import PanelCluster, chromium
+from tests.e2e.panel_cluster import PanelCluster
 from tests.e2e.processes import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    driver = chromium()
-    yield driver
-    driver.quit()
-
-
-@pytest.fixture(scope="module")
-def cluster(
-    tmp_path_factory: pytest.TempPathFactory,
-    postgres_databases: services.PostgresDatabases,
-    redis_db: int,
-) -> Iterator[PanelCluster]:
-    redis_url = f"redis://{services.REDIS_HOST}:{services.REDIS_PORT}/{redis_db}"
-    with PanelCluster(
-        tmp_path_factory.mktemp("forms"), postgres_databases.create(), redis_url
-    ) as running:
-        yield running
 
 
 def until(browser: Any, check: Any, timeout: float = 20) -> Any:
