@@ -326,7 +326,7 @@ def test_a_first_migration_logs_one_line_per_revision_and_no_alembic_chatter(
     assert logging.getLogger("alembic").level == logging.NOTSET  # left as it was
 
 
-# -- the URL the README shows (issue 17) -----------------------------------------
+# -- the URL the user guide shows (issue 17) -------------------------------------
 
 
 def test_a_bare_postgresql_url_means_psycopg_3_whatever_sqlalchemy_defaults_to() -> None:
