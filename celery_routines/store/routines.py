@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -243,7 +243,7 @@ class RoutineQueries:
     def _claim_statement(self) -> Any:
         """:meth:`claim_due`'s statement, built once (parameters: now, holder,
         until, limit): building it afresh cost more than running it."""
-        now, holder, arb = bindparam("now"), bindparam("holder"), bindparam("arb")
+        now, holder, arb = cast(Any, [bindparam(key) for key in ("now", "holder", "arb")])
         due = self.due_select(now, bindparam("limit"), holder, arb)
         if self._postgres:
             # Never the routines this beat is still sending (empty: none).

@@ -304,7 +304,7 @@ def routine_endpoint() -> Callable[[Request], Any]:
             action = actions.get(what or "")
             if action is None:
                 return JSONResponse({"error": f"no action named {what!r}"}, status_code=404)
-            return await action(request)  # type: ignore[no-any-return]
+            return await action(request)
         read = reads.get(what)
         if read is None:
             return JSONResponse({"error": f"nothing to read at {what!r}"}, status_code=404)
