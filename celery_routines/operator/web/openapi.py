@@ -80,6 +80,12 @@ OPENAPI: dict[str, Any] = {
             _query("windows", "integer", "how many next windows (10)"),
         ),
         "/api/routines/{name}/runs": _get("Runs of one routine", NAME, STATE, SINCE, UNTIL, LIMIT),
+        "/api/routines/{name}/stats": _get(
+            "One routine's record: counts by state, success rate, duration and lateness "
+            "p50/p95, retries, skips by reason, catch-up drops, a 30-day strip",
+            NAME,
+            _query("days", "integer", "the period, 1 to 90 days (7); the strip is always 30"),
+        ),
         "/api/skips": _get("Every decision not to fire, newest first", SINCE, LIMIT),
         "/api/runs": _get("Runs across routines", _query("routine"), STATE, SINCE, UNTIL, LIMIT),
         "/api/routines/{name}/pause": _post(

@@ -16,6 +16,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 import celery_routines.operator.web.present as present
+import celery_routines.operator.web.stats as stats
 from celery_routines.operator.bulk import (
     BULK_ACTIONS,
     MAX_REASON,
@@ -114,6 +115,7 @@ def routine(request: Request) -> Response:
     admin = panel.admin
     name = name_after(request, "/routines/")
     detail = admin.show(name, windows=10)
+    record = admin.stats.of(name, request.query_params.get("days"))
     runs = admin.runs(name, limit=100)
     windows: dict[str, list[Any]] = {}
     for run in runs:
@@ -137,6 +139,8 @@ def routine(request: Request) -> Response:
         changes=admin.history(name, limit=10),
         plot=present.lateness_svg(admin.lateness(name, LATENESS_HOURS), now, LATENESS_HOURS),
         hours=LATENESS_HOURS,
+        record=record,
+        stats=stats,
         flower=lambda run_id: present.flower_link(panel.flower_url, run_id),
         # Wall times in the routine's zone, as the form reads them.
         default_from=present.local_input(now - timedelta(hours=1), summary.timezone),
