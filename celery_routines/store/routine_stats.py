@@ -108,7 +108,10 @@ def _ended() -> ColumnElement[int]:
         later.c.idempotency_key == runs.c.idempotency_key,
         later.c.attempt == runs.c.attempt + 1,
     )
-    return case((and_(runs.c.state.in_(ENDED_STATES), not_(retried)), 1), else_=0)
+    # A success is never retried: only failures pay the look-up (an index
+    # probe of uq_routine_runs_window_attempt each).
+    failed = and_(runs.c.state.in_(ENDED_STATES), not_(retried))
+    return case((runs.c.state == RunState.SUCCEEDED.value, 1), (failed, 1), else_=0)
 
 
 def _bucket(day_ends: list[datetime]) -> ColumnElement[Any]:
@@ -315,5 +318,37 @@ class RoutineStatsQueries:
 
 
 def _round(seconds: float | None) -> float | None:
-    """To the millisecond: SQLite's julianday arithmetic is exact to ~10 µs."""
+    """To the millisecond: SQLite keeps instants to the millisecond, and its
+    julianday() differences are exact to ~50 µs."""
     return None if seconds is None else round(seconds, 3)
+
+
+# The figures the routine list sorts by, and the order each sorts in: the
+# worst first, routines without a figure last, then by name.
+LIST_SORTS = ("failure_rate", "lateness")
+
+
+def list_figures(since: datetime) -> Any:
+    """Per routine, over the runs written since ``since`` (a range scan of
+    ``ix_routine_runs_created``): the failure rate of its ended windows and
+    the mean lateness of its windows' sends, to join to a page of routines."""
+    ended = _ended()
+    failed = case((and_(ended == 1, runs.c.state != RunState.SUCCEEDED.value), 1), else_=0)
+    late = case(
+        (
+            and_(_window_first_attempt(), runs.c.sent_at.is_not(None)),
+            seconds_between(runs.c.sent_at, runs.c.scheduled_for),
+        )
+    )
+    return (
+        select(
+            runs.c.routine_id,
+            (cast(func.sum(failed), Float()) / func.nullif(func.sum(ended), 0)).label(
+                "failure_rate"
+            ),
+            func.avg(late).label("lateness"),
+        )
+        .where(runs.c.created_at >= since)
+        .group_by(runs.c.routine_id)
+        .subquery("figures")
+    )

@@ -137,3 +137,49 @@ def test_a_single_measure_is_its_own_percentiles(store: Store) -> None:
     assert stats.duration == Spread(2.5, 2.5, 1)
     assert stats.send_lateness == Spread(0.25, 0.25, 1)
     assert stats.success_rate == 1.0
+
+
+def sorted_history(store: Store) -> None:
+    """Six routines whose failure rates and lateness over the last 7 days
+    are known: d 100% failed, a 50%, b and c 0% (c's failure was retried
+    into a success), e no runs, f only a run 10 days old."""
+    ago = lambda hours: NOW - timedelta(hours=hours)  # noqa: E731
+    a, b, c, d = (add_routine(store, name) for name in "abcd")
+    add_routine(store, "e")
+    f = add_routine(store, "f")
+    window(store, a, "a@1", "succeeded", ago(2), 10, 11, 12)
+    window(store, a, "a@2", "failed", ago(1), 30, 31, 32)
+    window(store, b, "b@1", "succeeded", ago(2), 100, 101, 102)
+    window(store, b, "b@2", "succeeded", ago(1), 100, 101, 102)
+    window(store, c, "c@1", "failed", ago(3), 1, 2, 3)
+    window(store, c, "c@1", "succeeded", ago(3), 0, 1, 2, created=ago(2), attempt=2)
+    window(store, d, "d@1", "lost", ago(1), 5)
+    window(store, f, "f@1", "failed", ago(240), 1000, 1001, 1002)
+
+
+def test_the_list_sorts_by_failure_rate_and_lateness_in_one_statement(store: Store) -> None:
+    sorted_history(store)
+    since = NOW - timedelta(days=7)
+    statements: list[str] = []
+    event.listen(store.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    page = store.panel.routine_page(now=NOW, sort="failure_rate", sort_since=since)
+    assert len([s for s in statements if "routine_runs" in s]) == 1
+    assert [r.name for r in page.records] == ["d", "a", "b", "c", "e", "f"]
+    by_name = {r.name: page.figures[r.id] for r in page.records}
+    assert by_name["d"] == (1.0, 5.0)
+    assert by_name["a"] == (0.5, pytest.approx(20.0))
+    assert by_name["b"] == (0.0, pytest.approx(100.0))
+    assert by_name["c"] == (0.0, pytest.approx(1.0))
+    assert by_name["e"] == by_name["f"] == (None, None)
+
+    late = store.panel.routine_page(now=NOW, sort="lateness", sort_since=since)
+    assert [r.name for r in late.records] == ["b", "a", "d", "c", "e", "f"]
+    # Sorted, filtered and paged like the list by name.
+    second = store.panel.routine_page(
+        now=NOW, sort="lateness", sort_since=since, offset=2, limit=2, name="d"
+    )
+    assert ([r.name for r in second.records], second.total) == ([], 1)
+    paged = store.panel.routine_page(now=NOW, sort="lateness", sort_since=since, offset=1, limit=2)
+    assert [r.name for r in paged.records] == ["a", "d"] and paged.total == 6
+    with pytest.raises(ValueError, match="sort 'speed' is unknown; sort by failure_rate or "):
+        store.panel.routine_page(now=NOW, sort="speed", sort_since=since)

@@ -87,6 +87,7 @@ def list_routines(request: Request) -> Any:
         name=q.get("name") or None,
         page=number(request, "page", 1),
         per_page=number(request, "per_page", 50),
+        sort=q.get("sort") or None,
     )
     return {
         "total": page.total,

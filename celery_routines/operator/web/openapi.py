@@ -73,6 +73,7 @@ OPENAPI: dict[str, Any] = {
             _query("name", about="part of the name"),
             _query("page", "integer"),
             _query("per_page", "integer", "1 to 500 (50)"),
+            _query("sort", about="failure_rate or lateness: the worst of the last 7 days first"),
         ),
         "/api/routines/{name}": _get(
             "One routine: definition, owner, next windows, ceilings",

@@ -81,10 +81,11 @@ def healthz(request: Request) -> Response:
 def routines(request: Request) -> Response:
     q = request.query_params
     state, name = q.get("state") or None, q.get("name") or None
+    sort = q.get("sort") or None
     number = q.get("page") or "1"
     if not number.isdigit():
         raise ValueError(f"page must be a whole number, got {number!r}")
-    found = panel_of(request).admin.page(state=state, name=name, page=int(number))
+    found = panel_of(request).admin.page(state=state, name=name, page=int(number), sort=sort)
     rows = [
         {
             "row": row,
@@ -94,7 +95,7 @@ def routines(request: Request) -> Response:
         }
         for row in found.rows
     ]
-    filters = {k: v for k, v in (("state", state), ("name", name)) if v}
+    filters = {k: v for k, v in (("state", state), ("name", name), ("sort", sort)) if v}
     return render(
         request,
         "routines.html",
@@ -107,6 +108,9 @@ def routines(request: Request) -> Response:
         filters=urlencode(filters),
         bulk_actions=BULK_ACTIONS,
         max_reason=MAX_REASON,
+        sort=sort or "",
+        sorts=stats.SORT_CHOICES,
+        figure_words=stats.figure_words,
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from celery_routines.operator.listing import SORT_DAYS, RoutineRow
 from celery_routines.operator.output import jsonable
 from celery_routines.operator.web.context import panel_of
 from celery_routines.policy.run_stats import RoutineStats, Spread
@@ -76,3 +77,21 @@ def day_outcome(counts: dict[str, int]) -> str:
         if counts.get(state):
             return state
     return "ok" if counts.get("succeeded") else "none"
+
+
+# The routine list's orders, as its select offers them.
+SORT_CHOICES = (
+    ("", "by name"),
+    ("failure_rate", "failure rate, worst first"),
+    ("lateness", "lateness, worst first"),
+)
+
+
+def figure_words(row: RoutineRow) -> str:
+    """What a sorted list says under a routine's last outcome."""
+    if row.failure_rate is None and row.lateness_seconds is None:
+        return f"nothing ended or sent in {SORT_DAYS} days"
+    return (
+        f"{SORT_DAYS} days: failure rate {rate_words(row.failure_rate)}, "
+        f"sent {seconds_words(row.lateness_seconds)} late on average"
+    )

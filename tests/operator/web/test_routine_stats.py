@@ -12,7 +12,7 @@ from celery_routines.operator.admin import Routines
 from celery_routines.store import Store
 from tests.operator.web.conftest import BEARER
 from tests.operators import add_routine
-from tests.store.test_routine_stats import known_history
+from tests.store.test_routine_stats import known_history, sorted_history
 
 
 def test_the_api_answers_the_record(client: TestClient, store: Store) -> None:
@@ -111,3 +111,29 @@ def test_the_page_shows_the_record_as_text(
     narrow = client.get("/routines/nightly?days=1").text
     assert "Record, last 1 day</h2>" in narrow
     assert '<td id="record-counts">1 running, 2 succeeded</td>' in narrow
+
+
+def test_the_list_sorts_by_failure_rate_and_lateness(client: TestClient, store: Store) -> None:
+    sorted_history(store)
+    names = lambda answer: [r["summary"]["name"] for r in answer.json()["routines"]]  # noqa: E731
+    worst = client.get("/api/routines?sort=failure_rate", headers=BEARER)
+    assert worst.status_code == 200 and names(worst) == ["d", "a", "b", "c", "e", "f"]
+    first = worst.json()["routines"][0]
+    assert (first["failure_rate"], first["lateness_seconds"]) == (1.0, 5.0)
+    late = client.get("/api/routines?sort=lateness&per_page=2&page=2", headers=BEARER)
+    assert names(late) == ["d", "c"]
+    plain = client.get("/api/routines", headers=BEARER).json()["routines"]
+    assert [r["summary"]["name"] for r in plain] == list("abcdef")
+    assert plain[0]["failure_rate"] is None
+    bad = client.get("/api/routines?sort=speed", headers=BEARER)
+    assert bad.status_code == 400
+    assert bad.json()["error"] == "sort 'speed' is unknown; sort by failure_rate or lateness"
+
+    page = client.get("/routines?sort=failure_rate")
+    assert page.status_code == 200
+    rows = sorted("abcdef", key=lambda n: page.text.index(f'data-routine="{n}"'))
+    assert rows == ["d", "a", "b", "c", "e", "f"]
+    assert "7 days: failure rate 100.0%, sent 5 s late on average" in page.text
+    assert "nothing ended or sent in 7 days" in page.text
+    assert '<option value="failure_rate" selected>' in page.text
+    assert client.get("/routines?sort=speed").status_code == 400
