@@ -20,12 +20,13 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 class Source:
     """The admin API as the record sees it: the store, settings, a clock."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, now: datetime = NOW) -> None:
         self.store = store
         self.settings = Settings(database_url=str(store.engine.url))
+        self.now = now
 
     def clock(self) -> datetime:
-        return NOW
+        return self.now
 
 
 def window(
@@ -57,13 +58,15 @@ def known_history(store: Store) -> RoutineRecord:
     window(store, r, "n@2", "succeeded", at(29, 10), 4, 9, 39)  # 30
     # A failed attempt retried, then its retry succeeded (twice redelivered
     # by Celery's self.retry()): the window ended once, in success.
-    window(store, r, "n@3", "failed", at(28, 10), 6, 7, 17)  # 10
+    window(store, r, "n@3", "failed", at(28, 10), 6, 7, 17, retry_at=at(28, 10, 5))  # 10
     window(
         store, r, "n@3", "succeeded", at(28, 10), 0, 1, 21, created=at(28, 10, 5), attempt=2,
         celery_retries=2,
     )  # fmt: skip  # 20, no lateness: not a first attempt
     window(store, r, "n@4", "failed", at(27, 10), 8, 11, 51)  # 40, ended in failure
     window(store, r, "n@5", "lost", at(26, 10), 10)
+    # A retry cancelled by a pause: the window ended there, in failure.
+    window(store, r, "n@10", "failed", at(26, 11), 3, retry_at=at(26, 12), reason="no_retry:paused")
     window(store, r, "n@6", "skipped", at(25, 10), reason="catch_up_cap", skipped_count=5)
     window(store, r, "n@7", "skipped", at(25, 11), reason="late")
     window(store, r, "n@8", "skipped", at(24, 10), reason="overlap")
@@ -90,14 +93,16 @@ def test_known_runs_give_known_figures_in_one_statement(store: Store) -> None:
 def assert_known(stats: RoutineStats) -> None:
     assert (stats.routine, stats.timezone, stats.days) == ("nightly", "Europe/Rome", 7)
     assert (stats.since, stats.until) == (NOW - timedelta(days=7), NOW)
-    assert stats.counts == {"failed": 2, "lost": 1, "running": 1, "skipped": 3, "succeeded": 4}
-    # Ended windows: 4 succeeded, n@4 failed, n@5 lost (n@3's failure was retried).
-    assert stats.ended == 6
-    assert stats.success_rate == pytest.approx(4 / 6)
+    assert stats.counts == {"failed": 3, "lost": 1, "running": 1, "skipped": 3, "succeeded": 4}
+    # Ended windows: 4 succeeded, n@4 and n@10 failed, n@5 lost (n@3's
+    # failure was retried).
+    assert stats.ended == 7
+    assert stats.success_rate == pytest.approx(4 / 7)
     # Durations 10, 10, 20, 30, 40, 50: p50 at rank 2.5, p95 at rank 4.75.
     assert stats.duration == Spread(25.0, 47.5, 6)
-    # Sends 1, 2, 4, 6, 8, 10 s after their windows (first attempts, no trigger).
-    assert stats.send_lateness == Spread(5.0, 9.5, 6)
+    # Sends 1, 2, 3, 4, 6, 8, 10 s after their windows (first attempts, no
+    # trigger): p50 at rank 3, p95 at rank 5.7.
+    assert stats.send_lateness == Spread(4.0, 9.4, 7)
     # Starts 3, 5, 7, 9, 11: p95 at rank 3.8.
     assert stats.start_lateness == Spread(7.0, 10.6, 5)
     assert (stats.retry_attempts, stats.celery_retries) == (1, 2)
@@ -111,7 +116,7 @@ def assert_known(stats: RoutineStats) -> None:
         10: {"succeeded": 1},
         24: {"skipped": 1},
         25: {"skipped": 6},
-        26: {"lost": 1},
+        26: {"failed": 1, "lost": 1},
         27: {"failed": 1},
         28: {"failed": 1, "succeeded": 1},
         29: {"succeeded": 1},
@@ -151,7 +156,7 @@ def sorted_history(store: Store) -> None:
     window(store, a, "a@2", "failed", ago(1), 30, 31, 32)
     window(store, b, "b@1", "succeeded", ago(2), 100, 101, 102)
     window(store, b, "b@2", "succeeded", ago(1), 100, 101, 102)
-    window(store, c, "c@1", "failed", ago(3), 1, 2, 3)
+    window(store, c, "c@1", "failed", ago(3), 1, 2, 3, retry_at=ago(2))
     window(store, c, "c@1", "succeeded", ago(3), 0, 1, 2, created=ago(2), attempt=2)
     window(store, d, "d@1", "lost", ago(1), 5)
     window(store, f, "f@1", "failed", ago(240), 1000, 1001, 1002)
@@ -183,3 +188,24 @@ def test_the_list_sorts_by_failure_rate_and_lateness_in_one_statement(store: Sto
     assert [r.name for r in paged.records] == ["a", "d"] and paged.total == 6
     with pytest.raises(ValueError, match="sort 'speed' is unknown; sort by failure_rate or "):
         store.panel.routine_page(now=NOW, sort="speed", sort_since=since)
+
+
+def test_the_strip_days_are_local_days_across_a_dst_night(store: Store) -> None:
+    """Rome springs forward on 2026-03-29 (a 23-hour day): a run belongs to
+    the local day it was written in, before and after the change."""
+    r = add_routine(store, "spring", timezone="Europe/Rome")
+    utc = lambda d, h, m: datetime(2026, 3, d, h, m, tzinfo=UTC)  # noqa: E731
+    for key, written in (
+        ("s@1", utc(28, 22, 59)),  # 23:59 CET on the 28th
+        ("s@2", utc(28, 23, 30)),  # 00:30 CET on the 29th
+        ("s@3", utc(29, 21, 30)),  # 23:30 CEST on the 29th: 23 h after its midnight
+        ("s@4", utc(29, 22, 30)),  # 00:30 CEST on the 30th
+    ):
+        window(store, r, key, "succeeded", written, 1, 2, 3)
+    stats = RoutineRecords(Source(store, utc(30, 12, 0))).of("spring", 7)
+    shown = {d.day.isoformat(): d.counts for d in stats.strip if d.counts}
+    assert shown == {
+        "2026-03-28": {"succeeded": 1},
+        "2026-03-29": {"succeeded": 2},
+        "2026-03-30": {"succeeded": 1},
+    }

@@ -24,12 +24,12 @@ def test_the_api_answers_the_record(client: TestClient, store: Store) -> None:
     assert data["since"] == "2026-11-23T12:00:00+00:00"
     assert data["until"] == "2026-11-30T12:00:00+00:00"
     assert data["counts"] == {
-        "failed": 2, "lost": 1, "running": 1, "skipped": 3, "succeeded": 4,
+        "failed": 3, "lost": 1, "running": 1, "skipped": 3, "succeeded": 4,
     }  # fmt: skip
-    assert data["success_rate"] == pytest.approx(4 / 6) and data["ended_windows"] == 6
+    assert data["success_rate"] == pytest.approx(4 / 7) and data["ended_windows"] == 7
     assert data["duration"] == {"p50_seconds": 25.0, "p95_seconds": 47.5, "count": 6}
     assert data["lateness"] == {
-        "sent": {"p50_seconds": 5.0, "p95_seconds": 9.5, "count": 6},
+        "sent": {"p50_seconds": 4.0, "p95_seconds": 9.4, "count": 7},
         "started": {"p50_seconds": 7.0, "p95_seconds": 10.6, "count": 5},
     }
     assert data["retries"] == {"attempts": 1, "celery_retries": 2}
@@ -97,10 +97,10 @@ def test_the_page_shows_the_record_as_text(
     assert page.status_code == 200
     text = page.text
     assert '<td id="record-counts">4 succeeded' not in text  # sorted by state
-    assert '<td id="record-counts">2 failed, 1 lost, 1 running, 3 skipped, 4 succeeded</td>' in text
-    assert '<td id="record-success">66.7% of 6 ended windows</td>' in text
+    assert '<td id="record-counts">3 failed, 1 lost, 1 running, 3 skipped, 4 succeeded</td>' in text
+    assert '<td id="record-success">57.1% of 7 ended windows</td>' in text
     assert '<td id="record-duration">25 s / 47.5 s</td>' in text
-    assert '<td id="record-sent-lateness">5 s / 9.5 s</td>' in text
+    assert '<td id="record-sent-lateness">4 s / 9.4 s</td>' in text
     assert '<td id="record-start-lateness">7 s / 10.6 s</td>' in text
     assert "1 retry attempt, 2 Celery self.retry()" in text
     assert '<td id="record-skips">5 catch_up_cap, 1 late, 1 overlap</td>' in text
