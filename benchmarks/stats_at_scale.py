@@ -167,7 +167,10 @@ def main() -> None:
             return run
 
         for days in (7, 90):
-            row(f"floor: SELECT count(*) of those rows, days={days}", repeat(count_floor(days), args.repeat))
+            row(
+                f"floor: SELECT count(*) of those rows, days={days}",
+                repeat(count_floor(days), args.repeat),
+            )
             row(f"stats query (admin.stats.of), days={days}",
                 repeat(lambda d=days: admin.stats.of("hot", d), args.repeat))  # fmt: skip
             row(f"GET /api/routines/hot/stats?days={days}",
@@ -195,9 +198,13 @@ def main() -> None:
         admin.stats.of("hot", 7)
         event.remove(store.engine, "before_cursor_execute", record)
         with store.engine.connect() as conn:
-            plan = conn.exec_driver_sql(
-                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sent[0][0], sent[0][1]
-            ).scalars().all()
+            plan = (
+                conn.exec_driver_sql(
+                    "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sent[0][0], sent[0][1]
+                )
+                .scalars()
+                .all()
+            )
         print(f"\n{len(sent)} statement; EXPLAIN ANALYZE (days=7), its scans and timing:")
         for line in plan:
             if any(word in line for word in ("Scan", "Execution Time", "Planning Time", "CTE")):
