@@ -55,8 +55,6 @@ def test_percentile_interpolates_like_percentile_cont() -> None:
         percentile({0: 1.0}, 6, 0.5)
 
 
-@pytest.mark.parametrize(
-    ("raw", "days"), [(None, 7), ("", 7), ("1", 1), ("90", 90), (30, 30)]
-)
+@pytest.mark.parametrize(("raw", "days"), [(None, 7), ("", 7), ("1", 1), ("90", 90), (30, 30)])
 def test_days_within_bounds(raw: str | int | None, days: int) -> None:
     assert check_days(raw, "r") == days

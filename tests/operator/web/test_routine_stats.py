@@ -9,8 +9,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from celery_routines.operator.admin import Routines
+from celery_routines.operator.web.auth import hash_password, parse_web_auth
 from celery_routines.store import Store
-from tests.operator.web.conftest import BEARER
+from tests.operator.web.conftest import BEARER, client_for
 from tests.operators import add_routine
 from tests.store.test_routine_stats import known_history, sorted_history
 
@@ -137,3 +138,19 @@ def test_the_list_sorts_by_failure_rate_and_lateness(client: TestClient, store: 
     assert "nothing ended or sent in 7 days" in page.text
     assert '<option value="failure_rate" selected>' in page.text
     assert client.get("/routines?sort=speed").status_code == 400
+
+
+def test_the_record_is_behind_the_panels_guards(admin: Routines, store: Store) -> None:
+    """Same doors as every read: a login or the bearer token, and the host
+    check (a rebinding name gets 400 before anything is read)."""
+    add_routine(store, "nightly")
+    auth = parse_web_auth(f"alice:{hash_password('pw', iterations=1000)}", {})
+    client = client_for(admin, auth=auth)
+    anonymous = client.get("/api/routines/nightly/stats")
+    assert anonymous.status_code == 401
+    assert client.get("/routines/nightly").status_code == 401
+    assert client.get("/api/routines?sort=lateness").status_code == 401
+    assert client.get("/api/routines/nightly/stats", headers=BEARER).status_code == 200
+    assert client.get("/api/routines/nightly/stats", auth=("alice", "pw")).status_code == 200
+    rebound = client.get("/api/routines/nightly/stats", headers={**BEARER, "Host": "evil.example"})
+    assert rebound.status_code == 400
