@@ -1,26 +1,27 @@
 """A routine's record in ONE statement (issue 33, item 5), and the figures
 the routine list sorts by.
 
-The statement reads the routine's runs written in the longer of the period
-and the 30-day strip: a range scan of ``ix_routine_runs_routine_created``
-(``routine_id, created_at``), whatever the length of the history. One CTE
-names each run's figures (its day of the strip, its duration, its lateness,
-whether its window ended with it); a UNION ALL of small aggregates over it
-answers everything:
+The statement is a UNION ALL of small aggregates, each reading a range of
+``ix_routine_runs_routine_created`` (``routine_id, created_at``), whatever
+the length of the history:
 
-- counts grouped by state and reason over the period (retries, skipped windows
-  and ended windows summed in the same groups);
-- counts grouped by strip day and state;
-- the percentiles: PostgreSQL's ``percentile_cont``; SQLite and MariaDB have
-  none, so each value is ranked with ``ROW_NUMBER() OVER (ORDER BY value)``
-  and only the rows within one rank of each percentile's position come back
-  (at most 3 per percentile), which :func:`~celery_routines.policy.run_stats.
-  percentile` interpolates exactly as ``percentile_cont`` does.
+- a CTE of the period's runs names each one's figures (duration, lateness
+  sent and started, whether its window ended with it); over it, counts
+  grouped by state and reason (retries, skipped windows and ended windows
+  summed in the same groups) and the percentiles: PostgreSQL's
+  ``percentile_cont`` over an array (one sort per measure); SQLite and
+  MariaDB have none, so each value is ranked with ``ROW_NUMBER() OVER (ORDER
+  BY value)`` and only the rows within one rank of each percentile's
+  position come back (at most 3 per percentile), which
+  :func:`~celery_routines.policy.run_stats.percentile` interpolates exactly
+  as ``percentile_cont`` does;
+- the 30-day strip reads its own range and computes only each run's local
+  day: PostgreSQL converts to the routine's zone itself; elsewhere the local
+  midnights are computed in Python
+  (:func:`~celery_routines.policy.run_stats.strip_days`, right across DST
+  nights) and bound as UTC instants for a CASE tree.
 
-The days of the strip are local midnights in the routine's zone computed in
-Python (:func:`~celery_routines.policy.run_stats.strip_days`) and bound as
-UTC instants: the bucket is a CASE over them, the same on every database and
-right across DST nights.
+Measured at 1,000,000 runs in docs/routine-stats.md.
 """
 
 from __future__ import annotations
