@@ -332,12 +332,14 @@ def test_a_routines_record_reads_as_text_and_the_list_sorts_by_it(
     a = cluster.store.routines.by_name("record-a")
     b = cluster.store.routines.by_name("record-b")
     now = datetime.now(UTC).replace(microsecond=0)
-    # Minutes before now, so both are today in Rome unless the test runs
-    # in the first few minutes of a Roman day.
+    rome = ZoneInfo("Europe/Rome")
+    expected: dict[str, dict[str, int]] = {}
     for key, state, minutes, seconds in (
         ("a@1", "succeeded", 3, 10), ("a@2", "succeeded", 2, 30), ("a@3", "failed", 1, 20),
     ):  # fmt: skip
         at = now - timedelta(minutes=minutes)
+        counts = expected.setdefault(at.astimezone(rome).date().isoformat(), {})
+        counts[state] = counts.get(state, 0) + 1
         add_run(
             cluster.store, a, key, state, at, at, sent_at=at + timedelta(seconds=1),
             started_at=at + timedelta(seconds=2),
@@ -360,9 +362,15 @@ def test_a_routines_record_reads_as_text_and_the_list_sorts_by_it(
     assert len(days) == 30
     for cell in days:
         assert cell.get_attribute("textContent") == cell.get_attribute("title") != ""
-    today = now.astimezone(ZoneInfo("Europe/Rome")).date().isoformat()
-    assert days[-1].get_attribute("title") == f"{today}: 1 failed, 2 succeeded"
-    assert "cell failed" in days[-1].get_attribute("class")
+    # Each day in Rome as its runs fell (a run a few minutes before a Roman
+    # midnight is on the day before).
+    titles = {cell.get_attribute("title").partition(":")[0]: cell for cell in days}
+    for day, counts in expected.items():
+        words = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        assert titles[day].get_attribute("title") == f"{day}: {words}"
+    # The failure's day is coloured as failed; the words say the rest.
+    failed_day = next(day for day, counts in expected.items() if "failed" in counts)
+    assert "cell failed" in titles[failed_day].get_attribute("class")
 
     period = browser.find_element(By.ID, "record-days")
     period.clear()
