@@ -54,7 +54,7 @@ class RoutineRecords:
         # Runs written up to now (a clock read at the edge, passed down).
         until = now + timedelta(microseconds=1)
         groups, spreads, strip = self.queries.stats(
-            record.id, since, until, [start for _, start in bounds], zone
+            record.id, since, until, [start for _, start in bounds]
         )
         return summarise(
             record.name, zone, period, since, now, groups, spreads,

@@ -16,10 +16,9 @@ the length of the history:
   :func:`~celery_routines.policy.run_stats.percentile` interpolates exactly
   as ``percentile_cont`` does;
 - the 30-day strip reads its own range and computes only each run's local
-  day: PostgreSQL converts to the routine's zone itself; elsewhere the local
-  midnights are computed in Python
+  day: the local midnights are computed in Python
   (:func:`~celery_routines.policy.run_stats.strip_days`, right across DST
-  nights) and bound as UTC instants for a CASE tree.
+  nights) and bound as UTC instants for a CASE tree, on every database.
 
 Measured at 1,000,000 runs in docs/routine-stats.md.
 """
@@ -29,11 +28,9 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from sqlalchemy import (
     ColumnElement,
-    Date,
     Engine,
     Float,
     Integer,
@@ -157,7 +154,7 @@ class RoutineStatsQueries:
         self._statement: Any = None
 
     def stats_params(
-        self, routine_id: int, since: datetime, until: datetime, bounds: list[datetime], zone: str
+        self, routine_id: int, since: datetime, until: datetime, bounds: list[datetime]
     ) -> dict[str, Any]:
         """The values of :meth:`stats_select`'s parameters."""
         values: dict[str, Any] = {
@@ -166,10 +163,7 @@ class RoutineStatsQueries:
             "until": until,
             "strip_start": bounds[0],
         }
-        if self._percentile_cont:
-            values.update(zone=zone, first_day=bounds[0].astimezone(ZoneInfo(zone)).date())
-        else:
-            values.update({f"day_end_{i}": end for i, end in enumerate(bounds[1:])})
+        values.update({f"day_end_{i}": end for i, end in enumerate(bounds[1:])})
         return values
 
     def stats_select(self) -> Any:
@@ -264,18 +258,13 @@ class RoutineStatsQueries:
         return union_all(*arms)
 
     def _day(self) -> Any:
-        """The strip day of a run (0 oldest). PostgreSQL converts to the
-        zone itself (one cheap call a row, its own IANA database, which the
-        tests pin to agree with Python's on DST nights); elsewhere a tree of
-        comparisons with the local midnights computed in Python."""
-        if not self._percentile_cont:
-            return _bucket(
-                [bindparam(f"day_end_{i}", type_=UTCDateTime()) for i in range(STRIP_DAYS)]
-            )
-        zone = bindparam("zone", type_=String())
-        local = func.timezone(zone, func.timezone("UTC", runs.c.created_at))
-        first = bindparam("first_day", type_=Date())
-        return type_coerce(cast(local, Date()) - first, Integer())
+        """The strip day of a run (0 oldest): a tree of comparisons with the
+        days' ends, local midnights computed in Python and bound as UTC
+        instants. Measured on PostgreSQL against converting each row into
+        the zone there (``timezone(zone, ...)::date``): 37-44 ms against
+        48-51 ms at 42,000 rows, the same days, and no second zone database
+        to agree with Python's."""
+        return _bucket([bindparam(f"day_end_{i}", type_=UTCDateTime()) for i in range(STRIP_DAYS)])
 
     def _percentile_cont_arms(self, picked: Any) -> list[Any]:
         """PostgreSQL: one aggregate row sorts each measure once for both
@@ -344,7 +333,6 @@ class RoutineStatsQueries:
         since: datetime,
         until: datetime,
         bounds: list[datetime],
-        zone: str,
     ) -> tuple[list[StateCount], dict[str, Spread], list[tuple[int, str, int]]]:
         """(groups over the period, spreads by name, strip counts as
         (day index, state, windows)) for runs written in ``[since, until)``
@@ -356,7 +344,7 @@ class RoutineStatsQueries:
         ranked: dict[str, dict[int, float]] = defaultdict(dict)
         counts: dict[str, int] = {}
         with self.db.read() as conn:
-            params = self.stats_params(routine_id, since, until, bounds, zone)
+            params = self.stats_params(routine_id, since, until, bounds)
             rows = conn.execute(self.stats_select(), params).all()
         for row in rows:
             if row.kind == "period":
