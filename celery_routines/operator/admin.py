@@ -29,6 +29,7 @@ from celery_routines.operator.lifecycle_views import (
 )
 from celery_routines.operator.listing import Listing
 from celery_routines.operator.manage import Managing
+from celery_routines.operator.routine_stats import RoutineRecords
 from celery_routines.operator.schedule_words import schedule_words
 from celery_routines.operator.sending import MAX_BACKFILL, OperationRefused, Sending, UnknownRun
 from celery_routines.operator.views import (
@@ -143,6 +144,8 @@ class Routines(Sending, Managing, Listing):
         )
         # One action on many routines, each through the operations below.
         self.bulk = BulkActions(self)
+        # Each routine's record: counts, rates, percentiles, a 30-day strip.
+        self.stats = RoutineRecords(self)
 
     def close(self) -> None:
         if self._publisher is not None and self._owns_publisher:

@@ -126,6 +126,9 @@ OPENAPI: dict[str, Any] = {
                 _query("name", about="part of the name"),
                 _query("page", "integer"),
                 _query("per_page", "integer", "1 to 500 (50)"),
+                _query(
+                    "sort", about="failure_rate or lateness: the worst of the last 7 days first"
+                ),
             ),
             "post": _write(
                 "Create a routine (as `celery routines add`): 201, or 422 naming each bad field",
@@ -156,6 +159,12 @@ OPENAPI: dict[str, Any] = {
             },
         ),
         "/api/routines/{name}/runs": _get("Runs of one routine", NAME, STATE, SINCE, UNTIL, LIMIT),
+        "/api/routines/{name}/stats": _get(
+            "One routine's record: counts by state, success rate, duration and lateness "
+            "p50/p95, retries, skips by reason, catch-up drops, a 30-day strip",
+            NAME,
+            _query("days", "integer", "the period, 1 to 90 days (7); the strip is always 30"),
+        ),
         "/api/skips": _get("Every decision not to fire, newest first", SINCE, LIMIT),
         "/api/runs": _get("Runs across routines", _query("routine"), STATE, SINCE, UNTIL, LIMIT),
         "/api/beats": _get(
