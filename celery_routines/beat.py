@@ -40,6 +40,7 @@ from .store.engine import explain_database_error, safe_url
 from .store.migrate import HEAD_REVISION
 from .tick.backoff import TickBackoff, ledger_deadline
 from .tick.engine import TickEngine
+from .tick.heartbeat import BeatHeartbeat, heartbeat_for
 from .tick.prune import Pruner
 from .tick.report import TickReport
 
@@ -87,6 +88,7 @@ class Scheduler(CeleryScheduler):
         # says otherwise: the instant it was loaded (the newest start wins).
         self._loaded_at = self._clock().isoformat()
         self._pruner: Pruner | None = None
+        self._beat_heartbeat: BeatHeartbeat | None = None
         self.last_report: TickReport | None = None
         # Served from setup_schedule, so the banner's lazy instance serves nothing.
         self.metrics: RoutineMetrics | None = None
@@ -132,6 +134,7 @@ class Scheduler(CeleryScheduler):
             _written(self.app, [d.name for d in definitions], self.settings.database_url),
         )
         self._store = store
+        self._beat_heartbeat = heartbeat_for(store.beats, self.holder, self._clock, self)
         self._serve_health(store)
         if self.metrics is None:
             self.metrics = metrics_for(self.app, self._clock, self.health)
@@ -196,6 +199,8 @@ class Scheduler(CeleryScheduler):
         self._backoff.succeeded()
         self.last_report = report
         self._watch_skew()
+        if self._beat_heartbeat is not None:  # the row of the panel's Beats page
+            self._beat_heartbeat.tick_finished(report.duration)
         if self.metrics is not None:
             self.metrics.observe_tick(report, self._store)
         self._prune()

@@ -27,6 +27,8 @@ SHOTS = {
     "panel-routines.png": "/routines",
     "panel-routine.png": "/routines/words",
     "panel-skips.png": "/skips",
+    "panel-form.png": "/edit/words",
+    "panel-beats.png": "/beats",
 }
 
 

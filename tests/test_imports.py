@@ -2,7 +2,7 @@
 
 Each heavy module below is imported only at its point of use: a beat that
 imports one of them again pays its memory in every process for nothing (the
-README's performance section has the figures). These tests run real
+performance page, docs/performance.md, has the figures). These tests run real
 processes in a fresh interpreter, because the test process itself has
 imported everything long ago. RSS is not asserted here (too noisy): it is
 measured by ``python -m benchmarks.memory``.

@@ -1,6 +1,6 @@
 """The package's shape, read from its imports and classes with ``ast``.
 
-Five rules keep the layout readable (README, "Development"): no import
+Five rules keep the layout readable (docs/development.md): no import
 cycles between modules (``TYPE_CHECKING`` imports included: a cycle that only
 type checkers see still means two modules that must be read together); the
 pure wing (``policy/``, ``schedules/``) imports nothing that does I/O; no

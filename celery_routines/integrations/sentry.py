@@ -30,7 +30,7 @@ import math
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from celery_routines.config import Settings
 from celery_routines.policy.routine import Routine
@@ -40,6 +40,9 @@ from celery_routines.sending.publish import (
     Publisher,
 )
 
+if TYPE_CHECKING:  # Sentry's own shapes of a check-in's monitor config
+    from sentry_sdk._types import MonitorConfig, MonitorConfigSchedule
+
 logger = logging.getLogger("celery_routines.sentry")
 
 SLUG_HEADER = "sentry-monitor-slug"
@@ -47,10 +50,14 @@ CONFIG_HEADER = "sentry-monitor-config"
 CHECK_IN_HEADER = "sentry-monitor-check-in-id"
 START_HEADER = "sentry-monitor-start-timestamp-s"
 # Sentry's interval units, largest first (as its beat integration picks them).
-_INTERVAL_UNITS = (("day", 86400), ("hour", 3600), ("minute", 60))
+_INTERVAL_UNITS: Final[tuple[tuple[Literal["day", "hour", "minute"], int], ...]] = (
+    ("day", 86400),
+    ("hour", 3600),
+    ("minute", 60),
+)
 
 
-def schedule_of(routine: Routine) -> dict[str, Any] | None:
+def schedule_of(routine: Routine) -> MonitorConfigSchedule | None:
     """Sentry's ``schedule`` for a routine, or None when Sentry cannot express it."""
     if routine.jitter:
         return None  # each window goes out up to a day after it: no fixed cadence
@@ -64,13 +71,13 @@ def schedule_of(routine: Routine) -> dict[str, Any] | None:
     return None
 
 
-def monitor_config(routine: Routine, default_zone: str, run_timeout: float) -> dict[str, Any]:
+def monitor_config(routine: Routine, default_zone: str, run_timeout: float) -> MonitorConfig:
     """The monitor config sent with each check-in; ``{}`` for a schedule
     Sentry cannot express (its check-ins then go without one)."""
     schedule = schedule_of(routine)
     if schedule is None:
         return {}
-    config: dict[str, Any] = {
+    config: MonitorConfig = {
         "schedule": schedule,
         "timezone": routine.timezone or default_zone,
         # Sentry counts both in whole minutes.
@@ -98,7 +105,7 @@ def _excluded(integration: Any, name: str) -> bool:
     return bool(match_regex_list(name, integration.exclude_beat_tasks))
 
 
-def check_in_headers(slug: str, config: dict[str, Any]) -> dict[str, Any]:
+def check_in_headers(slug: str, config: MonitorConfig) -> dict[str, Any]:
     """Capture the ``in_progress`` check-in of one run; the headers that let the
     worker's Sentry handlers close it (what Sentry's beat patch adds)."""
     from sentry_sdk.crons import MonitorStatus, capture_checkin

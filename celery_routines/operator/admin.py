@@ -32,6 +32,7 @@ from celery_routines.operator.lifecycle_views import (
 from celery_routines.operator.listing import RoutineListing
 from celery_routines.operator.lookup import RoutineLookup
 from celery_routines.operator.manage import RoutineEditor
+from celery_routines.operator.routine_stats import RoutineRecords
 from celery_routines.operator.sending import (
     MAX_BACKFILL,
     OperationRefused,
@@ -144,6 +145,7 @@ class Routines:
         self.backfill_plan = self.sends.backfill_plan
         self.add = self.editor.add
         self.edit = self.editor.edit
+        self.check_editable = self.editor.check_editable
         self.enable = self.editor.enable
         self.disable = self.editor.disable
         self.delete = self.editor.delete
@@ -154,6 +156,8 @@ class Routines:
         self.lateness = self.listing.lateness
         # One action on many routines, each through the operations below.
         self.bulk = BulkActions(self)
+        # Each routine's record: counts, rates, percentiles, a 30-day strip.
+        self.stats = RoutineRecords(self)
 
     def close(self) -> None:
         self.sends.close()

@@ -11,6 +11,8 @@ SQLAlchemy, about 20 MB) are imported only when ``celery routines`` runs.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+
 import click
 
 from celery_routines.operator.app_errors import install_short_app_errors
@@ -25,12 +27,12 @@ class _Routines(click.Group):
         return loaded
 
     # Group.__init__ assigns an empty dict: the loaded group's is the one read.
-    @property  # type: ignore[override]
-    def commands(self) -> dict[str, click.Command]:
+    @property
+    def commands(self) -> MutableMapping[str, click.Command]:
         return self._loaded().commands
 
     @commands.setter
-    def commands(self, value: dict[str, click.Command]) -> None:
+    def commands(self, value: MutableMapping[str, click.Command]) -> None:
         pass
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -61,6 +61,11 @@ def _definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--at", help="A one-off: fire once at this time (2026-12-24T18:00, read in --tz)."
         ),
+        click.option(
+            "--rrule",
+            help="An RFC 5545 rule, two lines: DTSTART:20260105T090000 and RRULE:FREQ=...",
+        ),
+        click.option("--solar", help="A solar event: '<event> <latitude> <longitude>'."),
         click.option("--starts-at", help="No window before this time (read in --tz)."),
         click.option("--ends-at", help="No window after this time (read in --tz); then done."),
         click.option(
@@ -99,6 +104,11 @@ def _definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--catch-up", type=click.Choice([c.value for c in CatchUp])),
         click.option("--overlap", type=click.Choice([o.value for o in Overlap])),
         click.option("--max-lateness", help="Skip a window sent later than this: 10m, 1h."),
+        click.option("--catch-up-cap", type=int, help="At most this many missed windows sent."),
+        click.option("--max-retries", type=int, help="Retries after a failure (0: none)."),
+        click.option(
+            "--retry-base", "retry_base_seconds", type=float, help="First retry's delay (s)."
+        ),
         click.option(
             "--ceiling",
             "ceilings",
@@ -172,7 +182,8 @@ def register_commands(
     @click.pass_context
     @errors
     def add(ctx: click.Context, name: str, task: str, as_json: bool, **kw: Any) -> None:
-        """Store a new routine NAME running TASK (no code needed): --cron, --every or --at."""
+        """Store a new routine NAME running TASK (no code needed): --cron, --every,
+        --at, --rrule or --solar."""
         definition = _definition(kw)
         _print_change(admin(ctx).add(name, task, **definition), as_json)
 

@@ -23,6 +23,7 @@ from celery_routines.operator.admin import (
     Routines,
     preview,
 )
+from celery_routines.operator.cli_beats import register_beats_command
 from celery_routines.operator.cli_import import register_import_commands
 from celery_routines.operator.cli_manage import by_option, register_commands
 from celery_routines.operator.cli_web import register_web_command
@@ -430,3 +431,4 @@ def preview_(
 register_commands(routines, _admin, _errors, json_option)
 register_import_commands(routines, _admin, _errors, json_option)
 register_web_command(routines, _admin, _errors)
+register_beats_command(routines, _admin, _errors, json_option)

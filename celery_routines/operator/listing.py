@@ -22,9 +22,12 @@ from celery_routines.schedules.marks import dst_note
 from celery_routines.schedules.parse import schedule_from_columns
 from celery_routines.store import RoutineRecord, Store
 from celery_routines.store.panel_queries import ROUTINE_STATES, RecentRun
+from celery_routines.store.routine_stats import LIST_SORTS
 
 MAX_PER_PAGE = 500
 STRIP = 30
+# The list sorted by failure rate or lateness measures the last week.
+SORT_DAYS = 7
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,10 @@ class RoutineRow:
     suspended_reason: str | None = None
     error: str | None = None
     """Why the routine is invalid, when it is."""
+    failure_rate: float | None = None
+    lateness_seconds: float | None = None
+    """When the page is sorted: over the last ``SORT_DAYS``, the share of
+    ended windows that failed and the mean seconds a window was sent late."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,12 @@ def owner_of(record: RoutineRecord) -> str:
     if record.source == "code":
         return f"code (app {record.owner})" if record.owner else "code"
     return record.source or "sql"
+
+
+def _figures(found: tuple[float | None, float | None] | None) -> dict[str, float | None]:
+    if found is None:
+        return {}
+    return {"failure_rate": found[0], "lateness_seconds": found[1]}
 
 
 def strip_cell(run: RecentRun) -> StripCell:
@@ -119,6 +132,7 @@ class RoutineListing:
         page: int = 1,
         per_page: int = 50,
         strip: int = STRIP,
+        sort: str | None = None,
     ) -> RoutinePage:
         """One page of routines by name, filtered by state (``active``,
         ``paused``, ``suspended``, ``invalid``, ``disabled``) and by a part of
@@ -129,10 +143,12 @@ class RoutineListing:
         check_count("strip", strip, 100)
         if state and state not in ROUTINE_STATES:
             raise ValueError(f"state {state!r} is unknown; use one of {', '.join(ROUTINE_STATES)}")
+        if sort and sort not in LIST_SORTS:
+            raise ValueError(f"sort {sort!r} is unknown; sort by {' or '.join(LIST_SORTS)}")
         now = self.clock()
         found = self.store.panel.routine_page(
             now=now, state=state or None, name=name or None, offset=(page - 1) * per_page,
-            limit=per_page,
+            limit=per_page, sort=sort or None, sort_since=now - timedelta(days=SORT_DAYS),
         )  # fmt: skip
         recent = self.store.panel.recent_runs([r.id for r in found.records], strip)
         rows = []
@@ -147,6 +163,7 @@ class RoutineListing:
                     suspended_until=record.suspended_until,
                     suspended_reason=record.suspended_reason,
                     error=record.last_error,
+                    **_figures(found.figures.get(record.id)),
                 )
             )
         return RoutinePage(rows, found.total, page, per_page)

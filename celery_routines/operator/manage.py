@@ -40,8 +40,9 @@ from celery_routines.operator.lifecycle_views import (
 from celery_routines.operator.lookup import RoutineLookup
 from celery_routines.operator.texts import duration
 from celery_routines.operator.windows import check_count
-from celery_routines.policy.routine import define
+from celery_routines.policy.routine import Routine, define
 from celery_routines.policy.states import Reason
+from celery_routines.schedules.rrule import looks_like_rrule
 from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.schedules.union import spec_list
 from celery_routines.store import RoutineRecord, Store
@@ -99,35 +100,23 @@ class RoutineEditor:
         shift: str | None = None,
         pause_after_failures: int | None = None,
         notify_url: str | None = None,
+        rrule: str | None = None,
+        solar: str | None = None,
+        max_retries: int | None = None,
+        retry_base_seconds: float | None = None,
+        catch_up_cap: int | None = None,
     ) -> ChangeResult:
         """Store a new routine (``source = 'cli'``); beat adopts it within
         ``routines_refresh_seconds``."""
-        if cron is None and every is None and at is None:
-            raise InvalidRoutine(
-                name, "give its schedule: --cron EXPR, --every DURATION or --at INSTANT"
-            )
-        zone = timezone or self.settings.timezone
-        at, starts_at, ends_at = instants(name, zone, at=at, starts_at=starts_at, ends_at=ends_at)
-        given = given_options(
-            at=at,
-            starts_at=starts_at,
-            ends_at=ends_at,
-            jitter=jitter,
-            exclude=exclude,
-            shift=shift,
-            pause_after_failures=pause_after_failures,
-            notify_url=notify_url,
-            timezone=timezone,
-            args=args,
-            kwargs=kwargs,
-            options=options,
-            catch_up=catch_up,
-            overlap=overlap,
-            max_lateness=max_lateness,
-            ceilings=ceilings,
-        )
-        schedule = None if cron is None and every is None else _schedule_of(name, cron, every)
-        definition = define(task, schedule, name=name, **given)
+        definition = new_definition(
+            name, task, self.settings.timezone,
+            cron=cron, every=every, rrule=rrule, solar=solar, at=at, starts_at=starts_at,
+            ends_at=ends_at, jitter=jitter, exclude=exclude, shift=shift,
+            pause_after_failures=pause_after_failures, notify_url=notify_url, timezone=timezone,
+            args=args, kwargs=kwargs, options=options, catch_up=catch_up, overlap=overlap,
+            max_lateness=max_lateness, ceilings=ceilings, max_retries=max_retries,
+            retry_base_seconds=retry_base_seconds, catch_up_cap=catch_up_cap,
+        )  # fmt: skip
         by = by or process_user()
         now = self.clock()
         columns = definition.columns()
@@ -164,18 +153,24 @@ class RoutineEditor:
         shift: str | None = None,
         pause_after_failures: int | None = None,
         notify_url: str | None = None,
+        rrule: str | None = None,
+        solar: str | None = None,
+        max_retries: int | None = None,
+        retry_base_seconds: float | None = None,
+        catch_up_cap: int | None = None,
     ) -> ChangeResult:
         """Change a routine added outside the code. A new schedule or zone
         takes effect from now (the stale next window never fires); any other
         change applies to the next window."""
         record = self.lookup.record(name)
         _refuse_code(record, "edit")
-        if cron is not None and every is not None:
-            raise InvalidRoutine(name, "give either --cron or --every, not both")
+        new_schedule = any(kind is not None for kind in (cron, every, rrule, solar))
+        if new_schedule:
+            _schedule_of(name, cron, every, rrule, solar)  # one kind only, before anything
         zone = timezone or self.lookup.zone_of(record)
         at, starts_at, ends_at = instants(name, zone, at=at, starts_at=starts_at, ends_at=ends_at)
         current = current_options(record)
-        if cron is not None or every is not None:
+        if new_schedule:
             current.pop("at", None)  # a new repeating schedule replaces a one-off
         current.update(
             given_options(
@@ -195,10 +190,13 @@ class RoutineEditor:
                 overlap=overlap,
                 max_lateness=max_lateness,
                 ceilings=ceilings,
+                max_retries=max_retries,
+                retry_base_seconds=retry_base_seconds,
+                catch_up_cap=catch_up_cap,
             )
         )
-        if cron is not None or every is not None:
-            schedule: Any = _schedule_of(name, cron, every)
+        if new_schedule:
+            schedule: Any = _schedule_of(name, cron, every, rrule, solar)
         elif "at" in current:
             schedule = None  # a one-off (given now, or stored)
         elif record.solar is not None:
@@ -227,6 +225,11 @@ class RoutineEditor:
         self.store.changes.record(name, "edited", by, now, shown)
         next_run_at = None if reschedule else record.next_run_at
         return ChangeResult(name, "edited", True, shown, next_run_at, 0, by)
+
+    def check_editable(self, name: str) -> None:
+        """Raise :class:`OwnedByCode` (naming where) for a live code routine,
+        :class:`UnknownRoutine` for none: what ``edit`` refuses first."""
+        _refuse_code(self.lookup.record(name), "edit")
 
     def enable(self, name: str, *, by: str | None = None) -> ChangeResult:
         """Enable a disabled routine, like ``resume``: the windows that fell
@@ -324,13 +327,72 @@ class RoutineEditor:
             done += sum(deleted.values())
         return PruneResult(cutoff, dry_run, dict(total), len(cutoffs))
 
+    # -- internals ---------------------------------------------------------------
 
-def _schedule_of(name: str, cron: str | list[str] | None, every: Any) -> Any:
+
+def new_definition(
+    name: str,
+    task: str,
+    default_zone: str,
+    *,
+    cron: str | list[str] | None = None,
+    every: Any = None,
+    rrule: str | None = None,
+    solar: str | None = None,
+    at: Any = None,
+    starts_at: Any = None,
+    ends_at: Any = None,
+    **options: Any,
+) -> Routine:
+    """A new routine's definition from ``add``'s options, through ``define``
+    (no I/O): what ``add`` stores, and what the panel's form checks as the
+    user types, so both give the same messages."""
+    if cron is None and every is None and at is None and rrule is None and solar is None:
+        raise InvalidRoutine(
+            name, "give its schedule: --cron EXPR, --every DURATION or --at INSTANT"
+        )
+    zone = options.get("timezone") or default_zone
+    at, starts_at, ends_at = instants(name, zone, at=at, starts_at=starts_at, ends_at=ends_at)
+    given = given_options(at=at, starts_at=starts_at, ends_at=ends_at, **options)
+    repeating = (cron, every, rrule, solar)
+    schedule = (
+        None
+        if all(kind is None for kind in repeating)
+        else _schedule_of(name, cron, every, rrule, solar)
+    )
+    return define(task, schedule, name=name, **given)
+
+
+def _schedule_of(
+    name: str,
+    cron: str | list[str] | None,
+    every: Any,
+    rrule: str | None = None,
+    solar: str | None = None,
+) -> Any:
     if cron is not None and every is not None:
         raise InvalidRoutine(name, "give either --cron or --every, not both")
+    kinds = {"cron": cron, "every": every, "rrule": rrule, "solar": solar}
+    given = [kind for kind, value in kinds.items() if value is not None]
+    if len(given) > 1:
+        raise InvalidRoutine(name, f"give one schedule, not {' and '.join(given)}")
     if cron is not None:
         return cron  # several: their union
+    if rrule is not None:
+        if not isinstance(rrule, str) or not looks_like_rrule(rrule):
+            raise InvalidRoutine(name, f"rrule must be an RFC 5545 rule with FREQ=, got {rrule!r}")
+        return rrule
+    if solar is not None:
+        try:
+            return SolarSchedule.from_spec(solar)
+        except ScheduleError as exc:
+            raise InvalidRoutine(name, str(exc)) from None
     return duration(every, "--every")
+
+
+class OwnedByCode(InvalidRoutine):
+    """The routine is declared in the code: it is changed there (the
+    panel's API answers 409 Conflict)."""
 
 
 def _exists(name: str) -> InvalidRoutine:
@@ -349,7 +411,7 @@ def _refuse_code(record: RoutineRecord, what: str) -> None:
         if what in ("disable", "delete")
         else ""
     )
-    raise InvalidRoutine(
+    raise OwnedByCode(
         record.name,
         f"cannot {what} it here: it is declared in the code{owner} (routine()/register()/"
         f"beat_schedule, task {record.task}); change it there, and beat applies it at its next "

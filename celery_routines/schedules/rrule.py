@@ -71,7 +71,8 @@ class RRuleSchedule:
             )
         object.__setattr__(self, "_rule", parsed)
         # A COUNT runs from DTSTART: such a rule is never restarted.
-        object.__setattr__(self, "_can_anchor", isinstance(parsed, rrule) and not parsed._count)
+        counted = getattr(parsed, "_count", None)  # dateutil's own; no public accessor
+        object.__setattr__(self, "_can_anchor", isinstance(parsed, rrule) and not counted)
 
     def describe(self) -> str:
         return f"rrule {' '.join(self.rule.split())!r} in {self.timezone}"

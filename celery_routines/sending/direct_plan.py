@@ -133,6 +133,8 @@ def make_plan(
     if (not exchange or not routing_key) and exchange_type == "direct":
         exchange, routing_key = "", qname
     elif exchange is None:
+        # Neither queue nor exchange given took the default queue above.
+        assert queue is not None
         exchange = queue.exchange.name or amqp.default_exchange
         routing_key = routing_key or queue.routing_key or conf.task_default_routing_key
     declare = sent.get("declare")

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, func, select, type_coerce
+from sqlalchemy import ColumnElement, Engine, Select, bindparam, func, select, type_coerce
 
 from ..clock import as_utc, utc_now
 from . import migrate
 from .admin_queries import AdminQueries
+from .beats import BeatQueries
 from .bookkeeping import BookkeepingQueries, Published
 from .changes import ChangeQueries
 from .compiled import DriverStatement, naive_utc
@@ -75,6 +76,8 @@ class Store:
         self.changes = ChangeQueries(engine)
         self.prune = PruneQueries(engine)
         self.streaks = FailureStreakQueries(engine)
+        # The beats' heartbeats (issue 33): written by beat, read by the panel.
+        self.beats = BeatQueries(engine)
         # Built once: constructing it cost more than running it. Each has a
         # refresh variant that also says whether rows changed outside beat
         # (read every routines_refresh_seconds: it scans the routines).
@@ -83,9 +86,13 @@ class Store:
         # The same probe arbitrating on the database's clock, which it also
         # returns: the tick learns the clock offset without a round trip.
         clock = database_clock(engine.dialect)
-        self._probe_on_clock, self._probe_on_clock_refresh = (
-            (None, None) if clock is None else (self._probe_select(clock, r) for r in (False, True))
-        )
+        # (None on SQLite: no clock of its own.) Plain, then with refresh.
+        self._probes_on_clock: tuple[Select[Any], Select[Any]] | None = None
+        if clock is not None:
+            self._probes_on_clock = (
+                self._probe_select(clock, False),
+                self._probe_select(clock, True),
+            )
         # The probe runs every tick, idle or not: on PostgreSQL its SQL is
         # compiled once (SQLAlchemy's preparation cost as much as running it).
         postgres = engine.dialect.name == "postgresql"
@@ -99,8 +106,8 @@ class Store:
             self._compiled_probes[id(statement)] = compiled
         return compiled
 
-    def _probe_select(self, clock: Any, refresh: bool) -> Any:
-        arbitration = bindparam("arb") if clock is None else clock
+    def _probe_select(self, clock: ColumnElement[Any] | None, refresh: bool) -> Select[Any]:
+        arbitration: ColumnElement[Any] = bindparam("arb") if clock is None else clock
         columns = [
             *self.routines.probe_columns(bindparam("now"), bindparam("holder"), arbitration),
             *self.runs.instant_columns(),
@@ -138,10 +145,11 @@ class Store:
         at = now if arbitration is None else arbitration
         statement, clock = self._probe_refresh if refresh else self._probe, None
         if on_database_clock:
-            if self._probe_on_clock is None:
+            if self._probes_on_clock is None:
                 at = clock = self.db_now()  # no statement: the process clock
             else:
-                statement = self._probe_on_clock_refresh if refresh else self._probe_on_clock
+                plain, with_refresh = self._probes_on_clock
+                statement = with_refresh if refresh else plain
         with self.connections.fast_read() as conn:
             if self._compiled_probes is not None:
                 # PostgreSQL: the SQL compiled once, the values as the driver takes them.
@@ -149,7 +157,7 @@ class Store:
                 row = self._compiled_probe(statement).execute(conn, params).one()
             else:
                 row = conn.execute(statement, {"now": now, "holder": holder, "arb": at}).one()
-        if on_database_clock and self._probe_on_clock is not None:
+        if on_database_clock and self._probes_on_clock is not None:
             at = clock = _aware(row.clock)
         shift = at - now
         expiry = _aware(row.expiry) - shift if row.expiry is not None else None

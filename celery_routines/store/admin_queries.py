@@ -221,11 +221,11 @@ class AdminQueries:
         """How many routines are suspended, and how many are due, at ``now``
         (the metrics gauges): one scan of ``routines``."""
         # COUNT(CASE ...), not COUNT(*) FILTER (...): MySQL has no FILTER.
-        due = and_(routines.c.enabled, ~routines.c.paused, routines.c.next_run_at <= now)
+        is_due = and_(routines.c.enabled, ~routines.c.paused, routines.c.next_run_at <= now)
         query = select(
             func.count(case((routines.c.suspended_until > now, 1))),
-            func.count(case((due, 1))),
+            func.count(case((is_due, 1))),
         )
         with self.db.read() as conn:
             suspended, due = conn.execute(query).one()
-        return suspended, due
+        return int(suspended), int(due)

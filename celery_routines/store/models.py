@@ -212,3 +212,34 @@ ROUTINE_WORKER_EVENTS = Table(
     Column("at", UTCDateTime, nullable=False),
     **TABLE_OPTIONS,
 )
+
+
+# One row per beat process (issue 33): its heartbeat, upserted by the beat
+# itself (tick/heartbeat.py) at most once every few seconds, read by the
+# panel's Beats page and ``GET /api/beats``. Pruned a day after its last tick.
+ROUTINE_BEATS = Table(
+    "routine_beats",
+    metadata,
+    # The beat's holder id, as in ``routines.locked_by``: host:pid:random.
+    Column("beat_id", String(100), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    # The database's clock when the heartbeat was written (the process clock
+    # on SQLite), and the beat's own clock read just before: their difference
+    # is the beat's clock skew, measured by that one statement.
+    Column("last_tick_at", UTCDateTime, nullable=False),
+    Column("beat_clock_at", UTCDateTime, nullable=False),
+    # Tick durations over the beat's recent ticks (milliseconds), and how many.
+    Column("tick_p50_ms", Seconds, nullable=True),
+    Column("tick_p99_ms", Seconds, nullable=True),
+    Column("ticks_measured", Integer, nullable=False),
+    Column("claims_held", Integer, nullable=False),
+    Column("publish_processes", Integer, nullable=False),
+    Column("version", String(64), nullable=False),
+    # Seconds without a heartbeat after which this beat is shown stale: a
+    # few of its longest gaps between two heartbeats (tick/heartbeat.py).
+    Column("stale_after_seconds", Seconds, nullable=False),
+    Index("ix_routine_beats_last_tick", "last_tick_at"),
+    **TABLE_OPTIONS,
+)

@@ -12,7 +12,7 @@ after ``per`` rows, whatever the length of its history.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ from sqlalchemy import ColumnElement, Engine, and_, func, not_, select, true, un
 from .connections import connections_for
 from .models import ROUTINE_RUNS, ROUTINES
 from .records import RoutineRecord
+from .routine_stats import LIST_SORTS, list_figures
 from .routines import RECORD_COLUMNS, _record
 
 routines = ROUTINES
@@ -35,6 +36,8 @@ class RoutineRecordPage:
     records: list[RoutineRecord]
     total: int
     """Routines matching the filters, over every page."""
+    figures: dict[int, tuple[float | None, float | None]] = field(default_factory=dict)
+    """(failure rate, mean lateness in seconds) by routine id, when sorted by one."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,12 @@ def state_condition(state: str, now: datetime) -> ColumnElement[bool]:
     return conditions[state]
 
 
+def _number(value: Any) -> float | None:
+    """A figure as a float (PostgreSQL's numeric averages read as Decimal),
+    to the millisecond: SQLite's julianday() arithmetic is exact to ~50 µs."""
+    return None if value is None else round(float(value), 3)
+
+
 def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
@@ -90,27 +99,41 @@ class PanelQueries:
         name: str | None = None,
         offset: int = 0,
         limit: int = 50,
+        sort: str | None = None,
+        sort_since: datetime | None = None,
     ) -> RoutineRecordPage:
         """Routines by name, ``limit`` from ``offset``; ``name`` matches any
         part of the name, ignoring case (a literal: ``%`` and ``_`` are only
-        characters)."""
+        characters). ``sort`` (``failure_rate`` or ``lateness``, over the runs
+        written since ``sort_since``) puts the worst first, in the same query."""
         where: list[ColumnElement[bool]] = []
         if state:
             where.append(state_condition(state, now))
         if name:
             where.append(routines.c.name.ilike(f"%{_escape_like(name)}%", escape="\\"))
-        query = (
-            select(*RECORD_COLUMNS)
-            .where(*where)
-            .order_by(routines.c.name)
-            .offset(offset)
-            .limit(limit)
-        )
+        query = select(*RECORD_COLUMNS).where(*where)
+        if sort is not None:
+            if sort not in LIST_SORTS or sort_since is None:
+                raise ValueError(f"sort {sort!r} is unknown; sort by {' or '.join(LIST_SORTS)}")
+            figures = list_figures(sort_since)
+            by = figures.c[sort]
+            query = (
+                query.add_columns(figures.c.failure_rate, figures.c.lateness)
+                .select_from(routines.outerjoin(figures, figures.c.routine_id == routines.c.id))
+                # Worst first; routines with nothing to measure last (portable NULLS LAST).
+                .order_by(by.is_(None), by.desc(), routines.c.name)
+            )
+        else:
+            query = query.order_by(routines.c.name)
+        query = query.offset(offset).limit(limit)
         count = select(func.count()).select_from(routines).where(*where)
         with self.db.read() as conn:
             rows = list(conn.execute(query))
             total = conn.execute(count).scalar_one()
-        return RoutineRecordPage(records=[_record(row) for row in rows], total=total)
+        width = len(RECORD_COLUMNS)
+        found = {row.id: (_number(row[width]), _number(row[width + 1])) for row in rows if sort}
+        records = [_record(row[:width]) for row in rows]
+        return RoutineRecordPage(records=records, total=total, figures=found)
 
     def recent_runs(self, routine_ids: Sequence[int], per: int = 30) -> dict[int, list[RecentRun]]:
         """The newest ``per`` run rows of each routine, newest first, in one

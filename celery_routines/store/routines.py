@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -152,11 +152,12 @@ class RoutineQueries:
     def adopt(self, first_windows: Iterable[Advance], now: datetime) -> int:
         """Give unscheduled routines their first window; a row another beat
         adopted meanwhile is left as it is."""
-        params = [{"rid": a.routine_id, "nra": a.next_run_at, "now": now} for a in first_windows]
-        if not params:
+        adopted = list(first_windows)
+        if not adopted:
             return 0
+        params = [{"rid": a.routine_id, "nra": a.next_run_at, "now": now} for a in adopted]
         if self._mysql:
-            rows = mysql_json.windows((p["rid"], p["nra"]) for p in params)
+            rows = mysql_json.windows((a.routine_id, a.next_run_at) for a in adopted)
             with self.db.fast_write() as conn:
                 result = conn.execute(
                     mysql_json.ADOPT, {"rows": rows, "now": mysql_json.naive(now)}
@@ -242,7 +243,7 @@ class RoutineQueries:
     def _claim_statement(self) -> Any:
         """:meth:`claim_due`'s statement, built once (parameters: now, holder,
         until, limit): building it afresh cost more than running it."""
-        now, holder, arb = bindparam("now"), bindparam("holder"), bindparam("arb")
+        now, holder, arb = cast(Any, [bindparam(key) for key in ("now", "holder", "arb")])
         due = self.due_select(now, bindparam("limit"), holder, arb)
         if self._postgres:
             # Never the routines this beat is still sending (empty: none).
@@ -279,9 +280,9 @@ class RoutineQueries:
         if self._mysql:
             # One statement, not one UPDATE per routine (see store/mysql.py).
             rows = mysql_json.windows((a.routine_id, a.next_run_at) for a in advances)
-            params = {"rows": rows, "holder": holder, "now": mysql_json.naive(now)}
             with self.db.fast_write() as conn:
-                return conn.execute(mysql_json.ADVANCE, params).rowcount
+                values = {"rows": rows, "holder": holder, "now": mysql_json.naive(now)}
+                return conn.execute(mysql_json.ADVANCE, values).rowcount
         stmt = (
             update(table)
             .where(c.id == bindparam("rid"), c.locked_by == holder)

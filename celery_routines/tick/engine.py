@@ -262,7 +262,7 @@ class TickEngine:
         return WrittenBatch(now, started, ids, outgoing, len(claimed) >= limit, report)
 
     def _prepare(self, excluding: Sequence[int]) -> WrittenBatch:
-        """The burst's next batch, on the Ahead thread (its own connection and
+        """The burst's next batch, on the BatchPreparer's thread (its own connection and
         transaction), never one of ``excluding``: the batch being published."""
         now = self.clock()
         with self.store.session(), self.store.transaction():

@@ -22,6 +22,7 @@ from celery_routines.errors import ScheduleError
 from celery_routines.policy.ceilings import parse_ceilings
 from celery_routines.policy.periods import period_bounds
 from celery_routines.store import Store
+from celery_routines.store.beats import KEEP_BEATS
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -91,6 +92,8 @@ class Pruner:
         try:
             _, _, deleted = prune_once(self.store, now, self.keep, self.batch, self.default_zone)
             events = self.store.run_metrics.prune_events(now - self.keep, self.batch)
+            # Heartbeat rows of beats gone for a day (issue 33).
+            self.store.beats.prune(now - KEEP_BEATS)
         except Exception:
             logger.warning(
                 "pruning the run history failed; trying again in a minute", exc_info=True

@@ -113,7 +113,8 @@ class KeptConnection:
 
     def _alive(self, conn: Connection) -> bool:
         try:
-            if self._dialect.do_ping(conn.connection.dbapi_connection):
+            dbapi_connection = conn.connection.dbapi_connection
+            if dbapi_connection is not None and self._dialect.do_ping(dbapi_connection):
                 return True
         except Exception:
             pass

@@ -67,7 +67,7 @@ def current_run() -> RoutineRun | None:
         return None
     cached = getattr(request, _CACHE_ATTRIBUTE, None)
     if cached is not None and cached.run_id == request.id:
-        return cached  # type: ignore[no-any-return]
+        return cached
     found = run_of_request(request, _default_zone(task))
     if found is not None:
         with suppress(AttributeError):  # a request that takes no attributes: uncached

@@ -117,7 +117,7 @@ def install(task: Any) -> bool:
 
     setattr(before_start, HOOK_MARK, True)
     before_start.__wrapped__ = current  # type: ignore[attr-defined]
-    cls.before_start = before_start  # type: ignore[method-assign]
+    cls.before_start = before_start
     return True
 
 
@@ -269,7 +269,7 @@ def _on_prerun(sender: Any = None, task_id: str | None = None, task: Any = None,
 
 def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
     request = getattr(sender, "request", None)
-    if routine_of_request(request) is None:
+    if request is None or routine_of_request(request) is None:
         return
     run_id = request.id
     heartbeat.stop(run_id)

@@ -16,7 +16,12 @@ Two ways a worker with an embedded beat used to run on or hang:
   queue lock never releases it, and billiard's pool finalizer, run at exit,
   waits on that lock forever (``Pool._help_stuff_finish``; the same bug as
   ``multiprocessing.Pool``'s python/cpython#96062), as does, earlier, the
-  pool's stop joining its task handler (``Pool._stop_task_handler``). A plain
+  pool's stop joining its task handler (``Pool._stop_task_handler``), or,
+  once the other pool processes block on that lock as they exit, its
+  processes (``Pool.join``) or a free slot (``Pool.apply_async``, on a
+  transport read synchronously); those two count as stuck only once a pool
+  process has been seen killed by a signal with the stop, so a warm shutdown
+  still waits for running tasks. A plain
   Celery ``worker -B`` hangs the same way. A watcher started when the worker
   is ready sees the main thread wait there once the worker is stopping, and
   ends the process with the worker's exit status, its logs flushed.
@@ -30,6 +35,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from celery import signals
@@ -49,6 +55,14 @@ STUCK_SECONDS = 3.0
 # its task handler thread, which waits on that lock to put its sentinel.
 STUCK_IN = frozenset({"_help_stuff_finish", "_stop_task_handler"})
 STUCK_IN_LIBRARY = "billiard"
+# Where a warm shutdown rightly waits for running tasks to free the pool, and
+# where it waits forever once a group SIGTERM killed a pool process holding
+# the result queue's lock: the others then block as they exit, no slot ever
+# frees, and the main thread waits in the pool's stop joining its processes
+# or, on a transport read synchronously (kombu's filesystem, for one), in
+# apply_async for a free slot. Stuck there only once a pool process has
+# been seen killed by a signal with the stop.
+WAITS_ON_THE_POOL = frozenset({("join", "pool.py"), ("apply_async", "pool.py")})
 
 _connected = False
 
@@ -163,8 +177,19 @@ def _exit_status(worker: Any) -> int:
 
 def _watch_exit(main: threading.Thread, worker: Any, exitcode: int | None) -> None:
     stuck_since: float | None = None
+    stop_began: float | None = None
+    pool = PoolProcesses(worker)
     while True:
-        if _stopping(worker) and main.ident is not None and _waits_on_dead_lock(main.ident):
+        pool.look()
+        stopping = _stopping(worker)
+        if stopping and stop_began is None:
+            stop_began = time.monotonic()
+        if (
+            stopping
+            and stop_began is not None
+            and main.ident is not None
+            and _waits_on_dead_lock(main.ident, pool.killed_with_the_stop(stop_began))
+        ):
             stuck_since = stuck_since or time.monotonic()
             if time.monotonic() - stuck_since >= STUCK_SECONDS:
                 break
@@ -188,11 +213,51 @@ def _watch_exit(main: threading.Thread, worker: Any, exitcode: int | None) -> No
     os._exit(exitcode)
 
 
-def _waits_on_dead_lock(ident: int) -> bool:
+def _waits_on_dead_lock(ident: int, pool_process_killed: bool) -> bool:
     frame = sys._current_frames().get(ident)
     while frame is not None:
         code = frame.f_code
-        if code.co_name in STUCK_IN and STUCK_IN_LIBRARY in code.co_filename:
-            return True
+        if STUCK_IN_LIBRARY in code.co_filename:
+            if code.co_name in STUCK_IN:
+                return True
+            if (
+                pool_process_killed
+                and (code.co_name, os.path.basename(code.co_filename)) in WAITS_ON_THE_POOL
+            ):
+                return True
         frame = frame.f_back
+    return False
+
+
+class PoolProcesses:
+    """Every prefork pool process seen since the worker was ready, and which
+    of them ended by a signal when: a process the OOM killer ended an hour
+    ago says nothing of this stop; one killed with the stop's signal does."""
+
+    def __init__(self, worker: Any, clock: Callable[[], float] = time.monotonic) -> None:
+        self._worker = worker
+        self._clock = clock
+        self._seen: dict[int, Any] = {}
+        self._killed_at: dict[int, float] = {}
+
+    def look(self) -> None:
+        billiard_pool = getattr(getattr(self._worker, "pool", None), "_pool", None)
+        for process in list(getattr(billiard_pool, "_pool", None) or ()):
+            if process.pid is not None:
+                self._seen.setdefault(process.pid, process)
+        for pid, process in self._seen.items():
+            if pid not in self._killed_at and _killed_by_signal(process):
+                self._killed_at[pid] = self._clock()
+
+    def killed_with_the_stop(self, stop_began: float) -> bool:
+        """Whether a pool process was seen killed by a signal since shortly
+        before the stop began (a group signal reaches them together)."""
+        return any(at >= stop_began - SIGNAL_GRACE_SECONDS for at in self._killed_at.values())
+
+
+def _killed_by_signal(process: Any) -> bool:
+    # billiard's exit code of a process ended by a signal is minus its number.
+    with contextlib.suppress(Exception):
+        code = process.exitcode
+        return code is not None and code < 0
     return False

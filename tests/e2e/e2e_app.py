@@ -137,6 +137,8 @@ def timed(self, path: str, label: str, seconds: float) -> str:
     with open(path, "a") as log:
         log.write(f"end {label} {self.request.id} {time.time():.3f}\n")
     return "timed"
+
+
 # -- current_run() in a real worker (tests/e2e/test_current_run.py) ------------
 
 

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,39 +24,17 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests import services
 from tests.e2e.panel_cluster import (
     REBOUND_HOST,
     SCRIPT_NAME,
     WEB,
     WEB_HEALTH,
     PanelCluster,
-    chromium,
     free_port,
 )
 from tests.e2e.processes import HERE, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    driver = chromium()
-    yield driver
-    driver.quit()
-
-
-@pytest.fixture(scope="module")
-def cluster(
-    tmp_path_factory: pytest.TempPathFactory,
-    postgres_databases: services.PostgresDatabases,
-    redis_db: int,
-) -> Iterator[PanelCluster]:
-    redis_url = f"redis://{services.REDIS_HOST}:{services.REDIS_PORT}/{redis_db}"
-    with PanelCluster(
-        tmp_path_factory.mktemp("panel"), postgres_databases.create(), redis_url
-    ) as running:
-        yield running
 
 
 def wait_for(browser: Any, css: str, timeout: float = 20) -> Any:
@@ -312,3 +289,78 @@ def test_bulk_pause_with_a_reason_confirms_which_and_shows_why(
     browser.get(f"{cluster.url}/routines/bulk-b")
     assert browser.find_element(By.ID, "paused-reason").text == "quarterly close"
     assert browser.find_element(By.ID, "routine-state").text == "paused"
+
+
+def test_a_routines_record_reads_as_text_and_the_list_sorts_by_it(
+    browser: Any, cluster: PanelCluster
+) -> None:
+    """Issue 33, item 5: the routine's page shows its record (figures and a
+    30-day strip whose days say their counts in words), its period changes
+    from the page's own form, and the list sorts by failure rate."""
+    from datetime import UTC, datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    from selenium.webdriver.support.ui import Select
+
+    from tests.operators import add_run
+
+    for name in ("record-a", "record-b"):
+        cluster.add(name, "e2e_app.sql_inserted", cron="0 3 * * *", timezone="Europe/Rome")
+    a = cluster.store.routines.by_name("record-a")
+    b = cluster.store.routines.by_name("record-b")
+    now = datetime.now(UTC).replace(microsecond=0)
+    rome = ZoneInfo("Europe/Rome")
+    expected: dict[str, dict[str, int]] = {}
+    for key, state, minutes, seconds in (
+        ("a@1", "succeeded", 3, 10), ("a@2", "succeeded", 2, 30), ("a@3", "failed", 1, 20),
+    ):  # fmt: skip
+        at = now - timedelta(minutes=minutes)
+        counts = expected.setdefault(at.astimezone(rome).date().isoformat(), {})
+        counts[state] = counts.get(state, 0) + 1
+        add_run(
+            cluster.store, a, key, state, at, at, sent_at=at + timedelta(seconds=1),
+            started_at=at + timedelta(seconds=2),
+            finished_at=at + timedelta(seconds=2 + seconds),
+        )  # fmt: skip
+    late = now - timedelta(days=3)
+    add_run(cluster.store, a, "a@0", "skipped", late, late, reason="late")
+    add_run(cluster.store, b, "b@1", "failed", now - timedelta(minutes=4), now)
+
+    browser.get(f"{cluster.url}/routines/record-a")
+    record = wait_for(browser, "#record")
+    assert browser.find_element(By.ID, "record-title").text == "Record, last 7 days"
+    assert browser.find_element(By.ID, "record-counts").text == "1 failed, 1 skipped, 2 succeeded"
+    assert browser.find_element(By.ID, "record-success").text == "66.7% of 3 ended windows"
+    assert browser.find_element(By.ID, "record-duration").text == "20 s / 29 s"
+    assert browser.find_element(By.ID, "record-sent-lateness").text == "1 s / 1 s"
+    assert browser.find_element(By.ID, "record-skips").text == "1 late"
+    # Every day of the strip carries its words (read aloud, shown on hover).
+    days = record.find_elements(By.CSS_SELECTOR, "#record-strip li")
+    assert len(days) == 30
+    for cell in days:
+        assert cell.get_attribute("textContent") == cell.get_attribute("title") != ""
+    # Each day in Rome as its runs fell (a run a few minutes before a Roman
+    # midnight is on the day before).
+    titles = {cell.get_attribute("title").partition(":")[0]: cell for cell in days}
+    for day, counts in expected.items():
+        words = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        assert titles[day].get_attribute("title") == f"{day}: {words}"
+    # The failure's day is coloured as failed; the words say the rest.
+    failed_day = next(day for day, counts in expected.items() if "failed" in counts)
+    assert "cell failed" in titles[failed_day].get_attribute("class")
+
+    period = browser.find_element(By.ID, "record-days")
+    period.clear()
+    period.send_keys("1")
+    period.submit()
+    wait_text(browser, "record-title", "Record, last 1 day")
+    assert browser.find_element(By.ID, "record-counts").text == "1 failed, 2 succeeded"
+
+    browser.get(f"{cluster.url}/routines?name=record-")
+    Select(browser.find_element(By.ID, "sort")).select_by_value("failure_rate")
+    browser.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+    wait_for(browser, ".sort-figure")
+    rows = browser.find_elements(By.CSS_SELECTOR, "tr[data-routine]")
+    assert [r.get_attribute("data-routine") for r in rows] == ["record-b", "record-a"]
+    assert "failure rate 100.0%" in rows[0].find_element(By.CSS_SELECTOR, ".sort-figure").text
+    assert "failure rate 33.3%" in rows[1].find_element(By.CSS_SELECTOR, ".sort-figure").text

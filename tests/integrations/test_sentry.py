@@ -188,8 +188,8 @@ def headers_sent_by(publisher: Any, url: str) -> dict[str, Any]:
 def test_direct_messages_miss_what_sentry_adds_around_send_task(
     redis_url: str, recorder: SentryRecorder
 ) -> None:
-    """Why ``routines_publish = "direct"`` is not the default (issue 36; README,
-    "Why the defaults are not the fastest path"): what libraries add by
+    """Why ``routines_publish = "direct"`` is not the default (issue 36;
+    docs/performance.md, "Why the defaults are not the fastest path"): what libraries add by
     wrapping ``send_task`` never runs on a direct message. If this fails
     because the direct message gained Sentry's header, that reason is gone:
     revisit the default (tests/sending/test_default_publish.py)."""

@@ -207,6 +207,10 @@ def test_garbage_in_a_key_is_one_line_naming_the_entry_and_the_value(
         "bad-every": '{"task": "t", "schedule": {"__type__": "interval", "every": "soon"}}',
         "bad-cron": '{"task": "t", "schedule": {"__type__": "crontab", "minute": "61"}}',
         "bad-args": json.dumps({"task": "t", "args": 5, "schedule": interval}),
+        # dateutil's frequencies are 0 (yearly) to 6 (secondly).
+        "bad-freq": json.dumps(
+            {"task": "t", "schedule": {"__type__": "rrule", "freq": 9, "dtstart": 1.8e9}}
+        ),
     }
     for name, definition in broken.items():
         client.hset(f"redbeat:{name}", "definition", definition)
@@ -235,11 +239,13 @@ def test_garbage_in_a_key_is_one_line_naming_the_entry_and_the_value(
         "its crontab {'minute': '61'} does not read: Invalid end range: 61 > 59."
     )
     assert refused["bad-args"] == "its args must be a JSON array, got 5"
+    assert refused["bad-freq"].startswith("its rrule {'freq': 9, 'dtstart': 1800000000.0}")
+    assert "freq 9 is not one of dateutil's 0 (yearly) to 6 (secondly)" in refused["bad-freq"]
     assert refused["bad-meta"].startswith("its meta is not JSON (") and refused[
         "bad-meta"
     ].endswith(": 'garbage'")
     assert refused["a-string"].startswith("redbeat:a-string is not a RedBeat hash: WRONGTYPE")
-    assert lines[-1] == "redbeat: 0 added, 1 unchanged, 8 not imported"
+    assert lines[-1] == "redbeat: 0 added, 1 unchanged, 9 not imported"
     # Nothing stored is lost or changed by the broken key.
     assert admin.store.routines.by_name("poll") == before
     assert [c.action for c in admin.history("poll")] == ["imported"]

@@ -1,5 +1,5 @@
 """Issue 36, item 4: the default publish path stays ``send_task`` in beat's own
-process (README, "Why the defaults are not the fastest path").
+process (docs/performance.md, "Why the defaults are not the fastest path").
 
 ``routines_publish = "direct"`` puts on the broker the message ``send_task``
 puts there *as Celery builds it* (tests/sending/test_direct_publish.py); what

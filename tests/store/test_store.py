@@ -320,12 +320,13 @@ def test_a_first_migration_logs_one_line_per_revision_and_no_alembic_chatter(
         "celery-routines schema: applied migration 0007_i31_pause_after_failures",
         "celery-routines schema: applied migration 0007_i34_calendars",
         "celery-routines schema: applied migration 0008_i31_notify_url",
+        "celery-routines schema: applied migration 0009_i33_beats",
     ]
     assert ours[-1].startswith(f"celery-routines schema: applied migration {migrate.HEAD_REVISION}")
     assert logging.getLogger("alembic").level == logging.NOTSET  # left as it was
 
 
-# -- the URL the README shows (issue 17) -----------------------------------------
+# -- the URL the user guide shows (issue 17) -------------------------------------
 
 
 def test_a_bare_postgresql_url_means_psycopg_3_whatever_sqlalchemy_defaults_to() -> None:

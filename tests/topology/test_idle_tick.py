@@ -75,6 +75,10 @@ def test_an_idle_production_tick_is_one_statement_and_one_round_trip(
     try:
         scheduler.tick()  # adopts the routine; checks the connection out (traced from now)
         scheduler.tick()
+        # The beat's heartbeat (issue 33, tick/heartbeat.py) was written by the
+        # first tick and adds its one statement at most every 5 s: not below.
+        heartbeat = scheduler._beat_heartbeat
+        assert heartbeat is not None and heartbeat.every == 5.0
         event.listen(scheduler.store.engine, "before_cursor_execute", record)
         start = handle.tell()
         ticks = 3

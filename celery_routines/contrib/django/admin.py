@@ -144,7 +144,7 @@ def _changed(result: Any) -> str:
     return f"{result.routine}: {result.action}"
 
 
-class ReadOnly(admin.ModelAdmin):  # type: ignore[type-arg]
+class ReadOnly(admin.ModelAdmin):
     """Reads our tables through the alias; writes nothing."""
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:

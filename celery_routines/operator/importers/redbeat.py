@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Literal
 
 from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.operator.importers.django_celery_beat import ImportSourceError
@@ -213,7 +213,17 @@ def _schedule(value: Any, zone: str) -> tuple[Any, str | None]:
 def _rrule_text(value: dict[str, Any], zone: str) -> str:
     """RFC 5545 text with a local DTSTART in ``zone`` (RedBeat stores the
     start as a timestamp with a fixed offset)."""
-    from dateutil.rrule import rrule, weekday
+    from dateutil.rrule import (
+        DAILY,
+        HOURLY,
+        MINUTELY,
+        MONTHLY,
+        SECONDLY,
+        WEEKLY,
+        YEARLY,
+        rrule,
+        weekday,
+    )
 
     local = load_zone(zone)
     start = value.get("dtstart")
@@ -228,8 +238,21 @@ def _rrule_text(value: dict[str, Any], zone: str) -> str:
         days = options["byweekday"]
         days = days if isinstance(days, list | tuple) else [days]
         options["byweekday"] = [d if isinstance(d, weekday) else weekday(int(d)) for d in days]
+    # RedBeat stores dateutil's frequency number, YEARLY (0) to SECONDLY (6).
+    frequencies: tuple[Literal[0, 1, 2, 3, 4, 5, 6], ...] = (
+        YEARLY,
+        MONTHLY,
+        WEEKLY,
+        DAILY,
+        HOURLY,
+        MINUTELY,
+        SECONDLY,
+    )
+    freq = int(value["freq"])
+    if not 0 <= freq < len(frequencies):
+        raise ValueError(f"freq {freq} is not one of dateutil's 0 (yearly) to 6 (secondly)")
     rule = rrule(
-        int(value["freq"]),
+        frequencies[freq],
         dtstart=dtstart,
         interval=int(value.get("interval") or 1),
         wkst=value.get("wkst"),

@@ -1,6 +1,7 @@
 """The panel's HTTP API: the admin API's answers as JSON.
 
 ``GET /api/routines``, ``/api/routines/{name}``, ``/api/routines/{name}/runs``,
+``/api/routines/{name}/stats``,
 ``/api/skips``, ``/api/runs``; ``POST /api/routines/{name}/pause|resume|
 trigger|backfill|enable|disable|delete``, ``POST /api/runs/{id}/replay`` and
 ``POST /api/routines/bulk/pause|resume|enable|disable|trigger``.
@@ -22,6 +23,7 @@ from starlette.routing import Route
 from celery_routines.operator.output import jsonable
 from celery_routines.operator.web.context import HANDLED, jsonable_error, panel_of, sent_path
 from celery_routines.operator.web.openapi import OPENAPI
+from celery_routines.operator.web.stats import routine_stats
 
 Handler = Callable[[Request], Any]
 
@@ -85,6 +87,7 @@ def list_routines(request: Request) -> Any:
         name=q.get("name") or None,
         page=number(request, "page", 1),
         per_page=number(request, "per_page", 50),
+        sort=q.get("sort") or None,
     )
     return {
         "total": page.total,
@@ -261,7 +264,11 @@ def with_body(handler: Handler, *, locks: bool = True) -> Callable[[Request], An
     return endpoint
 
 
-ROUTINE_READS: dict[str | None, Handler] = {None: show_routine, "runs": routine_runs}
+ROUTINE_READS: dict[str | None, Handler] = {
+    None: show_routine,
+    "runs": routine_runs,
+    "stats": routine_stats,
+}
 ROUTINE_ACTIONS: dict[str, Handler] = {
     "pause": pause,
     "resume": resume,
@@ -304,7 +311,7 @@ def routine_endpoint() -> Callable[[Request], Any]:
             action = actions.get(what or "")
             if action is None:
                 return JSONResponse({"error": f"no action named {what!r}"}, status_code=404)
-            return await action(request)  # type: ignore[no-any-return]
+            return await action(request)
         read = reads.get(what)
         if read is None:
             return JSONResponse({"error": f"nothing to read at {what!r}"}, status_code=404)

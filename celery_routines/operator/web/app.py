@@ -24,6 +24,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import celery_routines.operator.web.api as api
+import celery_routines.operator.web.beats as beats
+import celery_routines.operator.web.definitions_api as definitions_api
+import celery_routines.operator.web.form_pages as form_pages
 import celery_routines.operator.web.pages as pages
 from celery_routines.clock import Clock, utc_now
 from celery_routines.config import setting
@@ -233,7 +236,14 @@ def create_app(
             admin.close()
 
     app = Starlette(
-        routes=[*api.routes(), *pages.routes(), Mount("/static", StaticFiles(directory=STATIC))],
+        routes=[
+            *definitions_api.routes(),  # before the API's: /api/routines/validate
+            *api.routes(),
+            *beats.routes(),
+            *form_pages.routes(),
+            *pages.routes(),
+            Mount("/static", StaticFiles(directory=STATIC)),
+        ],
         middleware=[Middleware(GuardMiddleware, panel=panel, max_body=max_body)],
         lifespan=lifespan,
     )

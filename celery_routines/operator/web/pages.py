@@ -16,6 +16,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 import celery_routines.operator.web.present as present
+import celery_routines.operator.web.stats as stats
 from celery_routines.operator.bulk import (
     BULK_ACTIONS,
     MAX_REASON,
@@ -80,10 +81,11 @@ def healthz(request: Request) -> Response:
 def routines(request: Request) -> Response:
     q = request.query_params
     state, name = q.get("state") or None, q.get("name") or None
+    sort = q.get("sort") or None
     number = q.get("page") or "1"
     if not number.isdigit():
         raise ValueError(f"page must be a whole number, got {number!r}")
-    found = panel_of(request).admin.page(state=state, name=name, page=int(number))
+    found = panel_of(request).admin.page(state=state, name=name, page=int(number), sort=sort)
     rows = [
         {
             "row": row,
@@ -93,7 +95,7 @@ def routines(request: Request) -> Response:
         }
         for row in found.rows
     ]
-    filters = {k: v for k, v in (("state", state), ("name", name)) if v}
+    filters = {k: v for k, v in (("state", state), ("name", name), ("sort", sort)) if v}
     return render(
         request,
         "routines.html",
@@ -106,6 +108,9 @@ def routines(request: Request) -> Response:
         filters=urlencode(filters),
         bulk_actions=BULK_ACTIONS,
         max_reason=MAX_REASON,
+        sort=sort or "",
+        sorts=stats.SORT_CHOICES,
+        figure_words=stats.figure_words,
     )
 
 
@@ -114,6 +119,7 @@ def routine(request: Request) -> Response:
     admin = panel.admin
     name = name_after(request, "/routines/")
     detail = admin.show(name, windows=10)
+    record = admin.stats.of(name, request.query_params.get("days"))
     runs = admin.runs(name, limit=100)
     windows: dict[str, list[Any]] = {}
     for run in runs:
@@ -137,6 +143,8 @@ def routine(request: Request) -> Response:
         changes=admin.history(name, limit=10),
         plot=present.lateness_svg(admin.lateness(name, LATENESS_HOURS), now, LATENESS_HOURS),
         hours=LATENESS_HOURS,
+        record=record,
+        stats=stats,
         flower=lambda run_id: present.flower_link(panel.flower_url, run_id),
         # Wall times in the routine's zone, as the form reads them.
         default_from=present.local_input(now - timedelta(hours=1), summary.timezone),

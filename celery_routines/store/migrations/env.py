@@ -12,7 +12,10 @@ if connection is None:  # pragma: no cover - only when run through the alembic C
     from celery_routines.store.engine import make_engine
 
     # Ours: no server-side prepared statements (safe behind PgBouncer).
-    engine = make_engine(context.config.get_main_option("sqlalchemy.url"))
+    url = context.config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise RuntimeError("alembic.ini: set sqlalchemy.url to the store's database URL")
+    engine = make_engine(url)
     connection = engine.connect()
 
 context.configure(

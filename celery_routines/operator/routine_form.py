@@ -1,0 +1,417 @@
+"""A routine's definition as the panel's form and the HTTP API spell it.
+
+The fields are declared once (:data:`FIELDS`: name, label, kind, help); the
+form is rendered from that declaration, and the API's JSON bodies use the
+same names the API already returns (``GET /api/routines/{name}``'s
+``definition``). Values are turned into the options of
+:meth:`celery_routines.operator.manage.Managing.add`/``edit`` and checked
+through :func:`celery_routines.operator.manage.new_definition`, so every
+message is the CLI's. No I/O here: the web layer reads and stores.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery_routines.errors import RoutinesError, ScheduleError
+from celery_routines.operator.manage import new_definition
+from celery_routines.operator.views import window_view
+from celery_routines.operator.windows import take_windows
+from celery_routines.policy.ceilings import parse_ceilings
+from celery_routines.policy.states import CatchUp, Overlap
+from celery_routines.schedules.parse import schedule_of
+from celery_routines.schedules.zones import load_zone
+
+# A stand-in schedule and task, to check one field on its own.
+PLACEHOLDER_TASK = "form.check"
+PLACEHOLDER_EVERY = 3600
+
+
+@dataclass(frozen=True)
+class FormField:
+    name: str
+    """The API's name for it, and the form input's."""
+    label: str
+    kind: str
+    """text, multiline, lines (one value a line), json, whole (a whole number), number,
+    duration, instant or choice."""
+    help: str
+    choices: tuple[str, ...] = ()
+    option: str | None = None
+    """The ``add``/``edit`` option it feeds, when not spelled as ``name``."""
+
+    @property
+    def to(self) -> str:
+        return self.option or self.name
+
+
+SCHEDULE = "cron", "interval_seconds", "at", "solar", "rrule"
+FIELDS: tuple[FormField, ...] = (
+    FormField("name", "Name", "text", "Unique; shown in lists, keys and the history."),
+    FormField("task", "Task", "text", "The Celery task's name, e.g. proj.tasks.report."),
+    FormField(
+        "cron", "Cron", "lines",
+        "5-field cron expression read in the zone, e.g. 30 2 * * 1-5; one a line fire on "
+        "their union. Give exactly one kind of schedule.",
+    ),
+    FormField(
+        "interval_seconds", "Every", "duration",
+        "An interval: 30s, 5m, 1h30m, 1d, or seconds.", option="every",
+    ),
+    FormField("at", "Once at", "instant", "A one-off: 2026-12-24T18:00, read in the zone."),
+    FormField(
+        "solar", "Solar event", "text",
+        "'<event> <latitude> <longitude>', e.g. sunrise 45.46 9.19.",
+    ),
+    FormField(
+        "rrule", "Recurrence rule", "multiline",
+        "RFC 5545 with its start: DTSTART:20260105T090000 on one line, "
+        "RRULE:FREQ=WEEKLY;BYDAY=MO on the next.",
+    ),
+    FormField("timezone", "Zone", "text", "IANA zone, e.g. Europe/Rome (default: the app's)."),
+    FormField("starts_at", "Starts at", "instant", "No window before this (read in the zone)."),
+    FormField("ends_at", "Ends at", "instant", "No window after this; then it is done."),
+    FormField("jitter", "Jitter (s)", "whole", "Send each window a fixed 0..N-1 s after it."),
+    FormField(
+        "exclude", "Not on", "lines",
+        "One a line: a date, a range A..B, a cron, holidays:CC[-SUBDIV].",
+    ),
+    FormField(
+        "shift", "Shift", "choice", "Move a window on an excluded day instead of dropping it.",
+        ("", "next_business_day", "previous_business_day"),
+    ),
+    FormField("args", "Args", "json", 'Positional arguments, a JSON list: [1, "a"].'),
+    FormField("kwargs", "Kwargs", "json", 'Keyword arguments, a JSON object: {"a": 1}.'),
+    FormField("options", "Options", "json", 'apply_async options, a JSON object: {"queue": "q"}.'),
+    FormField(
+        "catch_up", "Catch-up", "choice", "What a recovery does with missed windows.",
+        ("", *(c.value for c in CatchUp)),
+    ),
+    FormField("catch_up_cap", "Catch-up cap", "whole", "At most this many missed windows sent."),
+    FormField("max_lateness", "Lateness", "duration", "Skip a window sent later than this: 10m."),
+    FormField(
+        "overlap", "Overlap", "choice", "What a window does while the previous run is open.",
+        ("", *(o.value for o in Overlap)),
+    ),
+    FormField("max_retries", "Retries", "whole", "Retries after a failure (0: none)."),
+    FormField("retry_base_seconds", "Retry base (s)", "number", "First retry's delay; doubles."),
+    FormField(
+        "ceiling", "Ceiling", "lines",
+        "One a line: at most LIMIT [UNIT] per PERIOD, e.g. 100/day or 2.5 eur/month.",
+        option="ceilings",
+    ),
+    FormField(
+        "pause_after_failures", "Pause after failures", "whole",
+        "Pause after N final failures in a row (0: never).",
+    ),
+    FormField(
+        "notify_url", "Notify URL", "text", "Post its notifications here ('none': the app's)."
+    ),
+)  # fmt: skip
+BY_NAME = {field.name: field for field in FIELDS}
+# Values that clear an option, as `celery routines edit` spells them.
+CLEARS: dict[str, Any] = {
+    "exclude": [],
+    "shift": "none",
+    "notify_url": "none",
+    "pause_after_failures": 0,
+}
+
+
+class FieldErrors(RoutinesError, ValueError):
+    """Bad values, each named by its field (the API answers 422)."""
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        self.fields = fields
+        super().__init__("; ".join(fields.values()))
+
+
+# -- reading -----------------------------------------------------------------------
+
+
+def from_json(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """An API body as (values by field, errors by field): unknown fields and
+    values of the wrong type are named; JSON ``null`` is kept (it clears)."""
+    values: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for key, value in data.items():
+        field = BY_NAME.get(key)
+        if field is None:
+            errors[key] = f"unknown field {key!r}; the fields are {', '.join(BY_NAME)}"
+            continue
+        problem = _type_problem(field, value)
+        if problem:
+            errors[key] = f"{key} {problem}, got {value!r}"
+        else:
+            values[key] = value
+    return values, errors
+
+
+def from_form(form: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """A posted form (text) as the API's values; an empty input is absent."""
+    values: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for field in FIELDS:
+        text = (form.get(field.name) or "").strip()
+        if not text:
+            continue
+        try:
+            values[field.name] = _typed(field, text)
+        except ValueError as exc:
+            errors[field.name] = str(exc)
+    return values, errors
+
+
+def _typed(field: FormField, text: str) -> Any:
+    if field.kind == "lines":
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        return lines[0] if field.name == "cron" and len(lines) == 1 else lines
+    if field.kind == "multiline":
+        return "\n".join(line.strip() for line in text.splitlines() if line.strip())
+    if field.kind == "json":
+        try:
+            return json.loads(text, parse_constant=_not_json)
+        except ValueError as exc:
+            raise ValueError(f"--{field.name} must be JSON ({exc}), got {text!r}") from None
+    if field.kind == "whole":
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{field.name} must be a whole number, got {text!r}") from None
+    if field.kind == "number":
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError(f"{field.name} must be a number, got {text!r}") from None
+        return int(number) if number.is_integer() else number
+    return text
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _type_problem(field: FormField, value: Any) -> str | None:
+    if value is None:
+        return None if field.name not in ("name", "task") else "must be given"
+    kind = field.kind
+    if field.name == "args":
+        return None if isinstance(value, list) else "must be a JSON list"
+    if field.name in ("kwargs", "options"):
+        return None if isinstance(value, dict) else "must be a JSON object"
+    if kind == "whole" and (isinstance(value, bool) or not isinstance(value, int)):
+        return "must be a whole number"
+    if kind in ("number", "duration") and (
+        isinstance(value, bool)
+        or not isinstance(value, int | float | str)
+        or (isinstance(value, float) and not math.isfinite(value))
+        or (kind == "number" and isinstance(value, str))
+    ):
+        return "must be a number" + (" of seconds or a duration such as 5m" * (kind == "duration"))
+    if field.name == "ceiling":
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(item, str | dict) for item in items):
+            return 'must be "100/day", a list of them, or {"limit", "per", "unit"} objects'
+        return None
+    if kind == "lines" and isinstance(value, list):
+        return None if all(isinstance(item, str) for item in value) else "must be texts"
+    if kind in ("text", "multiline", "lines", "instant", "choice") and not isinstance(value, str):
+        return "must be a text"
+    return None
+
+
+# -- into add/edit's options -------------------------------------------------------
+
+
+def options_of(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``add``/``edit`` keyword arguments from the API's values (without name
+    and task); ``null`` becomes the value that clears, where one does."""
+    options: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in ("name", "task"):
+            continue
+        field = BY_NAME[key]
+        if value is None:
+            if key not in CLEARS:
+                raise FieldErrors({key: f"{key} cannot be cleared here; give a value"})
+            value = CLEARS[key]
+        if key == "ceiling":
+            value = _ceilings(value)
+        if key == "exclude" and isinstance(value, str):
+            value = [value]
+        options[field.to] = value
+    return options
+
+
+def _ceilings(value: Any) -> list[Any]:
+    items = value if isinstance(value, list) else [value]
+    texts = [item for item in items if isinstance(item, str)]
+    objects = [item for item in items if isinstance(item, dict)]
+    try:
+        return [*texts, *parse_ceilings(json.dumps(objects))] if objects else texts
+    except ScheduleError as exc:
+        raise FieldErrors({"ceiling": str(exc)}) from None
+
+
+# -- checking ----------------------------------------------------------------------
+
+
+def check(values: Mapping[str, Any], default_zone: str) -> Any:
+    """The definition ``values`` make, through ``add``'s own checks; every
+    bad field is named (:class:`FieldErrors`), each on its own first, then
+    together (a field the combined message names, else the schedule's)."""
+    name = values.get("name") or ""
+    task = values.get("task") or PLACEHOLDER_TASK
+    errors = dict(field_errors(values, default_zone, name=name))
+    if errors:
+        raise FieldErrors(errors)
+    options = options_of(values)
+    try:
+        return new_definition(name, task, default_zone, **options)
+    except (RoutinesError, ValueError, OverflowError) as exc:
+        raise FieldErrors(dict.fromkeys(blamed(str(exc), values), str(exc))) from None
+
+
+def field_errors(values: Mapping[str, Any], default_zone: str, *, name: str) -> dict[str, str]:
+    """Each given field checked on its own (with the zone, when it is good),
+    in the CLI's words."""
+    errors: dict[str, str] = {}
+    shown = name or "new"
+    order = ("name", "timezone", "task", *(k for k in values if k not in ("name", "timezone")))
+    for key in dict.fromkeys(order):
+        if key not in values:
+            continue
+        if key == "name" and not values[key]:
+            continue  # a create says it is missing; an edit keeps its name
+        task = values["task"] if key == "task" else PLACEHOLDER_TASK
+        zone = values.get("timezone") if "timezone" not in errors else None
+        given = {"timezone": zone} if zone and key not in ("name", "timezone") else {}
+        try:
+            option = options_of({key: values[key]})
+            schedule: dict[str, Any] = {} if key in SCHEDULE else {"every": PLACEHOLDER_EVERY}
+            new_definition(shown, task or "", default_zone, **schedule, **given, **option)
+        except FieldErrors as exc:
+            errors.update(exc.fields)
+        except (RoutinesError, ValueError, OverflowError) as exc:
+            errors[key] = str(exc)
+        if key == "name" and "name" in errors:
+            shown = "new"  # the other fields are checked under a name that reads
+    return errors
+
+
+def blamed(message: str, values: Mapping[str, Any]) -> list[str]:
+    """The fields a combined message names (API or CLI spelling), else the
+    first schedule field given (else ``cron``)."""
+    named = [
+        field.name
+        for field in FIELDS
+        if field.name in values
+        and any(
+            spelling in message
+            for spelling in (field.name, "--" + field.to.replace("_", "-"), "--" + field.name)
+        )
+    ]
+    return named or [next((key for key in SCHEDULE if key in values), "cron")]
+
+
+def check_new(values: Mapping[str, Any], default_zone: str) -> Any:
+    """A create: name and task are required, then :func:`check`."""
+    missing = {
+        key: f"{key} must be given (a routine needs a {key})"
+        for key in ("name", "task")
+        if not values.get(key)
+    }
+    if missing:  # the other fields each on their own: together needs both
+        name = values.get("name") or ""
+        raise FieldErrors({**field_errors(values, default_zone, name=name), **missing})
+    return check(values, default_zone)
+
+
+# -- the preview ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreviewWindow:
+    local: datetime
+    utc: datetime
+    note: str | None
+    """The DST note of a cron's window: ``shifted: 02:30 does not exist``."""
+    dst_night: bool
+    """The zone's offset changes between the previous window and this one,
+    or during this window's (local) day."""
+
+
+def preview_windows(definition: Any, default_zone: str, now: datetime, n: int = 10) -> list[Any]:
+    """The next ``n`` windows of a checked definition from ``now``, in its
+    zone and in UTC, with the nights DST changes marked."""
+    zone = definition.timezone or default_zone
+    schedule = schedule_of(definition, zone)
+    tz = load_zone(zone)
+    found: list[PreviewWindow] = []
+    previous: timedelta | None = None
+    for view in [window_view(schedule, w, timezone=zone) for w in take_windows(schedule, now, n)]:
+        offset = view.local.utcoffset()
+        day = view.local.date()
+        midnight = datetime(day.year, day.month, day.day, tzinfo=tz)
+        night = midnight.utcoffset() != (midnight + timedelta(days=1)).utcoffset()
+        changed = previous is not None and offset != previous
+        found.append(PreviewWindow(view.local, view.utc, view.note, night or changed))
+        previous = offset
+    return found
+
+
+# -- a stored routine, back into the form ---------------------------------------------
+
+
+def stored_values(task: str, definition: Mapping[str, Any]) -> dict[str, Any]:
+    """The API's values of a stored definition (``show``'s ``definition``),
+    as the form shows them; a union of schedules shows its crons a line."""
+    values: dict[str, Any] = {"task": task}
+    for field in FIELDS[2:]:
+        value = definition.get(field.name)
+        if field.name == "cron" and definition.get("schedules"):
+            value = [str(spec) for spec in definition["schedules"]]
+        if field.name == "ceiling" and value:
+            items = value if isinstance(value, list) else [value]
+            value = [_ceiling_text(item) for item in items]
+        if value is not None and value != "":
+            values[field.name] = value
+    return values
+
+
+def _ceiling_text(item: Any) -> str:
+    if not isinstance(item, dict):
+        return str(item)
+    unit = item.get("unit") or "fires"
+    limit = f"{item.get('limit', '')}".removesuffix(".0")
+    return f"{limit}{'' if unit == 'fires' else ' ' + unit}/{item.get('per', 'day')}"
+
+
+def form_text(field: FormField, value: Any) -> str:
+    """How a value reads in its input."""
+    if value is None:
+        return ""
+    if field.kind == "lines":
+        return "\n".join(value) if isinstance(value, list) else str(value)
+    if field.kind == "json":
+        return json.dumps(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def edit_options(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The values an edit passes from a whole posted form: every value given
+    (``edit`` records only what differs), and ``None`` for an input emptied
+    that held a value (it clears, where a value clears). A schedule replaced
+    by another kind is not cleared: the new one replaces it."""
+    values = {key: value for key, value in new.items() if key not in ("name", "task")}
+    for key in stored:
+        if key not in new and key not in ("name", "task") and key not in SCHEDULE:
+            values[key] = None
+    return values
