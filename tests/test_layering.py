@@ -145,7 +145,8 @@ MUTABLE_VALUES = (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.S
 
 
 def _constant_name(name: str) -> bool:
-    return name.lstrip("_").isupper()
+    dunder = name.startswith("__") and name.endswith("__")  # __all__
+    return dunder or name.lstrip("_").isupper()
 
 
 def _module_state(tree: ast.Module) -> list[str]:

@@ -61,6 +61,21 @@ from celery_routines.policy.runs import (
 from celery_routines.policy.states import Overlap, Reason, RunState
 from celery_routines.schedules.keys import skip_key, window_key
 
+__all__ = [
+    "Claimed",
+    "Decision",
+    "Facts",
+    "SharedAnswers",
+    "Verdict",
+    "decide",
+    "needs_usage",
+    "plan",
+    "random_id",
+    "skip_row",
+    "take_over",
+    "written_key",
+]
+
 
 class Verdict(StrEnum):
     FIRE = "fire"

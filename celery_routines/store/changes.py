@@ -77,7 +77,9 @@ class ChangeQueries:
         values = {**columns, "source": source, "created_at": now, "updated_at": now}
         with self.db.write() as conn:
             result = conn.execute(routines.insert().values(**values))
-            return int(result.inserted_primary_key[0])
+            key = result.inserted_primary_key
+            assert key is not None  # an INSERT of one row always has its key
+            return int(key[0])
 
     def update_routine(
         self, routine_id: int, values: Mapping[str, Any], now: datetime, *, reschedule: bool
