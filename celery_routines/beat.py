@@ -46,8 +46,7 @@ from .tick.report import TickReport
 
 logger = logging.getLogger("celery_routines.beat")
 
-# A beat whose clock is off the database's by more than this says so (at
-# start, then at most this often while it lasts).
+# A beat off the database's clock by more than this says so (at start, then this often).
 SKEW_WARNING_SECONDS = 1.0
 SKEW_WARNING_EVERY = 300.0
 # A pooled connection is pinged at checkout only after sitting idle this much
@@ -359,10 +358,12 @@ class Scheduler(CeleryScheduler):
 
     def _release_claims(self) -> None:
         """A beat that stops cleanly hands its claims back, so the others
-        take its routines over at once instead of after ``routines_lock_ttl``;
-        its last line says it stopped, why, and what it handed back."""
+        take its routines over at once instead of after ``routines_lock_ttl``,
+        and leaves the Beats page; its last line says why, and what it handed back."""
         if self._store is None:
             return
+        if self._beat_heartbeat is not None:
+            self._beat_heartbeat.stopped()
         why = f" ({self._stopped_by})" if self._stopped_by else ""
         if self._engine is not None and self._engine.ledger:
             # Handed back, these routines would be taken over at once and

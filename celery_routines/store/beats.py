@@ -204,6 +204,11 @@ class BeatQueries:
             rows = conn.execute(query).all()
         return [_row(row) for row in rows]
 
+    def forget(self, beat_id: str) -> None:
+        """Delete one beat's row (it stopped cleanly)."""
+        with self.db.fast_write() as conn:
+            conn.execute(delete(beats).where(c.beat_id == beat_id))
+
     def prune(self, cutoff: datetime) -> int:
         """Delete the rows of beats that have not ticked since ``cutoff``."""
         with self.db.fast_write() as conn:

@@ -135,6 +135,14 @@ class BeatHeartbeat:
             logger.info("this beat's heartbeat is written again")
         return True
 
+    def stopped(self) -> None:
+        """A beat that stops cleanly takes its row off the Beats page: stale
+        means stopped without a word (killed, frozen, cut off), not this."""
+        try:
+            self.beats.forget(self.beat_id)
+        except Exception as exc:
+            logger.info("this beat's heartbeat row stays (shown stale within the hour): %s", exc)
+
     def pulse(self) -> BeatPulse:
         measured = sorted(self.durations)
         p50 = percentile(measured, 0.50) * 1000 if measured else None

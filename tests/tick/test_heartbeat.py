@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import event, update
 
 from celery_routines import Scheduler, __version__, register
+from celery_routines.store import Store
 from celery_routines.store.models import metadata
 from celery_routines.tick.heartbeat import BeatHeartbeat, percentile
 from celery_routines.tick.prune import Pruner
@@ -142,3 +143,20 @@ def test_beats_rows_gone_for_a_day_go_with_the_prune_pass(beat: Scheduler) -> No
 
 def pulse_of(beat: Scheduler, beat_id: str) -> Any:
     return replace(heartbeat_of(beat).pulse(), beat_id=beat_id)
+
+
+def test_a_beat_that_stops_cleanly_leaves_the_beats_page_and_only_its_own_row(
+    tmp_path: Path, database_url: str
+) -> None:
+    register("tasks.yearly", "0 0 1 1 *", name="yearly")
+    stopping = Scheduler(filesystem_app(tmp_path / "broker", database_url))
+    stopping.tick()
+    # Another beat, still running.
+    stopping.store.beats.beat(pulse_of(stopping, "other-host:1:x"), stopping._clock())
+    stopping.close()
+    # Read on a store of its own: the closed beat disposed of its engine.
+    left = Store.from_url(database_url)
+    try:
+        assert [row.beat_id for row in left.beats.recent()] == ["other-host:1:x"]
+    finally:
+        left.dispose()
