@@ -230,34 +230,44 @@ def _waits_on_dead_lock(ident: int, pool_process_killed: bool) -> bool:
 
 
 class PoolProcesses:
-    """Every prefork pool process seen since the worker was ready, and which
-    of them ended by a signal when: a process the OOM killer ended an hour
-    ago says nothing of this stop; one killed with the stop's signal does."""
+    """The prefork pool's live processes, and when one was last seen ended by
+    a signal: a process the OOM killer ended an hour ago says nothing of this
+    stop; one killed with the stop's signal does. An ended process is let go
+    once looked at, so a pool that recycles its processes keeps nothing."""
 
     def __init__(self, worker: Any, clock: Callable[[], float] = time.monotonic) -> None:
         self._worker = worker
         self._clock = clock
-        self._seen: dict[int, Any] = {}
-        self._killed_at: dict[int, float] = {}
+        self._live: dict[int, Any] = {}
+        # Ended, but still in the pool's list until the pool joins them.
+        self._ended: set[int] = set()
+        self._last_killed_at: float | None = None
 
     def look(self) -> None:
         billiard_pool = getattr(getattr(self._worker, "pool", None), "_pool", None)
-        for process in list(getattr(billiard_pool, "_pool", None) or ()):
-            if process.pid is not None:
-                self._seen.setdefault(process.pid, process)
-        for pid, process in self._seen.items():
-            if pid not in self._killed_at and _killed_by_signal(process):
-                self._killed_at[pid] = self._clock()
+        listed = {p.pid: p for p in list(getattr(billiard_pool, "_pool", None) or ()) if p.pid}
+        self._ended &= listed.keys()
+        for pid, process in listed.items():
+            if pid not in self._ended:
+                self._live.setdefault(pid, process)
+        for pid, process in list(self._live.items()):
+            code = _exit_code(process)
+            if code is None:
+                continue
+            del self._live[pid]
+            self._ended.add(pid)
+            if code < 0:  # billiard's exit code of a process a signal ended: minus its number
+                self._last_killed_at = self._clock()
 
     def killed_with_the_stop(self, stop_began: float) -> bool:
         """Whether a pool process was seen killed by a signal since shortly
         before the stop began (a group signal reaches them together)."""
-        return any(at >= stop_began - SIGNAL_GRACE_SECONDS for at in self._killed_at.values())
+        killed = self._last_killed_at
+        return killed is not None and killed >= stop_began - SIGNAL_GRACE_SECONDS
 
 
-def _killed_by_signal(process: Any) -> bool:
-    # billiard's exit code of a process ended by a signal is minus its number.
+def _exit_code(process: Any) -> int | None:
     with contextlib.suppress(Exception):
         code = process.exitcode
-        return code is not None and code < 0
-    return False
+        return code if isinstance(code, int) else None
+    return None
