@@ -30,7 +30,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from multiprocessing.connection import Connection, Pipe
 from typing import Any, NoReturn
@@ -143,6 +143,9 @@ class ProcessPublisher(Publisher):
             self._local = None
 
 
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
 class _Child:
     """One publishing process, its pipe, and the thread that writes to it."""
 
@@ -157,9 +160,17 @@ class _Child:
         # A bare fork, not multiprocessing's Process: that one runs every
         # after-fork hook registered with multiprocessing in the child, and
         # multiprocessing's exit handler in beat would wait for the children.
-        self.pid = os.fork()
-        if self.pid == 0:
-            _run_child(make_inner, theirs, beats_ends)  # never returns
+        # A stop signal sent to the group right after the fork would reach the
+        # child before it sets its handlers (Python's own: exit 1 on Ctrl-C,
+        # killed on SIGTERM), and look like a crash. Held back across the
+        # fork; the child takes them once its handlers are set.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            self.pid = os.fork()
+            if self.pid == 0:
+                _run_child(make_inner, theirs, beats_ends, held)  # never returns
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         theirs.close()  # the child holds it now: end-of-file here means the child is gone
         self._exited = False
         self._status: int | None = None
@@ -276,13 +287,16 @@ class _Child:
 
 
 def _run_child(
-    make_inner: Callable[[], Publisher], pipe: Connection, beats_ends: list[Connection]
+    make_inner: Callable[[], Publisher],
+    pipe: Connection,
+    beats_ends: list[Connection],
+    mask: Iterable[int],
 ) -> NoReturn:
     """The forked child: serve, then leave without running beat's exit
     handlers or finalizers (they are beat's, for beat's connections)."""
     code = 1
     try:
-        _serve(make_inner, pipe, beats_ends)
+        _serve(make_inner, pipe, beats_ends, mask)
         code = 0
     except SystemExit as stopped:
         code = 0 if stopped.code in (None, 0) else 1
@@ -293,7 +307,10 @@ def _run_child(
 
 
 def _serve(
-    make_inner: Callable[[], Publisher], pipe: Connection, beats_ends: list[Connection]
+    make_inner: Callable[[], Publisher],
+    pipe: Connection,
+    beats_ends: list[Connection],
+    mask: Iterable[int],
 ) -> None:
     """A publishing process: answers each chunk until beat closes its end."""
     for end in beats_ends:
@@ -317,6 +334,7 @@ def _serve(
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal held back arrives now
     publisher = make_inner()
     try:
         while not told_to_stop.is_set():

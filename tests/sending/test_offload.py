@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -299,3 +300,45 @@ def test_beats_metrics_see_the_runs_the_processes_sent(redis_url: str) -> None:
     finally:
         measured.close()
     assert b"routines_lateness_seconds_count 100.0" in metrics.render()
+
+
+_SLOW_CHILD_START = threading.Event()
+
+
+def _slow_child_start() -> None:
+    if _SLOW_CHILD_START.is_set():
+        time.sleep(0.3)
+
+
+# Registered once per test process; it only waits while the event is set.
+os.register_at_fork(after_in_child=_slow_child_start)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_signal_right_after_the_fork_is_a_stop_not_a_crash(
+    redis_url: str, signum: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A group signal at beat's start can reach a child before it has set its
+    # handlers: it is held back across the fork and taken as a stop.
+    caplog.set_level(logging.INFO, logger="celery_routines.beat")
+    app = app_for(redis_url)
+    _SLOW_CHILD_START.set()  # the children wait 0.3 s before anything else: the window
+    try:
+        publisher = ProcessPublisher(app, lambda: CeleryPublisher(app), processes=2)
+    finally:
+        _SLOW_CHILD_START.clear()
+    try:
+        children = publisher.pids
+        for pid in children:  # at once: the children are still starting
+            os.kill(pid, signum)
+        deadline = time.monotonic() + 10
+        while any(running(pid) for pid in children):
+            assert time.monotonic() < deadline, "a publishing process outlived its signal"
+            time.sleep(0.05)
+        for k in range(3):
+            assert publisher.publish_many(runs(10, start=10 * k)) == [None] * 10
+        assert publisher.pids == []
+    finally:
+        publisher.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len([r for r in caplog.records if "stopped; beat sends" in r.getMessage()]) == 2
