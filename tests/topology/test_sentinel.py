@@ -139,6 +139,7 @@ def test_two_sentinel_failovers_under_load_double_and_lose_nothing(
         E2E_SENTINEL_MASTER=MASTER_NAME,
         ROUTINES_LOCK_TTL="4",
     )
+    cluster.restart_on_kombu_close = True  # see KOMBU_SENTINEL_CLOSE
     try:
         cluster.add_interval_routines(
             ROUTINES,
@@ -195,6 +196,7 @@ def test_two_sentinel_failovers_under_load_double_and_lose_nothing(
             "failovers (s to agree, s to 40 more runs done)": recovery,
             "states": dict(Counter(row.state for row in rows)),
             "gate degraded": [beat.output().count("idempotency gate degraded") for beat in beats],
+            "worker restarted after kombu's close crash": cluster.worker_restarts,
         }
         print(f"Sentinel failovers: {report}")
         assert report["windows"] >= 6 * ROUTINES
