@@ -2,7 +2,8 @@
 :func:`celery_routines.policy.routine.define`: the options given on the
 command line (or by the API) spelled as ``define`` spells them, the stored
 definition read back as options, and the values as a change's history shows
-them."""
+them. Every option is handled as its declaration says
+(:data:`celery_routines.policy.routine.OPTIONS`)."""
 
 from __future__ import annotations
 
@@ -12,38 +13,43 @@ from typing import Any
 
 from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.operator.texts import ceiling, duration
-from celery_routines.policy.notify_urls import shown_notify_url
-from celery_routines.schedules.exclusions import exclusion_entries
+from celery_routines.policy.options import RoutineOption
+from celery_routines.policy.routine import OPTIONS
 from celery_routines.schedules.oneoff import parse_at
 from celery_routines.store import RoutineRecord
 
-# Schedule bounds and jitter: define() options and the columns holding them.
-BOUND_OPTIONS = (("starts_at", "starts_at"), ("ends_at", "ends_at"), ("jitter", "jitter_seconds"))
-JSON_FIELDS = ("args", "kwargs", "options", "ceiling", "schedules", "exclude")
+# The options add/edit take (by their field names), and the columns of each.
+EDITABLE = {o.name: o for o in OPTIONS if o.keyword_name}
+BY_COLUMN = {o.column_name: o for o in OPTIONS}
+JSON_FIELDS = tuple(o.column_name for o in OPTIONS if o.stored.kind == "json")
 
 
 def given_options(**values: Any) -> dict[str, Any]:
-    """The options given (not None), as ``define`` spells them."""
+    """The options given (not None), as ``define`` spells them, read as the
+    CLI and the API take them (``5m``, ``100/day``) and cleared by the
+    values that clear (``--shift none``)."""
     options: dict[str, Any] = {}
     for key, value in values.items():
         if value is None:
             continue
-        if key == "max_lateness":
-            value = duration(value, "max_lateness").total_seconds()
-        if key == "ceilings":
-            key, value = "ceiling", tuple(ceiling(item) for item in value)
-        if key in ("args",) and isinstance(value, list):
-            value = tuple(value)
-        if key == "shift" and value == "none":
-            value = None  # `--shift none` clears it
-        if key == "exclude":
-            value = [entry for entry in value if entry.strip()]  # `--exclude ''` clears it
-        if key == "pause_after_failures" and value == 0:
-            value = None  # `--pause-after-failures 0`: never pause
-        if key == "notify_url" and value in ("", "none"):
-            value = None  # `--notify-url none`: routines_notify_url again
-        options[key] = value
+        declared = EDITABLE.get(key)
+        if declared is None:
+            known = ", ".join(EDITABLE)
+            raise TypeError(f"unknown routine option {key!r}; the options are {known}")
+        options[str(declared.keyword_name)] = entered(declared, value)
     return options
+
+
+def entered(declared: RoutineOption, value: Any) -> Any:
+    if declared.entry == "duration":
+        return duration(value, declared.name).total_seconds()
+    if declared.entry == "ceilings":
+        return tuple(ceiling(item) for item in value)
+    if declared.entry == "lines" and isinstance(value, list | tuple):
+        value = [entry for entry in value if entry.strip()]  # `--exclude ''` clears it
+    if any(value == clear and type(value) is type(clear) for clear in declared.clears):
+        return declared.default
+    return value
 
 
 def instants(name: str, zone: str, **values: Any) -> tuple[datetime | None, ...]:
@@ -62,45 +68,19 @@ def instants(name: str, zone: str, **values: Any) -> tuple[datetime | None, ...]
 
 
 def current_options(record: RoutineRecord) -> dict[str, Any]:
-    """The stored definition as ``define`` options (a value that does not read
-    is passed on as it is, for ``define`` to name, unless the edit replaces it)."""
-    from celery_routines.policy.ceilings import parse_ceilings
-
-    try:
-        ceilings: Any = parse_ceilings(record.ceiling)
-    except ScheduleError:
-        ceilings = record.ceiling
-    return {
-        "timezone": record.timezone,
-        "args": loads(record.args, []),
-        "kwargs": loads(record.kwargs, {}),
-        "options": loads(record.options, {}),
-        "catch_up": record.catch_up,
-        "catch_up_cap": record.catch_up_cap,
-        "max_lateness": record.max_lateness,
-        "overlap": record.overlap,
-        "max_retries": record.max_retries,
-        "retry_base_seconds": record.retry_base_seconds,
-        "ceiling": ceilings,
-        "enabled": record.enabled,
-        **({"at": record.at} if record.at is not None else {}),
-        "exclude": stored_exclusions(record.exclude),
-        "shift": record.shift,
-        "pause_after_failures": record.pause_after_failures,
-        "notify_url": record.notify_url,
-        **{
-            option: getattr(record, column)
-            for option, column in BOUND_OPTIONS
-            if getattr(record, column) is not None
-        },
-    }
-
-
-def stored_exclusions(raw: str | None) -> Any:
-    try:
-        return list(exclusion_entries(raw))
-    except ScheduleError:
-        return raw  # for define to name, unless the edit replaces it
+    """The stored definition as ``define`` options, those set (a value that
+    does not read is passed on as it is, for ``define`` to name, unless the
+    edit replaces it)."""
+    options: dict[str, Any] = {}
+    for declared in EDITABLE.values():
+        raw = getattr(record, declared.column_name)
+        try:
+            value = declared.from_column(raw)
+        except ScheduleError:
+            value = raw
+        if value is not None:
+            options[str(declared.keyword_name)] = value
+    return options
 
 
 def loads(raw: str | None, empty: Any) -> Any:
@@ -119,8 +99,10 @@ def same_value(key: str, stored: Any, new: Any) -> bool:
 
 
 def shown_value(key: str, value: Any) -> Any:
-    if key == "notify_url":
-        return shown_notify_url(value)
+    """A column's value as the history and ``add``/``edit``'s answer show it."""
     if isinstance(value, datetime):
         return value.isoformat()
-    return loads(value, None) if key in JSON_FIELDS and isinstance(value, str) else value
+    if key in JSON_FIELDS and isinstance(value, str):
+        value = loads(value, None)
+    declared = BY_COLUMN.get(key)
+    return value if declared is None or key in JSON_FIELDS else declared.shown(value)

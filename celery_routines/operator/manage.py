@@ -13,7 +13,6 @@ Every change is written to ``routine_changes`` with who made it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -81,41 +80,19 @@ class RoutineEditor:
         name: str,
         task: str,
         *,
+        by: str | None = None,
         cron: str | list[str] | None = None,
         every: Any = None,
-        timezone: str | None = None,
-        args: Sequence[Any] | None = None,
-        kwargs: Mapping[str, Any] | None = None,
-        options: Mapping[str, Any] | None = None,
-        catch_up: str | None = None,
-        overlap: str | None = None,
-        max_lateness: Any = None,
-        ceilings: Sequence[Any] | None = None,
-        by: str | None = None,
-        at: Any = None,
-        starts_at: Any = None,
-        ends_at: Any = None,
-        jitter: int | None = None,
-        exclude: Sequence[str] | None = None,
-        shift: str | None = None,
-        pause_after_failures: int | None = None,
-        notify_url: str | None = None,
         rrule: str | None = None,
         solar: str | None = None,
-        max_retries: int | None = None,
-        retry_base_seconds: float | None = None,
-        catch_up_cap: int | None = None,
+        at: Any = None,
+        **options: Any,
     ) -> ChangeResult:
         """Store a new routine (``source = 'cli'``); beat adopts it within
         ``routines_refresh_seconds``."""
         definition = new_definition(
             name, task, self.settings.timezone,
-            cron=cron, every=every, rrule=rrule, solar=solar, at=at, starts_at=starts_at,
-            ends_at=ends_at, jitter=jitter, exclude=exclude, shift=shift,
-            pause_after_failures=pause_after_failures, notify_url=notify_url, timezone=timezone,
-            args=args, kwargs=kwargs, options=options, catch_up=catch_up, overlap=overlap,
-            max_lateness=max_lateness, ceilings=ceilings, max_retries=max_retries,
-            retry_base_seconds=retry_base_seconds, catch_up_cap=catch_up_cap,
+            cron=cron, every=every, rrule=rrule, solar=solar, at=at, **options,
         )  # fmt: skip
         by = by or process_user()
         now = self.clock()
@@ -134,30 +111,13 @@ class RoutineEditor:
         self,
         name: str,
         *,
+        by: str | None = None,
         cron: str | list[str] | None = None,
         every: Any = None,
-        timezone: str | None = None,
-        args: Sequence[Any] | None = None,
-        kwargs: Mapping[str, Any] | None = None,
-        options: Mapping[str, Any] | None = None,
-        catch_up: str | None = None,
-        overlap: str | None = None,
-        max_lateness: Any = None,
-        ceilings: Sequence[Any] | None = None,
-        by: str | None = None,
-        at: Any = None,
-        starts_at: Any = None,
-        ends_at: Any = None,
-        jitter: int | None = None,
-        exclude: Sequence[str] | None = None,
-        shift: str | None = None,
-        pause_after_failures: int | None = None,
-        notify_url: str | None = None,
         rrule: str | None = None,
         solar: str | None = None,
-        max_retries: int | None = None,
-        retry_base_seconds: float | None = None,
-        catch_up_cap: int | None = None,
+        at: Any = None,
+        **options: Any,
     ) -> ChangeResult:
         """Change a routine added outside the code. A new schedule or zone
         takes effect from now (the stale next window never fires); any other
@@ -167,34 +127,13 @@ class RoutineEditor:
         new_schedule = any(kind is not None for kind in (cron, every, rrule, solar))
         if new_schedule:
             _schedule_of(name, cron, every, rrule, solar)  # one kind only, before anything
-        zone = timezone or self.lookup.zone_of(record)
-        at, starts_at, ends_at = instants(name, zone, at=at, starts_at=starts_at, ends_at=ends_at)
+        zone = options.get("timezone") or self.lookup.zone_of(record)
+        bounds = {bound: options.pop(bound, None) for bound in ("starts_at", "ends_at")}
+        at, starts_at, ends_at = instants(name, zone, at=at, **bounds)
         current = current_options(record)
         if new_schedule:
             current.pop("at", None)  # a new repeating schedule replaces a one-off
-        current.update(
-            given_options(
-                at=at,
-                starts_at=starts_at,
-                ends_at=ends_at,
-                jitter=jitter,
-                exclude=exclude,
-                shift=shift,
-                pause_after_failures=pause_after_failures,
-                notify_url=notify_url,
-                timezone=timezone,
-                args=args,
-                kwargs=kwargs,
-                options=options,
-                catch_up=catch_up,
-                overlap=overlap,
-                max_lateness=max_lateness,
-                ceilings=ceilings,
-                max_retries=max_retries,
-                retry_base_seconds=retry_base_seconds,
-                catch_up_cap=catch_up_cap,
-            )
-        )
+        current.update(given_options(at=at, starts_at=starts_at, ends_at=ends_at, **options))
         if new_schedule:
             schedule: Any = _schedule_of(name, cron, every, rrule, solar)
         elif "at" in current:

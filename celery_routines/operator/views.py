@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from celery_routines.policy.notify_urls import shown_notify_url
+from celery_routines.policy.routine import OPTIONS
 from celery_routines.schedules.base import Schedule, is_never
 from celery_routines.schedules.bounds import BoundedSchedule
 from celery_routines.schedules.calendar import CalendarSchedule
@@ -282,6 +282,11 @@ def _not_json(constant: str) -> Any:
 
 
 def definition_of(record: RoutineRecord) -> dict[str, Any]:
+    """The stored definition as ``show --json`` and the API return it: each
+    option by its keyword (``jitter``, ``ceiling``; a schedule's fields by
+    their column), JSON columns read, instants in ISO 8601 UTC, and each
+    value as its declaration shows it (a notify_url's secret masked)."""
+
     def loads(raw: str | None) -> Any:
         # Text that is not JSON (NaN and Infinity included) is shown as the
         # text stored: the routine is invalid, and says why.
@@ -290,38 +295,17 @@ def definition_of(record: RoutineRecord) -> dict[str, Any]:
         except ValueError:
             return raw
 
-    return {
-        "task": record.task,
-        "cron": record.cron,
-        "interval_seconds": record.interval_seconds,
-        "at": iso_utc(record.at) if record.at is not None else None,
-        "solar": record.solar,
-        "rrule": record.rrule,
-        "starts_at": iso_utc(record.starts_at) if record.starts_at is not None else None,
-        "ends_at": iso_utc(record.ends_at) if record.ends_at is not None else None,
-        "jitter": record.jitter_seconds,
-        "schedules": loads(record.schedules),
-        "exclude": _entries(record.exclude) if record.exclude else None,
-        "shift": record.shift,
-        "timezone": record.timezone,
-        "enabled": record.enabled,
-        "paused": record.paused,
-        "args": loads(record.args),
-        "kwargs": loads(record.kwargs),
-        "options": loads(record.options),
-        "catch_up": record.catch_up,
-        "catch_up_cap": record.catch_up_cap,
-        "max_lateness": record.max_lateness,
-        "overlap": record.overlap,
-        "max_retries": record.max_retries,
-        "retry_base_seconds": record.retry_base_seconds,
-        "ceiling": loads(record.ceiling),
-        "run_timeout": record.run_timeout,
-        "pause_after_failures": record.pause_after_failures,
-        "paused_reason": record.paused_reason,
-        # A password in it is not printed (the setting is never shown either).
-        "notify_url": shown_notify_url(record.notify_url),
-    }
+    shown: dict[str, Any] = {"task": record.task}
+    for declared in OPTIONS:
+        value = getattr(record, declared.column_name)
+        if declared.stored.kind == "json":
+            value = loads(value)
+        elif declared.stored.kind == "instant" and value is not None:
+            value = iso_utc(value)
+        shown[declared.keyword_name or declared.name] = declared.shown(value)
+    shown["paused"] = record.paused
+    shown["paused_reason"] = record.paused_reason
+    return shown
 
 
 def run_view(named: NamedRun) -> RunView:

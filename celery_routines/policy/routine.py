@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import InitVar, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import InitVar, dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 from celery_routines.errors import InvalidRoutine, ScheduleError
-from celery_routines.policy.ceilings import Ceiling, one_per_unit
-from celery_routines.policy.notify_urls import check_notify_url
+from celery_routines.policy.ceilings import Ceiling, one_per_unit, parse_ceilings
+from celery_routines.policy.notify_urls import check_notify_url, shown_notify_url
+from celery_routines.policy.options import Stored, declared_options, option
 from celery_routines.policy.states import CatchUp, Overlap, choices
 from celery_routines.schedules.base import NEVER
 from celery_routines.schedules.calendar import parse_shift
@@ -48,78 +49,221 @@ RUN_TIMEOUT_MIN = 1.0
 
 E = TypeVar("E", CatchUp, Overlap)
 
-OPTION_NAMES = frozenset(
-    {
-        "name",
-        "args",
-        "kwargs",
-        "timezone",
-        "catch_up",
-        "catch_up_cap",
-        "max_lateness",
-        "overlap",
-        "max_retries",
-        "retry_base_seconds",
-        "ceiling",
-        "enabled",
-        "options",
-        "run_timeout",
-        "at",
-        "starts_at",
-        "ends_at",
-        "jitter",
-        "exclude",  # issue 34: calendars
-        "shift",
-        "pause_after_failures",
-        "notify_url",
-    }
-)
 # The widest jitter: a day (a send instant further from its window is a schedule).
 JITTER_LIMIT = 86400
+
+
+# -- how options are checked and stored (used by the declarations below) ----------
+
+
+def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else check(value)
+
+
+def _whole_from(label: str, low: int, high: int) -> Callable[[Any], int]:
+    return lambda value: _whole(label, value, low, high)
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(list(value) if isinstance(value, tuple) else dict(value))
+
+
+def _json_list_or_none(value: Any) -> str | None:
+    return json.dumps(list(value)) if value else None
+
+
+def _json_from(label: str, empty: Any) -> Callable[[Any], Any]:
+    return lambda raw: _json_column(label, raw, empty)
+
+
+def _zone(value: Any) -> Any:
+    if value is not None:
+        load_zone(value)
+    return value
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ScheduleError(f"enabled must be True or False, got {value!r}")
+    return value
+
+
+def _args(value: Any) -> tuple[Any, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ScheduleError(f"args must be a list or tuple, got {value!r}")
+    return tuple(value)
+
+
+def _mapping(label: str, wanted: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise ScheduleError(f"{label} must be {wanted}, got {value!r}")
+        return value
+
+    return check
+
+
+def _aware(label: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
+            raise ScheduleError(f"{label} must be a timezone-aware datetime, got {value!r}")
+        return value
+
+    return check
+
+
+def _enum_value(value: Any) -> Any:
+    return value.value
+
+
+def _entries(value: Any) -> Any:
+    """Exclusions as a list of entries (a hand-written ``a;b`` text too);
+    text that does not read is shown as it is."""
+    if not value:
+        return None
+    try:
+        return list(exclusion_entries(value))
+    except ValueError:
+        return [value]
+
+
+TEXT = Stored("text")
+JSON = Stored("json")  # text holding JSON
+SECONDS = Stored("seconds")
+INSTANT = Stored("instant")
+WHOLE = Stored("integer")
 
 
 @dataclass(frozen=True)
 class Routine:
     """A routine's definition; every field is checked when it is built and
-    :class:`InvalidRoutine` names the routine and the first bad value."""
+    :class:`InvalidRoutine` names the routine and the first bad value.
+
+    Every field after ``task`` is an option declared with
+    :func:`~celery_routines.policy.options.option`: its type, default, check,
+    column and wording, read by every door (:data:`OPTIONS`)."""
 
     name: str
     task: str
-    cron: str | None
-    interval_seconds: float | None
+    # The schedule's fields (exactly one kind is set): given as the schedule,
+    # not as keywords, and taken at the CLI and form as the schedule.
+    cron: str | None = option(stored=Stored("string", 255), keyword=None)
+    interval_seconds: float | None = option(stored=SECONDS, keyword=None)
     # None: the configured routines_timezone, resolved when the routine fires.
-    timezone: str | None
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    catch_up: CatchUp = CatchUp.CATCH_UP
-    catch_up_cap: int = 25
-    max_lateness: float | None = None
-    overlap: Overlap = Overlap.SKIP
-    max_retries: int = 4
-    retry_base_seconds: float = 60.0
-    ceilings: tuple[Ceiling, ...] = ()
-    enabled: bool = True
-    options: Mapping[str, Any] = field(default_factory=dict)
+    timezone: str | None = option(
+        stored=Stored("string", 64), check=_zone, entry="text", flag="--tz", label="Zone",
+        words="IANA time zone, e.g. Europe/Rome (default: routines_timezone).",
+    )
+    args: tuple[Any, ...] = option(
+        (), stored=Stored("json", server_default="'[]'"), check=_args,
+        to_column=_json_text, from_column=_json_from("args", []), entry="json", label="Args",
+        words='Positional arguments, a JSON list: [1, "a"].',
+    )
+    kwargs: Mapping[str, Any] = option(
+        factory=dict, stored=Stored("json", server_default="'{}'"),
+        check=_mapping("kwargs", "a dict"), to_column=_json_text,
+        from_column=_json_from("kwargs", {}), entry="json", label="Kwargs",
+        words='Keyword arguments, a JSON object: {"a": 1}.',
+    )
+    catch_up: CatchUp = option(
+        CatchUp.CATCH_UP, stored=Stored("string", 16, "'catch_up'"),
+        check=lambda value: _member(CatchUp, "catch_up", value), to_column=_enum_value,
+        entry="choice", choices=tuple(c.value for c in CatchUp), label="Catch-up",
+        words="What a recovery does with missed windows.",
+    )
+    catch_up_cap: int = option(
+        25, stored=Stored("integer", server_default="25"),
+        check=_whole_from("catch_up_cap", 1, CATCH_UP_CAP_LIMIT), entry="whole",
+        label="Catch-up cap", words="At most this many missed windows sent.",
+    )
+    max_lateness: float | None = option(
+        None, stored=SECONDS, check=lambda value: _optional_seconds("max_lateness", value),
+        entry="duration", label="Lateness", words="Skip a window sent later than this: 10m, 1h.",
+    )
+    overlap: Overlap = option(
+        Overlap.SKIP, stored=Stored("string", 16, "'skip'"),
+        check=lambda value: _member(Overlap, "overlap", value), to_column=_enum_value,
+        entry="choice", choices=tuple(o.value for o in Overlap), label="Overlap",
+        words="What a window does while the previous run is open.",
+    )
+    max_retries: int = option(
+        4, stored=Stored("integer", server_default="4"),
+        check=_whole_from("max_retries", 0, MAX_RETRIES_LIMIT), entry="whole", label="Retries",
+        words="Retries after a failure (0: none).",
+    )
+    retry_base_seconds: float = option(
+        60.0, stored=Stored("seconds", server_default="60"),
+        check=lambda value: _seconds("retry_base_seconds", value), entry="number",
+        flag="--retry-base", label="Retry base (s)", words="First retry's delay (s); doubles.",
+    )
+    ceilings: tuple[Ceiling, ...] = option(
+        (), stored=JSON, keyword="ceiling", column="ceiling", check=lambda v: _ceilings(v),
+        to_column=lambda v: json.dumps([c.as_json() for c in v]) if v else None,
+        from_column=lambda raw: parse_ceilings(raw), entry="ceilings", flag="--ceiling",
+        label="Ceiling",
+        words="At most LIMIT [UNIT] per PERIOD: 100/day, '2.5 eur/month' (one a line, or "
+        "repeat the flag).",
+    )
+    enabled: bool = option(True, stored=Stored("boolean", server_default="true"), check=_flag)
+    options: Mapping[str, Any] = option(
+        factory=dict, stored=Stored("json", server_default="'{}'"),
+        check=_mapping("options", "a dict of apply_async options"), to_column=_json_text,
+        from_column=_json_from("options", {}), entry="json", label="Options",
+        words='apply_async options, a JSON object: {"queue": "q"}.',
+    )
     # Seconds without a sign of life before a run is lost; None: the
     # configured routines_run_timeout.
-    run_timeout: float | None = None
-    at: datetime | None = None
+    run_timeout: float | None = option(None, stored=SECONDS, check=lambda v: _run_timeout(v))
+    at: datetime | None = option(None, stored=INSTANT, check=_aware("at"))
     """A one-off's instant (aware UTC); then ``cron``/``interval_seconds`` are None."""
-    solar: str | None = None
+    solar: str | None = option(None, stored=Stored("string", 100), keyword=None)
     """A solar schedule as ``"<event> <lat> <lon>"``."""
-    rrule: str | None = None
+    rrule: str | None = option(None, stored=TEXT, keyword=None)
     """An RFC 5545 rule with a local ``DTSTART``, read in ``timezone``."""
-    starts_at: datetime | None = None
-    ends_at: datetime | None = None
-    jitter: int | None = None
+    starts_at: datetime | None = option(
+        None, stored=INSTANT, check=_aware("starts_at"), entry="instant", label="Starts at",
+        words="No window before this time (read in the zone).",
+    )
+    ends_at: datetime | None = option(
+        None, stored=INSTANT, check=_aware("ends_at"), entry="instant", label="Ends at",
+        words="No window after this time (read in the zone); then it is done.",
+    )
+    jitter: int | None = option(
+        None, stored=WHOLE, column="jitter_seconds",
+        check=_optional(_whole_from("jitter", 1, JITTER_LIMIT)), entry="whole",
+        label="Jitter (s)", words="Send each window a fixed 0..N-1 seconds after it.",
+    )
     """Whole seconds; each window goes out ``[0, jitter)`` seconds after it."""
-    # Calendars (issue 34): several specs, exclusions, business-day shift.
-    schedules: tuple[str | float, ...] | None = None
-    exclude: tuple[str, ...] = ()
-    shift: str | None = None
-    pause_after_failures: int | None = None
+    # Calendars (issue 34): several specs, exclusions, business-day shift
+    # (checked together, with the zone: _check_calendar).
+    schedules: tuple[str | float, ...] | None = option(
+        None, stored=JSON, keyword=None, to_column=_json_list_or_none
+    )
+    exclude: tuple[str, ...] = option(
+        (), stored=JSON, to_column=_json_list_or_none, from_column=lambda raw: raw or (),
+        entry="lines", clears=([],), shown=_entries, label="Not on",
+        words="Not on: a date, a range A..B, a cron, holidays:CC[-SUBDIV] (one a line, or "
+        "repeat the flag; empty clears).",
+    )
+    shift: str | None = option(
+        None, stored=Stored("string", 32), entry="choice",
+        choices=("next_business_day", "previous_business_day"), clears=("none",), label="Shift",
+        words="Move a window on a weekend or excluded day instead of dropping it ('none' "
+        "clears).",
+    )
+    pause_after_failures: int | None = option(
+        None, stored=WHOLE,
+        check=_optional(_whole_from("pause_after_failures", 1, PAUSE_AFTER_FAILURES_LIMIT)),
+        entry="whole", clears=(0,), label="Pause after failures",
+        words="Pause the routine after N consecutive final failures (0: never).",
+    )
     """Pause the routine after this many consecutive final failures."""
-    notify_url: str | None = None
+    notify_url: str | None = option(
+        None, stored=TEXT, check=_optional(check_notify_url), entry="text", clears=("none", ""),
+        shown=shown_notify_url, label="Notify URL",
+        words="Post this routine's notifications here instead of routines_notify_url "
+        "('none' clears).",
+    )
     """Where this routine's notifications go; None: ``routines_notify_url``."""
     # Set by from_columns: args, kwargs and options were just read from JSON,
     # so serialising them again to check them would only cost time.
@@ -134,70 +278,28 @@ class Routine:
 
     def _check(self, from_json: bool) -> None:
         set_ = object.__setattr__  # frozen: normalise once, here
-        if self.timezone is not None:
-            load_zone(self.timezone)
-        set_(self, "catch_up", _member(CatchUp, "catch_up", self.catch_up))
-        set_(self, "catch_up_cap", _whole("catch_up_cap", self.catch_up_cap, 1, CATCH_UP_CAP_LIMIT))
-        set_(self, "max_lateness", _optional_seconds("max_lateness", self.max_lateness))
-        set_(self, "overlap", _member(Overlap, "overlap", self.overlap))
-        set_(self, "max_retries", _whole("max_retries", self.max_retries, 0, MAX_RETRIES_LIMIT))
-        set_(self, "retry_base_seconds", _seconds("retry_base_seconds", self.retry_base_seconds))
-        set_(self, "ceilings", _ceilings(self.ceilings))
-        set_(self, "run_timeout", _run_timeout(self.run_timeout))
-        if self.pause_after_failures is not None:
-            limit = PAUSE_AFTER_FAILURES_LIMIT
-            count = _whole("pause_after_failures", self.pause_after_failures, 1, limit)
-            set_(self, "pause_after_failures", count)
-        if self.notify_url is not None:
-            check_notify_url(self.notify_url)
+        for declared in OPTIONS:
+            set_(self, declared.name, declared.check(getattr(self, declared.name)))
         _check_schedule_fields(self)
         _check_calendar(self)
-        if not isinstance(self.enabled, bool):
-            raise ScheduleError(f"enabled must be True or False, got {self.enabled!r}")
-        args, kwargs, options = self.args, self.kwargs, self.options
-        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
-            raise ScheduleError(f"args must be a list or tuple, got {args!r}")
-        if not isinstance(kwargs, Mapping):
-            raise ScheduleError(f"kwargs must be a dict, got {kwargs!r}")
-        if not isinstance(options, Mapping):
-            raise ScheduleError(f"options must be a dict of apply_async options, got {options!r}")
         if not from_json:
-            for label, value in (("args", list(args)), ("kwargs", kwargs), ("options", options)):
-                _require_json(label, value)
-        set_(self, "args", tuple(args))
+            for label in ("args", "kwargs", "options"):
+                value = getattr(self, label)
+                _require_json(label, list(value) if label == "args" else value)
 
     def columns(self) -> dict[str, Any]:
         """The definition as ``routines`` columns (for the store's upsert)."""
         return {
             "name": self.name,
             "task": self.task,
-            "cron": self.cron,
-            "interval_seconds": self.interval_seconds,
-            "timezone": self.timezone,
-            "enabled": self.enabled,
-            "args": json.dumps(list(self.args)),
-            "kwargs": json.dumps(dict(self.kwargs)),
-            "options": json.dumps(dict(self.options)),
-            "catch_up": self.catch_up.value,
-            "catch_up_cap": self.catch_up_cap,
-            "max_lateness": self.max_lateness,
-            "overlap": self.overlap.value,
-            "max_retries": self.max_retries,
-            "retry_base_seconds": self.retry_base_seconds,
-            "ceiling": json.dumps([c.as_json() for c in self.ceilings]) if self.ceilings else None,
-            "run_timeout": self.run_timeout,
-            "at": self.at,
-            "solar": self.solar,
-            "rrule": self.rrule,
-            "starts_at": self.starts_at,
-            "ends_at": self.ends_at,
-            "jitter_seconds": self.jitter,
-            "schedules": json.dumps(list(self.schedules)) if self.schedules else None,
-            "exclude": json.dumps(list(self.exclude)) if self.exclude else None,
-            "shift": self.shift,
-            "pause_after_failures": self.pause_after_failures,
-            "notify_url": self.notify_url,
+            **{o.column_name: o.to_column(getattr(self, o.name)) for o in OPTIONS},
         }
+
+
+OPTIONS = declared_options(Routine)
+"""Every option, declared once (the fields of :class:`Routine`)."""
+OPTION_NAMES = frozenset({"name", *(o.keyword_name for o in OPTIONS if o.keyword_name)})
+KEYWORDS = {o.keyword_name: o for o in OPTIONS if o.keyword_name}
 
 
 # -- the two doors -----------------------------------------------------------------
@@ -245,36 +347,24 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
         rule = parsed.rule
     elif isinstance(parsed, OneOffSchedule):
         at = parsed.at  # a one-off schedule object given positionally
-    ceiling = options.get("ceiling")
+    given = {o.name: options.get(keyword, o.default) for keyword, o in KEYWORDS.items()}
+    if given["ceilings"] is None:
+        given["ceilings"] = ()
     return Routine(
-        name=name,
-        task=task_name,
-        cron=cron,
-        interval_seconds=interval,
-        timezone=timezone,
-        args=options.get("args", ()),
-        kwargs=options.get("kwargs", {}),
-        catch_up=options.get("catch_up", CatchUp.CATCH_UP),
-        catch_up_cap=options.get("catch_up_cap", 25),
-        max_lateness=options.get("max_lateness"),
-        overlap=options.get("overlap", Overlap.SKIP),
-        max_retries=options.get("max_retries", 4),
-        retry_base_seconds=options.get("retry_base_seconds", 60),
-        ceilings=() if ceiling is None else ceiling,
-        enabled=options.get("enabled", True),
-        options=options.get("options", {}),
-        run_timeout=options.get("run_timeout"),
-        at=at,
-        solar=solar_spec,
-        rrule=rule,
-        starts_at=starts_at,
-        ends_at=ends_at,
-        jitter=options.get("jitter"),
-        schedules=specs,
-        exclude=options.get("exclude", ()),
-        shift=options.get("shift"),
-        pause_after_failures=options.get("pause_after_failures"),
-        notify_url=options.get("notify_url"),
+        **{
+            **given,
+            "name": name,
+            "task": task_name,
+            "cron": cron,
+            "interval_seconds": interval,
+            "timezone": timezone,
+            "at": at,
+            "solar": solar_spec,
+            "rrule": rule,
+            "starts_at": starts_at,
+            "ends_at": ends_at,
+            "schedules": specs,
+        }
     )
 
 
@@ -298,10 +388,6 @@ def check_name(name: Any, task_name: Any) -> None:
 def _check_schedule_fields(routine: Routine) -> None:
     """The limits of the schedule kinds and bounds added to cron and interval,
     the same for both doors (a declaration and a ``routines`` row)."""
-    for label in ("at", "starts_at", "ends_at"):
-        value = getattr(routine, label)
-        if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
-            raise ScheduleError(f"{label} must be a timezone-aware datetime, got {value!r}")
     check_one_kind(
         routine.cron,
         routine.interval_seconds,
@@ -319,8 +405,6 @@ def _check_schedule_fields(routine: Routine) -> None:
         )
     if routine.solar is not None:
         SolarSchedule.from_spec(routine.solar)
-    if routine.jitter is not None:
-        _whole("jitter", routine.jitter, 1, JITTER_LIMIT)
 
 
 def _check_calendar(routine: Routine) -> None:
@@ -401,3 +485,19 @@ def _run_timeout(value: Any) -> float | None:
 
 def _optional_seconds(label: str, value: Any) -> float | None:
     return None if value is None else _seconds(label, value)
+
+
+def _json_column(label: str, raw: str | None, empty: Any) -> Any:
+    """A JSON column's value (``empty`` for NULL or ''), read as JSON is
+    written: NaN and Infinity refused."""
+    if not raw:
+        return empty
+    try:
+        return json.loads(raw, parse_constant=_not_json)
+    except ValueError as exc:
+        raise ScheduleError(f"{label} is not valid JSON ({exc}): {raw!r}") from None
+
+
+def _not_json(constant: str) -> Any:
+    """Python's json reads NaN and Infinity; JSON has neither."""
+    raise ValueError(f"{constant} is not a JSON number")

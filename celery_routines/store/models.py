@@ -23,7 +23,8 @@ from sqlalchemy import (
     text,
 )
 
-from ..policy.routine import NAME_MAX_LENGTH
+from ..policy.options import RoutineOption
+from ..policy.routine import NAME_MAX_LENGTH, OPTIONS
 from .dialects import TABLE_OPTIONS
 from .types import Seconds, UTCDateTime
 
@@ -38,30 +39,34 @@ def partial_index(name: str, *columns: str, where: str) -> Index:
     return Index(name, *columns, postgresql_where=text(where), sqlite_where=text(where))
 
 
+_OPTION_TYPES = {
+    "text": Text,
+    "json": Text,
+    "integer": Integer,
+    "seconds": Seconds,
+    "instant": UTCDateTime,
+    "boolean": Boolean,
+}
+
+
+def option_column(declared: RoutineOption) -> Column:  # type: ignore[type-arg]
+    """The column of a routine option, as its declaration
+    (:class:`~celery_routines.policy.routine.Routine`) says."""
+    stored = declared.stored
+    kind = String(stored.length) if stored.kind == "string" else _OPTION_TYPES[stored.kind]
+    default = None if stored.server_default is None else text(stored.server_default)
+    return Column(declared.column_name, kind, server_default=default, nullable=stored.nullable)
+
+
 ROUTINES = Table(
     "routines",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("name", String(NAME_MAX_LENGTH), unique=True, nullable=False),
     Column("task", String(255), nullable=False),
-    Column("cron", String(255), nullable=True),
-    Column("interval_seconds", Seconds, nullable=True),
-    # NULL means the configured routines_timezone (rows inserted by plain SQL).
-    Column("timezone", String(64), nullable=True),
-    Column("enabled", Boolean, server_default=text("true"), nullable=False),
-    Column("args", Text, server_default=text("'[]'"), nullable=False),
-    Column("kwargs", Text, server_default=text("'{}'"), nullable=False),
-    Column("options", Text, server_default=text("'{}'"), nullable=False),
-    Column("catch_up", String(16), server_default=text("'catch_up'"), nullable=False),
-    Column("catch_up_cap", Integer, server_default=text("25"), nullable=False),
-    Column("max_lateness", Seconds, nullable=True),
-    Column("overlap", String(16), server_default=text("'skip'"), nullable=False),
-    Column("max_retries", Integer, server_default=text("4"), nullable=False),
-    Column("retry_base_seconds", Seconds, server_default=text("60"), nullable=False),
-    # JSON list of {"limit", "per", "unit"}; NULL when the routine has no ceiling.
-    Column("ceiling", Text, nullable=True),
-    # Seconds without a heartbeat before a run is lost; NULL: routines_run_timeout.
-    Column("run_timeout", Seconds, nullable=True),
+    # The definition: every option's column, declared with the option.
+    *(option_column(declared) for declared in OPTIONS),
+    # What beat and the operator keep about it.
     Column("next_run_at", UTCDateTime, nullable=True),
     Column("paused", Boolean, server_default=text("false"), nullable=False),
     Column("suspended_until", UTCDateTime, nullable=True),
@@ -86,29 +91,10 @@ ROUTINES = Table(
     Column("schedule_fingerprint", Text().with_variant(String(400), "sqlite"), nullable=True),
     Column("created_at", UTCDateTime, nullable=True),
     Column("updated_at", UTCDateTime, nullable=True),
-    # Schedule kinds besides cron and interval_seconds (exactly one is set):
-    # a one-off's instant, a solar event "<event> <lat> <lon>".
-    Column("at", UTCDateTime, nullable=True),
-    Column("solar", String(100), nullable=True),
-    # An RFC 5545 rule with a local DTSTART, e.g. "DTSTART:20261201T090000\nRRULE:...".
-    Column("rrule", Text, nullable=True),
-    # Bounds of any schedule, and the deterministic spread of its send instants.
-    Column("starts_at", UTCDateTime, nullable=True),
-    Column("ends_at", UTCDateTime, nullable=True),
-    Column("jitter_seconds", Integer, nullable=True),
-    # Calendars (issue 34): several specs (a JSON list of crons, rrules and
-    # interval seconds), exclusions (a JSON list, or entries separated by ';'),
-    # and "next_business_day" / "previous_business_day".
-    Column("schedules", Text, nullable=True),
-    Column("exclude", Text, nullable=True),
-    Column("shift", String(32), nullable=True),
-    # Pause after this many consecutive final failures (NULL: never); why it
-    # paused; the instant from which failures count (resume restarts the count).
-    Column("pause_after_failures", Integer, nullable=True),
+    # Why pause_after_failures paused it; the instant from which failures
+    # count (resume restarts the count).
     Column("paused_reason", Text, nullable=True),
     Column("failures_counted_from", UTCDateTime, nullable=True),
-    # Where this routine's notifications go (NULL: routines_notify_url).
-    Column("notify_url", Text, nullable=True),
     # The due-query walks this index from the oldest due row: a range scan
     # whose cost grows with what is due, not with what is stored.
     partial_index("ix_routines_due", "next_run_at", where="enabled AND NOT paused"),
