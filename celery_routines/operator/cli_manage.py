@@ -19,8 +19,11 @@ import click
 from celery_routines.operator.lifecycle_views import ChangeResult
 from celery_routines.operator.output import print_json, table, utc
 from celery_routines.operator.texts import BadOption
-from celery_routines.policy.states import CatchUp, Overlap
+from celery_routines.policy.options import RoutineOption
+from celery_routines.policy.routine import OPTIONS
 
+# The options add and edit take, each a flag as declared.
+CLI_OPTIONS = tuple(o for o in OPTIONS if o.entry is not None and o.keyword_name)
 # Every command that changes a routine records who did it (routine_changes).
 by_option = click.option("--by", help="Who makes the change, for its history (default: user@host).")
 
@@ -49,8 +52,27 @@ def _deletion_text(plan: Any) -> str:
     return f"{plan.routine} and its {plan.runs_deleted} run(s)" + (f" ({states})" if states else "")
 
 
+def _option_flag(declared: RoutineOption) -> Callable[[Any], Any]:
+    """The flag of a declared option, taken as its declaration says."""
+    kinds: dict[str, Any] = {"whole": int, "number": float}
+    kind = kinds.get(str(declared.entry))
+    if kind is int and 0 in declared.clears:
+        kind = click.IntRange(min=0)  # 0 clears it; below is no count at all
+    elif declared.entry == "choice" and not declared.clears:
+        # (A choice that can be cleared takes its clearing word too: --shift none.)
+        kind = click.Choice(declared.choices)
+    return click.option(
+        declared.cli_flag,
+        declared.name,
+        type=kind,
+        multiple=declared.entry in ("lines", "ceilings"),
+        help=declared.words,
+    )
+
+
 def _definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The options ``add`` and ``edit`` share."""
+    """The options ``add`` and ``edit`` share: the schedule, then every
+    declared option (policy/routine.py)."""
     options = [
         click.option(
             "--cron",
@@ -66,55 +88,8 @@ def _definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
             help="An RFC 5545 rule, two lines: DTSTART:20260105T090000 and RRULE:FREQ=...",
         ),
         click.option("--solar", help="A solar event: '<event> <latitude> <longitude>'."),
-        click.option("--starts-at", help="No window before this time (read in --tz)."),
-        click.option("--ends-at", help="No window after this time (read in --tz); then done."),
-        click.option(
-            "--jitter", type=int, help="Send each window a fixed 0..N-1 seconds after it."
-        ),
-        click.option(
-            "--exclude",
-            multiple=True,
-            help="Not on: a date, a range A..B, a cron, holidays:CC[-SUBDIV] (repeatable; "
-            "'' clears).",
-        ),
-        click.option(
-            "--shift",
-            help="next_business_day or previous_business_day: move a window on a weekend or "
-            "excluded day instead of dropping it ('none' clears).",
-        ),
-        click.option(
-            "--pause-after-failures",
-            type=click.IntRange(min=0),
-            help="Pause the routine after N consecutive final failures (0: never).",
-        ),
-        click.option(
-            "--notify-url",
-            help="Post this routine's notifications here instead of routines_notify_url "
-            "('none' clears).",
-        ),
-        click.option("--tz", "timezone", help="IANA time zone (default routines_timezone)."),
-        click.option(
-            "--args", "args_json", help="Positional arguments, a JSON list: '[1, \"a\"]'."
-        ),
-        click.option(
-            "--kwargs", "kwargs_json", help="Keyword arguments, a JSON object: '{\"a\": 1}'."
-        ),
+        *(_option_flag(o) for o in CLI_OPTIONS),
         click.option("--queue", help="Queue to send to (apply_async's queue)."),
-        click.option("--options", "options_json", help="apply_async options, a JSON object."),
-        click.option("--catch-up", type=click.Choice([c.value for c in CatchUp])),
-        click.option("--overlap", type=click.Choice([o.value for o in Overlap])),
-        click.option("--max-lateness", help="Skip a window sent later than this: 10m, 1h."),
-        click.option("--catch-up-cap", type=int, help="At most this many missed windows sent."),
-        click.option("--max-retries", type=int, help="Retries after a failure (0: none)."),
-        click.option(
-            "--retry-base", "retry_base_seconds", type=float, help="First retry's delay (s)."
-        ),
-        click.option(
-            "--ceiling",
-            "ceilings",
-            multiple=True,
-            help="At most LIMIT [UNIT] per PERIOD: 100/day, '2.5 eur/month' (repeatable).",
-        ),
         by_option,
     ]
     for option in reversed(options):
@@ -123,23 +98,18 @@ def _definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _definition(kw: dict[str, Any]) -> dict[str, Any]:
-    options = _json_arg(kw.pop("options_json"), "--options")
+    for declared in CLI_OPTIONS:
+        value = kw[declared.name]
+        if declared.entry == "json":
+            kw[declared.name] = _json_arg(value, declared.cli_flag)
+        elif declared.entry in ("lines", "ceilings"):
+            kw[declared.name] = list(value) if value else None
     queue = kw.pop("queue")
     if queue is not None:
-        options = {**(options or {}), "queue": queue}
-    ceilings = kw.pop("ceilings")
+        kw["options"] = {**(kw["options"] or {}), "queue": queue}
     crons = kw.pop("cron")
     kw["cron"] = None if not crons else crons[0] if len(crons) == 1 else list(crons)
-    kw["exclude"] = list(kw["exclude"]) if kw["exclude"] else None
-    args = _json_arg(kw.pop("args_json"), "--args")
-    kwargs = _json_arg(kw.pop("kwargs_json"), "--kwargs")
-    return {
-        **kw,
-        "args": args,
-        "kwargs": kwargs,
-        "options": options,
-        "ceilings": list(ceilings) if ceilings else None,
-    }
+    return kw
 
 
 def _print_change(result: ChangeResult, as_json: bool) -> None:

@@ -23,7 +23,8 @@ from celery_routines.operator.manage import new_definition
 from celery_routines.operator.views import window_view
 from celery_routines.operator.windows import take_windows
 from celery_routines.policy.ceilings import parse_ceilings
-from celery_routines.policy.states import CatchUp, Overlap
+from celery_routines.policy.options import RoutineOption
+from celery_routines.policy.routine import OPTIONS
 from celery_routines.schedules.parse import schedule_of
 from celery_routines.schedules.zones import load_zone
 
@@ -51,7 +52,9 @@ class FormField:
 
 
 SCHEDULE = "cron", "interval_seconds", "at", "solar", "rrule"
-FIELDS: tuple[FormField, ...] = (
+# Name, task and the schedule are the form's own; every other field is an
+# option's, as declared (label, wording, how it is typed).
+OWN_FIELDS: tuple[FormField, ...] = (
     FormField("name", "Name", "text", "Unique; shown in lists, keys and the history."),
     FormField("task", "Task", "text", "The Celery task's name, e.g. proj.tasks.report."),
     FormField(
@@ -73,53 +76,29 @@ FIELDS: tuple[FormField, ...] = (
         "RFC 5545 with its start: DTSTART:20260105T090000 on one line, "
         "RRULE:FREQ=WEEKLY;BYDAY=MO on the next.",
     ),
-    FormField("timezone", "Zone", "text", "IANA zone, e.g. Europe/Rome (default: the app's)."),
-    FormField("starts_at", "Starts at", "instant", "No window before this (read in the zone)."),
-    FormField("ends_at", "Ends at", "instant", "No window after this; then it is done."),
-    FormField("jitter", "Jitter (s)", "whole", "Send each window a fixed 0..N-1 s after it."),
-    FormField(
-        "exclude", "Not on", "lines",
-        "One a line: a date, a range A..B, a cron, holidays:CC[-SUBDIV].",
-    ),
-    FormField(
-        "shift", "Shift", "choice", "Move a window on an excluded day instead of dropping it.",
-        ("", "next_business_day", "previous_business_day"),
-    ),
-    FormField("args", "Args", "json", 'Positional arguments, a JSON list: [1, "a"].'),
-    FormField("kwargs", "Kwargs", "json", 'Keyword arguments, a JSON object: {"a": 1}.'),
-    FormField("options", "Options", "json", 'apply_async options, a JSON object: {"queue": "q"}.'),
-    FormField(
-        "catch_up", "Catch-up", "choice", "What a recovery does with missed windows.",
-        ("", *(c.value for c in CatchUp)),
-    ),
-    FormField("catch_up_cap", "Catch-up cap", "whole", "At most this many missed windows sent."),
-    FormField("max_lateness", "Lateness", "duration", "Skip a window sent later than this: 10m."),
-    FormField(
-        "overlap", "Overlap", "choice", "What a window does while the previous run is open.",
-        ("", *(o.value for o in Overlap)),
-    ),
-    FormField("max_retries", "Retries", "whole", "Retries after a failure (0: none)."),
-    FormField("retry_base_seconds", "Retry base (s)", "number", "First retry's delay; doubles."),
-    FormField(
-        "ceiling", "Ceiling", "lines",
-        "One a line: at most LIMIT [UNIT] per PERIOD, e.g. 100/day or 2.5 eur/month.",
-        option="ceilings",
-    ),
-    FormField(
-        "pause_after_failures", "Pause after failures", "whole",
-        "Pause after N final failures in a row (0: never).",
-    ),
-    FormField(
-        "notify_url", "Notify URL", "text", "Post its notifications here ('none': the app's)."
-    ),
 )  # fmt: skip
+
+
+def option_field(declared: RoutineOption) -> FormField:
+    name = str(declared.keyword_name)
+    return FormField(
+        name,
+        declared.label,
+        "lines" if declared.entry == "ceilings" else str(declared.entry),
+        declared.words,
+        ("", *declared.choices) if declared.choices else (),
+        option=None if declared.name == name else declared.name,
+    )
+
+
+FIELDS: tuple[FormField, ...] = (
+    *OWN_FIELDS,
+    *(option_field(o) for o in OPTIONS if o.entry is not None and o.keyword_name),
+)
 BY_NAME = {field.name: field for field in FIELDS}
 # Values that clear an option, as `celery routines edit` spells them.
 CLEARS: dict[str, Any] = {
-    "exclude": [],
-    "shift": "none",
-    "notify_url": "none",
-    "pause_after_failures": 0,
+    str(o.keyword_name): o.clears[0] for o in OPTIONS if o.clears and o.keyword_name
 }
 
 

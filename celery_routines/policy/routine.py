@@ -154,6 +154,43 @@ class Routine:
         stored=Stored("string", 64), check=_zone, entry="text", flag="--tz", label="Zone",
         words="IANA time zone, e.g. Europe/Rome (default: routines_timezone).",
     )
+    at: datetime | None = option(None, stored=INSTANT, check=_aware("at"))
+    """A one-off's instant (aware UTC); then ``cron``/``interval_seconds`` are None."""
+    solar: str | None = option(None, stored=Stored("string", 100), keyword=None)
+    """A solar schedule as ``"<event> <lat> <lon>"``."""
+    rrule: str | None = option(None, stored=TEXT, keyword=None)
+    """An RFC 5545 rule with a local ``DTSTART``, read in ``timezone``."""
+    starts_at: datetime | None = option(
+        None, stored=INSTANT, check=_aware("starts_at"), entry="instant", label="Starts at",
+        words="No window before this time (read in the zone).",
+    )
+    ends_at: datetime | None = option(
+        None, stored=INSTANT, check=_aware("ends_at"), entry="instant", label="Ends at",
+        words="No window after this time (read in the zone); then it is done.",
+    )
+    jitter: int | None = option(
+        None, stored=WHOLE, column="jitter_seconds",
+        check=_optional(_whole_from("jitter", 1, JITTER_LIMIT)), entry="whole",
+        label="Jitter (s)", words="Send each window a fixed 0..N-1 seconds after it.",
+    )
+    """Whole seconds; each window goes out ``[0, jitter)`` seconds after it."""
+    # Calendars (issue 34): several specs, exclusions, business-day shift
+    # (checked together, with the zone: _check_calendar).
+    schedules: tuple[str | float, ...] | None = option(
+        None, stored=JSON, keyword=None, to_column=_json_list_or_none
+    )
+    exclude: tuple[str, ...] = option(
+        (), stored=JSON, to_column=_json_list_or_none, from_column=lambda raw: raw or (),
+        entry="lines", clears=([],), shown=_entries, label="Not on",
+        words="Not on: a date, a range A..B, a cron, holidays:CC[-SUBDIV] (one a line, or "
+        "repeat the flag; empty clears).",
+    )
+    shift: str | None = option(
+        None, stored=Stored("string", 32), entry="choice",
+        choices=("next_business_day", "previous_business_day"), clears=("none",), label="Shift",
+        words="Move a window on a weekend or excluded day instead of dropping it ('none' "
+        "clears).",
+    )
     args: tuple[Any, ...] = option(
         (), stored=Stored("json", server_default="'[]'"), check=_args,
         to_column=_json_text, from_column=_json_from("args", []), entry="json", label="Args",
@@ -164,6 +201,12 @@ class Routine:
         check=_mapping("kwargs", "a dict"), to_column=_json_text,
         from_column=_json_from("kwargs", {}), entry="json", label="Kwargs",
         words='Keyword arguments, a JSON object: {"a": 1}.',
+    )
+    options: Mapping[str, Any] = option(
+        factory=dict, stored=Stored("json", server_default="'{}'"),
+        check=_mapping("options", "a dict of apply_async options"), to_column=_json_text,
+        from_column=_json_from("options", {}), entry="json", label="Options",
+        words='apply_async options, a JSON object: {"queue": "q"}.',
     )
     catch_up: CatchUp = option(
         CatchUp.CATCH_UP, stored=Stored("string", 16, "'catch_up'"),
@@ -205,52 +248,9 @@ class Routine:
         "repeat the flag).",
     )
     enabled: bool = option(True, stored=Stored("boolean", server_default="true"), check=_flag)
-    options: Mapping[str, Any] = option(
-        factory=dict, stored=Stored("json", server_default="'{}'"),
-        check=_mapping("options", "a dict of apply_async options"), to_column=_json_text,
-        from_column=_json_from("options", {}), entry="json", label="Options",
-        words='apply_async options, a JSON object: {"queue": "q"}.',
-    )
     # Seconds without a sign of life before a run is lost; None: the
     # configured routines_run_timeout.
     run_timeout: float | None = option(None, stored=SECONDS, check=lambda v: _run_timeout(v))
-    at: datetime | None = option(None, stored=INSTANT, check=_aware("at"))
-    """A one-off's instant (aware UTC); then ``cron``/``interval_seconds`` are None."""
-    solar: str | None = option(None, stored=Stored("string", 100), keyword=None)
-    """A solar schedule as ``"<event> <lat> <lon>"``."""
-    rrule: str | None = option(None, stored=TEXT, keyword=None)
-    """An RFC 5545 rule with a local ``DTSTART``, read in ``timezone``."""
-    starts_at: datetime | None = option(
-        None, stored=INSTANT, check=_aware("starts_at"), entry="instant", label="Starts at",
-        words="No window before this time (read in the zone).",
-    )
-    ends_at: datetime | None = option(
-        None, stored=INSTANT, check=_aware("ends_at"), entry="instant", label="Ends at",
-        words="No window after this time (read in the zone); then it is done.",
-    )
-    jitter: int | None = option(
-        None, stored=WHOLE, column="jitter_seconds",
-        check=_optional(_whole_from("jitter", 1, JITTER_LIMIT)), entry="whole",
-        label="Jitter (s)", words="Send each window a fixed 0..N-1 seconds after it.",
-    )
-    """Whole seconds; each window goes out ``[0, jitter)`` seconds after it."""
-    # Calendars (issue 34): several specs, exclusions, business-day shift
-    # (checked together, with the zone: _check_calendar).
-    schedules: tuple[str | float, ...] | None = option(
-        None, stored=JSON, keyword=None, to_column=_json_list_or_none
-    )
-    exclude: tuple[str, ...] = option(
-        (), stored=JSON, to_column=_json_list_or_none, from_column=lambda raw: raw or (),
-        entry="lines", clears=([],), shown=_entries, label="Not on",
-        words="Not on: a date, a range A..B, a cron, holidays:CC[-SUBDIV] (one a line, or "
-        "repeat the flag; empty clears).",
-    )
-    shift: str | None = option(
-        None, stored=Stored("string", 32), entry="choice",
-        choices=("next_business_day", "previous_business_day"), clears=("none",), label="Shift",
-        words="Move a window on a weekend or excluded day instead of dropping it ('none' "
-        "clears).",
-    )
     pause_after_failures: int | None = option(
         None, stored=WHOLE,
         check=_optional(_whole_from("pause_after_failures", 1, PAUSE_AFTER_FAILURES_LIMIT)),

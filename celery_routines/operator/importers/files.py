@@ -21,44 +21,24 @@ from celery_routines.errors import RoutinesError, ScheduleError
 from celery_routines.operator.importers.django_celery_beat import ImportSourceError
 from celery_routines.operator.importers.plan import ImportPlan, Planned, Unmappable
 from celery_routines.policy.ceilings import parse_ceilings
-from celery_routines.policy.routine import define
+from celery_routines.policy.routine import OPTIONS, define
 from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.store import RoutineRecord
 
 SOURCE = "file"
 OWNER = f"import:{SOURCE}"
 FORMAT_VERSION = 1
-# The definition as the file spells it: (key, column, default left out).
-FIELDS: tuple[tuple[str, str, Any], ...] = (
-    ("task", "task", None),
-    ("cron", "cron", None),
-    ("every", "interval_seconds", None),
-    ("at", "at", None),
-    ("solar", "solar", None),
-    ("rrule", "rrule", None),
-    ("timezone", "timezone", None),
-    ("starts_at", "starts_at", None),
-    ("ends_at", "ends_at", None),
-    ("jitter", "jitter_seconds", None),
-    ("schedule", "schedules", None),
-    ("exclude", "exclude", []),
-    ("shift", "shift", None),
-    ("pause_after_failures", "pause_after_failures", None),
-    ("notify_url", "notify_url", None),
-    ("args", "args", []),
-    ("kwargs", "kwargs", {}),
-    ("options", "options", {}),
-    ("enabled", "enabled", True),
-    ("catch_up", "catch_up", "catch_up"),
-    ("catch_up_cap", "catch_up_cap", 25),
-    ("max_lateness", "max_lateness", None),
-    ("overlap", "overlap", "skip"),
-    ("max_retries", "max_retries", 4),
-    ("retry_base_seconds", "retry_base_seconds", 60.0),
-    ("ceiling", "ceiling", []),
-    ("run_timeout", "run_timeout", None),
+# The definition as the file spells it: (key, column), each option by its
+# keyword (a schedule's fields by the CLI's name), as declared.
+FILE_KEYS = {"interval_seconds": "every", "schedules": "schedule"}
+FIELDS: tuple[tuple[str, str], ...] = (
+    ("task", "task"),
+    *(
+        (FILE_KEYS.get(o.name) or o.keyword_name or o.name, o.column_name)
+        for o in OPTIONS
+    ),
 )
-KEYS = frozenset(key for key, _, _ in FIELDS)
+KEYS = frozenset(key for key, _ in FIELDS)
 # One of these is the schedule (or ``at`` alone, a one-off).
 SCHEDULE_KEYS = ("cron", "every", "solar", "rrule", "schedule")
 
@@ -68,24 +48,38 @@ class MissingExtra(RoutinesError, ValueError):
 
 
 def export(records: list[RoutineRecord]) -> dict[str, Any]:
-    """The definitions of ``records`` (retired ones left out), by name."""
+    """The definitions of ``records`` (retired ones left out), by name; a
+    value a routine has by default is left out."""
     routines: dict[str, Any] = {}
     for record in sorted(records, key=lambda r: r.name):
         if record.retired_at is not None:
             continue
         entry: dict[str, Any] = {}
-        for key, column, default in FIELDS:
-            value = getattr(record, column)
-            if column in ("args", "kwargs", "options", "schedules", "exclude"):
-                value = json.loads(value) if value else default
-            elif column == "ceiling":
-                value = [c.as_json() for c in parse_ceilings(value)]
-            elif hasattr(value, "isoformat"):
-                value = value.isoformat()
-            if value != default:
+        for key, column in FIELDS:
+            value = _exported(column, getattr(record, column))
+            if key == "task" or value != DEFAULTS.get(column):
                 entry[key] = value
         routines[record.name] = entry
     return {"version": FORMAT_VERSION, "routines": routines}
+
+
+def _exported(column: str, value: Any) -> Any:
+    if column == "ceiling":
+        return [c.as_json() for c in parse_ceilings(value)]
+    if column in JSON_COLUMNS:
+        return json.loads(value) if value else []
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+JSON_COLUMNS = frozenset(o.column_name for o in OPTIONS if o.stored.kind == "json")
+# A default routine's values as the file spells them: left out.
+DEFAULTS = {
+    column: _exported(column, value)
+    for column, value in define("defaults", 60).columns().items()
+    if column not in ("name", "task", "interval_seconds")
+}
 
 
 def dumps(data: Mapping[str, Any], fmt: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery_routines.operator.routine_form import FIELDS, FormField
+from celery_routines.operator.routine_form import CLEARS, FIELDS, FormField
 
 ERROR = {
     "description": "An error in the CLI's words",
@@ -144,7 +144,7 @@ OPENAPI: dict[str, Any] = {
             ),
             "patch": _write(
                 "Change the fields given (as `celery routines edit`); 409 for a routine "
-                "declared in code; null clears exclude, shift, notify_url, pause_after_failures",
+                f"declared in code; null clears {', '.join(CLEARS)}",
                 "200",
                 [],
                 NAME,
