@@ -151,7 +151,11 @@ class Routine:
     interval_seconds: float | None = option(stored=SECONDS, keyword=None)
     # None: the configured routines_timezone, resolved when the routine fires.
     timezone: str | None = option(
-        stored=Stored("string", 64), check=_zone, entry="text", flag="--tz", label="Zone",
+        stored=Stored("string", 64),
+        check=_zone,
+        entry="text",
+        flag="--tz",
+        label="Zone",
         words="IANA time zone, e.g. Europe/Rome (default: routines_timezone).",
     )
     at: datetime | None = option(None, stored=INSTANT, check=_aware("at"))
@@ -161,17 +165,29 @@ class Routine:
     rrule: str | None = option(None, stored=TEXT, keyword=None)
     """An RFC 5545 rule with a local ``DTSTART``, read in ``timezone``."""
     starts_at: datetime | None = option(
-        None, stored=INSTANT, check=_aware("starts_at"), entry="instant", label="Starts at",
+        None,
+        stored=INSTANT,
+        check=_aware("starts_at"),
+        entry="instant",
+        label="Starts at",
         words="No window before this time (read in the zone).",
     )
     ends_at: datetime | None = option(
-        None, stored=INSTANT, check=_aware("ends_at"), entry="instant", label="Ends at",
+        None,
+        stored=INSTANT,
+        check=_aware("ends_at"),
+        entry="instant",
+        label="Ends at",
         words="No window after this time (read in the zone); then it is done.",
     )
     jitter: int | None = option(
-        None, stored=WHOLE, column="jitter_seconds",
-        check=_optional(_whole_from("jitter", 1, JITTER_LIMIT)), entry="whole",
-        label="Jitter (s)", words="Send each window a fixed 0..N-1 seconds after it.",
+        None,
+        stored=WHOLE,
+        column="jitter_seconds",
+        check=_optional(_whole_from("jitter", 1, JITTER_LIMIT)),
+        entry="whole",
+        label="Jitter (s)",
+        words="Send each window a fixed 0..N-1 seconds after it.",
     )
     """Whole seconds; each window goes out ``[0, jitter)`` seconds after it."""
     # Calendars (issue 34): several specs, exclusions, business-day shift
@@ -180,69 +196,119 @@ class Routine:
         None, stored=JSON, keyword=None, to_column=_json_list_or_none
     )
     exclude: tuple[str, ...] = option(
-        (), stored=JSON, to_column=_json_list_or_none, from_column=lambda raw: raw or (),
-        entry="lines", clears=([],), shown=_entries, label="Not on",
+        (),
+        stored=JSON,
+        to_column=_json_list_or_none,
+        from_column=lambda raw: raw or (),
+        entry="lines",
+        clears=([],),
+        shown=_entries,
+        label="Not on",
         words="Not on: a date, a range A..B, a cron, holidays:CC[-SUBDIV] (one a line, or "
         "repeat the flag; empty clears).",
     )
     shift: str | None = option(
-        None, stored=Stored("string", 32), entry="choice",
-        choices=("next_business_day", "previous_business_day"), clears=("none",), label="Shift",
-        words="Move a window on a weekend or excluded day instead of dropping it ('none' "
-        "clears).",
+        None,
+        stored=Stored("string", 32),
+        entry="choice",
+        choices=("next_business_day", "previous_business_day"),
+        clears=("none",),
+        label="Shift",
+        words="Move a window on a weekend or excluded day instead of dropping it ('none' clears).",
     )
     args: tuple[Any, ...] = option(
-        (), stored=Stored("json", server_default="'[]'"), check=_args,
-        to_column=_json_text, from_column=_json_from("args", []), entry="json", label="Args",
+        (),
+        stored=Stored("json", server_default="'[]'"),
+        check=_args,
+        to_column=_json_text,
+        from_column=_json_from("args", []),
+        entry="json",
+        label="Args",
         words='Positional arguments, a JSON list: [1, "a"].',
     )
     kwargs: Mapping[str, Any] = option(
-        factory=dict, stored=Stored("json", server_default="'{}'"),
-        check=_mapping("kwargs", "a dict"), to_column=_json_text,
-        from_column=_json_from("kwargs", {}), entry="json", label="Kwargs",
+        factory=dict,
+        stored=Stored("json", server_default="'{}'"),
+        check=_mapping("kwargs", "a dict"),
+        to_column=_json_text,
+        from_column=_json_from("kwargs", {}),
+        entry="json",
+        label="Kwargs",
         words='Keyword arguments, a JSON object: {"a": 1}.',
     )
     options: Mapping[str, Any] = option(
-        factory=dict, stored=Stored("json", server_default="'{}'"),
-        check=_mapping("options", "a dict of apply_async options"), to_column=_json_text,
-        from_column=_json_from("options", {}), entry="json", label="Options",
+        factory=dict,
+        stored=Stored("json", server_default="'{}'"),
+        check=_mapping("options", "a dict of apply_async options"),
+        to_column=_json_text,
+        from_column=_json_from("options", {}),
+        entry="json",
+        label="Options",
         words='apply_async options, a JSON object: {"queue": "q"}.',
     )
     catch_up: CatchUp = option(
-        CatchUp.CATCH_UP, stored=Stored("string", 16, "'catch_up'"),
-        check=lambda value: _member(CatchUp, "catch_up", value), to_column=_enum_value,
-        entry="choice", choices=tuple(c.value for c in CatchUp), label="Catch-up",
+        CatchUp.CATCH_UP,
+        stored=Stored("string", 16, "'catch_up'"),
+        check=lambda value: _member(CatchUp, "catch_up", value),
+        to_column=_enum_value,
+        entry="choice",
+        choices=tuple(c.value for c in CatchUp),
+        label="Catch-up",
         words="What a recovery does with missed windows.",
     )
     catch_up_cap: int = option(
-        25, stored=Stored("integer", server_default="25"),
-        check=_whole_from("catch_up_cap", 1, CATCH_UP_CAP_LIMIT), entry="whole",
-        label="Catch-up cap", words="At most this many missed windows sent.",
+        25,
+        stored=Stored("integer", server_default="25"),
+        check=_whole_from("catch_up_cap", 1, CATCH_UP_CAP_LIMIT),
+        entry="whole",
+        label="Catch-up cap",
+        words="At most this many missed windows sent.",
     )
     max_lateness: float | None = option(
-        None, stored=SECONDS, check=lambda value: _optional_seconds("max_lateness", value),
-        entry="duration", label="Lateness", words="Skip a window sent later than this: 10m, 1h.",
+        None,
+        stored=SECONDS,
+        check=lambda value: _optional_seconds("max_lateness", value),
+        entry="duration",
+        label="Lateness",
+        words="Skip a window sent later than this: 10m, 1h.",
     )
     overlap: Overlap = option(
-        Overlap.SKIP, stored=Stored("string", 16, "'skip'"),
-        check=lambda value: _member(Overlap, "overlap", value), to_column=_enum_value,
-        entry="choice", choices=tuple(o.value for o in Overlap), label="Overlap",
+        Overlap.SKIP,
+        stored=Stored("string", 16, "'skip'"),
+        check=lambda value: _member(Overlap, "overlap", value),
+        to_column=_enum_value,
+        entry="choice",
+        choices=tuple(o.value for o in Overlap),
+        label="Overlap",
         words="What a window does while the previous run is open.",
     )
     max_retries: int = option(
-        4, stored=Stored("integer", server_default="4"),
-        check=_whole_from("max_retries", 0, MAX_RETRIES_LIMIT), entry="whole", label="Retries",
+        4,
+        stored=Stored("integer", server_default="4"),
+        check=_whole_from("max_retries", 0, MAX_RETRIES_LIMIT),
+        entry="whole",
+        label="Retries",
         words="Retries after a failure (0: none).",
     )
     retry_base_seconds: float = option(
-        60.0, stored=Stored("seconds", server_default="60"),
-        check=lambda value: _seconds("retry_base_seconds", value), entry="number",
-        flag="--retry-base", label="Retry base (s)", words="First retry's delay (s); doubles.",
+        60.0,
+        stored=Stored("seconds", server_default="60"),
+        check=lambda value: _seconds("retry_base_seconds", value),
+        entry="number",
+        flag="--retry-base",
+        label="Retry base (s)",
+        words="First retry's delay (s); doubles.",
     )
     ceilings: tuple[Ceiling, ...] = option(
-        (), stored=JSON, keyword="ceiling", column="ceiling", check=lambda v: _ceilings(v),
+        (),
+        stored=JSON,
+        keyword="ceiling",
+        column="ceiling",
+        check=lambda v: _ceilings(v),
         to_column=lambda v: json.dumps([c.as_json() for c in v]) if v else None,
-        from_column=lambda raw: parse_ceilings(raw), entry="ceilings", flag="--ceiling",
+        from_column=lambda raw: parse_ceilings(raw),
+        entry="ceilings",
+        flag="--ceiling",
         label="Ceiling",
         words="At most LIMIT [UNIT] per PERIOD: 100/day, '2.5 eur/month' (one a line, or "
         "repeat the flag).",
@@ -252,15 +318,23 @@ class Routine:
     # configured routines_run_timeout.
     run_timeout: float | None = option(None, stored=SECONDS, check=lambda v: _run_timeout(v))
     pause_after_failures: int | None = option(
-        None, stored=WHOLE,
+        None,
+        stored=WHOLE,
         check=_optional(_whole_from("pause_after_failures", 1, PAUSE_AFTER_FAILURES_LIMIT)),
-        entry="whole", clears=(0,), label="Pause after failures",
+        entry="whole",
+        clears=(0,),
+        label="Pause after failures",
         words="Pause the routine after N consecutive final failures (0: never).",
     )
     """Pause the routine after this many consecutive final failures."""
     notify_url: str | None = option(
-        None, stored=TEXT, check=_optional(check_notify_url), entry="text", clears=("none", ""),
-        shown=shown_notify_url, label="Notify URL",
+        None,
+        stored=TEXT,
+        check=_optional(check_notify_url),
+        entry="text",
+        clears=("none", ""),
+        shown=shown_notify_url,
+        label="Notify URL",
         words="Post this routine's notifications here instead of routines_notify_url "
         "('none' clears).",
     )

@@ -9,6 +9,8 @@ Core, not ORM models: every query is a Core statement, and importing
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     Boolean,
     Column,
@@ -39,7 +41,7 @@ def partial_index(name: str, *columns: str, where: str) -> Index:
     return Index(name, *columns, postgresql_where=text(where), sqlite_where=text(where))
 
 
-_OPTION_TYPES = {
+_OPTION_TYPES: dict[str, Any] = {
     "text": Text,
     "json": Text,
     "integer": Integer,
@@ -49,7 +51,7 @@ _OPTION_TYPES = {
 }
 
 
-def option_column(declared: RoutineOption) -> Column:  # type: ignore[type-arg]
+def option_column(declared: RoutineOption) -> Column[Any]:
     """The column of a routine option, as its declaration
     (:class:`~celery_routines.policy.routine.Routine`) says."""
     stored = declared.stored

@@ -33,10 +33,7 @@ FORMAT_VERSION = 1
 FILE_KEYS = {"interval_seconds": "every", "schedules": "schedule"}
 FIELDS: tuple[tuple[str, str], ...] = (
     ("task", "task"),
-    *(
-        (FILE_KEYS.get(o.name) or o.keyword_name or o.name, o.column_name)
-        for o in OPTIONS
-    ),
+    *((FILE_KEYS.get(o.name) or o.keyword_name or o.name, o.column_name) for o in OPTIONS),
 )
 KEYS = frozenset(key for key, _ in FIELDS)
 # One of these is the schedule (or ``at`` alone, a one-off).
