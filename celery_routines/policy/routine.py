@@ -15,17 +15,17 @@ the schedule constructors' (:mod:`celery_routines.schedules`), the same for both
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import InitVar, dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from celery_routines.errors import InvalidRoutine, ScheduleError
-from celery_routines.policy.ceilings import Ceiling, one_per_unit, parse_ceilings
+from celery_routines.policy import option_values as values
+from celery_routines.policy.ceilings import Ceiling, parse_ceilings
 from celery_routines.policy.notify_urls import check_notify_url, shown_notify_url
 from celery_routines.policy.options import Stored, declared_options, option
-from celery_routines.policy.states import CatchUp, Overlap, choices
+from celery_routines.policy.states import CatchUp, Overlap
 from celery_routines.schedules.base import NEVER
 from celery_routines.schedules.calendar import parse_shift
 from celery_routines.schedules.cron import CronSchedule
@@ -41,97 +41,11 @@ from celery_routines.schedules.zones import load_zone
 NAME_MAX_LENGTH = 200
 CATCH_UP_CAP_LIMIT = 100_000
 MAX_RETRIES_LIMIT = 100
-# The longest wait a routine may ask for (max_lateness, retry_base_seconds).
-SECONDS_LIMIT = 366 * 86400
 PAUSE_AFTER_FAILURES_LIMIT = 1000
-# The shortest run_timeout: a heartbeat goes out every third of it.
-RUN_TIMEOUT_MIN = 1.0
 
-E = TypeVar("E", CatchUp, Overlap)
 
 # The widest jitter: a day (a send instant further from its window is a schedule).
 JITTER_LIMIT = 86400
-
-
-# -- how options are checked and stored (used by the declarations below) ----------
-
-
-def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    return lambda value: None if value is None else check(value)
-
-
-def _whole_from(label: str, low: int, high: int) -> Callable[[Any], int]:
-    return lambda value: _whole(label, value, low, high)
-
-
-def _json_text(value: Any) -> str:
-    return json.dumps(list(value) if isinstance(value, tuple) else dict(value))
-
-
-def _json_list_or_none(value: Any) -> str | None:
-    return json.dumps(list(value)) if value else None
-
-
-def _json_from(label: str, empty: Any) -> Callable[[Any], Any]:
-    return lambda raw: _json_column(label, raw, empty)
-
-
-def _zone(value: Any) -> Any:
-    if value is not None:
-        load_zone(value)
-    return value
-
-
-def _flag(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ScheduleError(f"enabled must be True or False, got {value!r}")
-    return value
-
-
-def _args(value: Any) -> tuple[Any, ...]:
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        raise ScheduleError(f"args must be a list or tuple, got {value!r}")
-    return tuple(value)
-
-
-def _mapping(label: str, wanted: str) -> Callable[[Any], Any]:
-    def check(value: Any) -> Any:
-        if not isinstance(value, Mapping):
-            raise ScheduleError(f"{label} must be {wanted}, got {value!r}")
-        return value
-
-    return check
-
-
-def _aware(label: str) -> Callable[[Any], Any]:
-    def check(value: Any) -> Any:
-        if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
-            raise ScheduleError(f"{label} must be a timezone-aware datetime, got {value!r}")
-        return value
-
-    return check
-
-
-def _enum_value(value: Any) -> Any:
-    return value.value
-
-
-def _entries(value: Any) -> Any:
-    """Exclusions as a list of entries (a hand-written ``a;b`` text too);
-    text that does not read is shown as it is."""
-    if not value:
-        return None
-    try:
-        return list(exclusion_entries(value))
-    except ValueError:
-        return [value]
-
-
-TEXT = Stored("text")
-JSON = Stored("json")  # text holding JSON
-SECONDS = Stored("seconds")
-INSTANT = Stored("instant")
-WHOLE = Stored("integer")
 
 
 @dataclass(frozen=True)
@@ -148,43 +62,43 @@ class Routine:
     # The schedule's fields (exactly one kind is set): given as the schedule,
     # not as keywords, and taken at the CLI and form as the schedule.
     cron: str | None = option(stored=Stored("string", 255), keyword=None)
-    interval_seconds: float | None = option(stored=SECONDS, keyword=None)
+    interval_seconds: float | None = option(stored=values.SECONDS, keyword=None)
     # None: the configured routines_timezone, resolved when the routine fires.
     timezone: str | None = option(
         stored=Stored("string", 64),
-        check=_zone,
+        check=values.zone,
         entry="text",
         flag="--tz",
         label="Zone",
         words="IANA time zone, e.g. Europe/Rome (default: routines_timezone).",
     )
-    at: datetime | None = option(None, stored=INSTANT, check=_aware("at"))
+    at: datetime | None = option(None, stored=values.INSTANT, check=values.aware("at"))
     """A one-off's instant (aware UTC); then ``cron``/``interval_seconds`` are None."""
     solar: str | None = option(None, stored=Stored("string", 100), keyword=None)
     """A solar schedule as ``"<event> <lat> <lon>"``."""
-    rrule: str | None = option(None, stored=TEXT, keyword=None)
+    rrule: str | None = option(None, stored=values.TEXT, keyword=None)
     """An RFC 5545 rule with a local ``DTSTART``, read in ``timezone``."""
     starts_at: datetime | None = option(
         None,
-        stored=INSTANT,
-        check=_aware("starts_at"),
+        stored=values.INSTANT,
+        check=values.aware("starts_at"),
         entry="instant",
         label="Starts at",
         words="No window before this time (read in the zone).",
     )
     ends_at: datetime | None = option(
         None,
-        stored=INSTANT,
-        check=_aware("ends_at"),
+        stored=values.INSTANT,
+        check=values.aware("ends_at"),
         entry="instant",
         label="Ends at",
         words="No window after this time (read in the zone); then it is done.",
     )
     jitter: int | None = option(
         None,
-        stored=WHOLE,
+        stored=values.WHOLE,
         column="jitter_seconds",
-        check=_optional(_whole_from("jitter", 1, JITTER_LIMIT)),
+        check=values.optional(values.whole_from("jitter", 1, JITTER_LIMIT)),
         entry="whole",
         label="Jitter (s)",
         words="Send each window a fixed 0..N-1 seconds after it.",
@@ -193,16 +107,16 @@ class Routine:
     # Calendars (issue 34): several specs, exclusions, business-day shift
     # (checked together, with the zone: _check_calendar).
     schedules: tuple[str | float, ...] | None = option(
-        None, stored=JSON, keyword=None, to_column=_json_list_or_none
+        None, stored=values.JSON, keyword=None, to_column=values.json_list_or_none
     )
     exclude: tuple[str, ...] = option(
         (),
-        stored=JSON,
-        to_column=_json_list_or_none,
+        stored=values.JSON,
+        to_column=values.json_list_or_none,
         from_column=lambda raw: raw or (),
         entry="lines",
         clears=([],),
-        shown=_entries,
+        shown=values.entries,
         label="Not on",
         words="Not on: a date, a range A..B, a cron, holidays:CC[-SUBDIV] (one a line, or "
         "repeat the flag; empty clears).",
@@ -219,9 +133,9 @@ class Routine:
     args: tuple[Any, ...] = option(
         (),
         stored=Stored("json", server_default="'[]'"),
-        check=_args,
-        to_column=_json_text,
-        from_column=_json_from("args", []),
+        check=values.args,
+        to_column=values.json_text,
+        from_column=values.json_from("args", []),
         entry="json",
         label="Args",
         words='Positional arguments, a JSON list: [1, "a"].',
@@ -229,9 +143,9 @@ class Routine:
     kwargs: Mapping[str, Any] = option(
         factory=dict,
         stored=Stored("json", server_default="'{}'"),
-        check=_mapping("kwargs", "a dict"),
-        to_column=_json_text,
-        from_column=_json_from("kwargs", {}),
+        check=values.mapping("kwargs", "a dict"),
+        to_column=values.json_text,
+        from_column=values.json_from("kwargs", {}),
         entry="json",
         label="Kwargs",
         words='Keyword arguments, a JSON object: {"a": 1}.',
@@ -239,9 +153,9 @@ class Routine:
     options: Mapping[str, Any] = option(
         factory=dict,
         stored=Stored("json", server_default="'{}'"),
-        check=_mapping("options", "a dict of apply_async options"),
-        to_column=_json_text,
-        from_column=_json_from("options", {}),
+        check=values.mapping("options", "a dict of apply_async options"),
+        to_column=values.json_text,
+        from_column=values.json_from("options", {}),
         entry="json",
         label="Options",
         words='apply_async options, a JSON object: {"queue": "q"}.',
@@ -249,8 +163,8 @@ class Routine:
     catch_up: CatchUp = option(
         CatchUp.CATCH_UP,
         stored=Stored("string", 16, "'catch_up'"),
-        check=lambda value: _member(CatchUp, "catch_up", value),
-        to_column=_enum_value,
+        check=lambda value: values.member(CatchUp, "catch_up", value),
+        to_column=values.enum_value,
         entry="choice",
         choices=tuple(c.value for c in CatchUp),
         label="Catch-up",
@@ -259,15 +173,15 @@ class Routine:
     catch_up_cap: int = option(
         25,
         stored=Stored("integer", server_default="25"),
-        check=_whole_from("catch_up_cap", 1, CATCH_UP_CAP_LIMIT),
+        check=values.whole_from("catch_up_cap", 1, CATCH_UP_CAP_LIMIT),
         entry="whole",
         label="Catch-up cap",
         words="At most this many missed windows sent.",
     )
     max_lateness: float | None = option(
         None,
-        stored=SECONDS,
-        check=lambda value: _optional_seconds("max_lateness", value),
+        stored=values.SECONDS,
+        check=lambda value: values.optional_seconds("max_lateness", value),
         entry="duration",
         label="Lateness",
         words="Skip a window sent later than this: 10m, 1h.",
@@ -275,8 +189,8 @@ class Routine:
     overlap: Overlap = option(
         Overlap.SKIP,
         stored=Stored("string", 16, "'skip'"),
-        check=lambda value: _member(Overlap, "overlap", value),
-        to_column=_enum_value,
+        check=lambda value: values.member(Overlap, "overlap", value),
+        to_column=values.enum_value,
         entry="choice",
         choices=tuple(o.value for o in Overlap),
         label="Overlap",
@@ -285,7 +199,7 @@ class Routine:
     max_retries: int = option(
         4,
         stored=Stored("integer", server_default="4"),
-        check=_whole_from("max_retries", 0, MAX_RETRIES_LIMIT),
+        check=values.whole_from("max_retries", 0, MAX_RETRIES_LIMIT),
         entry="whole",
         label="Retries",
         words="Retries after a failure (0: none).",
@@ -293,7 +207,7 @@ class Routine:
     retry_base_seconds: float = option(
         60.0,
         stored=Stored("seconds", server_default="60"),
-        check=lambda value: _seconds("retry_base_seconds", value),
+        check=lambda value: values.seconds("retry_base_seconds", value),
         entry="number",
         flag="--retry-base",
         label="Retry base (s)",
@@ -301,10 +215,10 @@ class Routine:
     )
     ceilings: tuple[Ceiling, ...] = option(
         (),
-        stored=JSON,
+        stored=values.JSON,
         keyword="ceiling",
         column="ceiling",
-        check=lambda v: _ceilings(v),
+        check=lambda v: values.ceilings(v),
         to_column=lambda v: json.dumps([c.as_json() for c in v]) if v else None,
         from_column=lambda raw: parse_ceilings(raw),
         entry="ceilings",
@@ -313,14 +227,18 @@ class Routine:
         words="At most LIMIT [UNIT] per PERIOD: 100/day, '2.5 eur/month' (one a line, or "
         "repeat the flag).",
     )
-    enabled: bool = option(True, stored=Stored("boolean", server_default="true"), check=_flag)
+    enabled: bool = option(True, stored=Stored("boolean", server_default="true"), check=values.flag)
     # Seconds without a sign of life before a run is lost; None: the
     # configured routines_run_timeout.
-    run_timeout: float | None = option(None, stored=SECONDS, check=lambda v: _run_timeout(v))
+    run_timeout: float | None = option(
+        None, stored=values.SECONDS, check=lambda v: values.run_timeout(v)
+    )
     pause_after_failures: int | None = option(
         None,
-        stored=WHOLE,
-        check=_optional(_whole_from("pause_after_failures", 1, PAUSE_AFTER_FAILURES_LIMIT)),
+        stored=values.WHOLE,
+        check=values.optional(
+            values.whole_from("pause_after_failures", 1, PAUSE_AFTER_FAILURES_LIMIT)
+        ),
         entry="whole",
         clears=(0,),
         label="Pause after failures",
@@ -329,8 +247,8 @@ class Routine:
     """Pause the routine after this many consecutive final failures."""
     notify_url: str | None = option(
         None,
-        stored=TEXT,
-        check=_optional(check_notify_url),
+        stored=values.TEXT,
+        check=values.optional(check_notify_url),
         entry="text",
         clears=("none", ""),
         shown=shown_notify_url,
@@ -359,7 +277,7 @@ class Routine:
         if not from_json:
             for label in ("args", "kwargs", "options"):
                 value = getattr(self, label)
-                _require_json(label, list(value) if label == "args" else value)
+                values.require_json(label, list(value) if label == "args" else value)
 
     def columns(self) -> dict[str, Any]:
         """The definition as ``routines`` columns (for the store's upsert)."""
@@ -496,82 +414,3 @@ def _check_calendar(routine: Routine) -> None:
 
 def _instant_option(label: str, value: Any, timezone: str | None) -> datetime | None:
     return None if value is None else parse_at(value, timezone, label)
-
-
-def _member(kind: type[E], label: str, value: Any) -> E:
-    member = kind._value2member_map_.get(value) if isinstance(value, str) else None
-    if member is None:
-        raise ScheduleError(f"{label} must be {choices(kind)}, got {value!r}")
-    return member  # type: ignore[return-value]
-
-
-def _ceilings(value: Any) -> tuple[Ceiling, ...]:
-    items = tuple(value) if isinstance(value, list | tuple) else (value,)
-    for item in items:
-        if not isinstance(item, Ceiling):
-            raise ScheduleError(f"ceiling must be a Ceiling(...) or a list of them, got {item!r}")
-    one_per_unit(items)
-    return items
-
-
-def _require_json(label: str, value: Any) -> None:
-    try:
-        # NaN and Infinity are not JSON: a routine holding them could not be
-        # shown by the API nor read by another JSON parser.
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ScheduleError(f"{label} must be JSON-serialisable ({exc}), got {value!r}") from None
-
-
-def _whole(label: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ScheduleError(f"{label} must be a whole number from {low} to {high}, got {value!r}")
-    return value
-
-
-def _seconds(label: str, value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0 < value <= SECONDS_LIMIT
-    ):
-        # A number shows the same whether it came as 0 or 0.0 (a REAL column
-        # reads back either way), so both doors give the same words.
-        shown = f"{value:g}" if isinstance(value, int | float) else repr(value)
-        raise ScheduleError(
-            f"{label} must be a positive number of seconds (at most a year), got {shown}"
-        )
-    return float(value)
-
-
-def _run_timeout(value: Any) -> float | None:
-    """A run's heartbeat goes out every third of it, so below a second the
-    worker would write to the database several times a second per run."""
-    seconds = _optional_seconds("run_timeout", value)
-    if seconds is not None and seconds < RUN_TIMEOUT_MIN:
-        raise ScheduleError(
-            f"run_timeout must be at least {RUN_TIMEOUT_MIN:g} second (a heartbeat goes out "
-            f"every third of it), got {seconds:g}"
-        )
-    return seconds
-
-
-def _optional_seconds(label: str, value: Any) -> float | None:
-    return None if value is None else _seconds(label, value)
-
-
-def _json_column(label: str, raw: str | None, empty: Any) -> Any:
-    """A JSON column's value (``empty`` for NULL or ''), read as JSON is
-    written: NaN and Infinity refused."""
-    if not raw:
-        return empty
-    try:
-        return json.loads(raw, parse_constant=_not_json)
-    except ValueError as exc:
-        raise ScheduleError(f"{label} is not valid JSON ({exc}): {raw!r}") from None
-
-
-def _not_json(constant: str) -> Any:
-    """Python's json reads NaN and Infinity; JSON has neither."""
-    raise ValueError(f"{constant} is not a JSON number")

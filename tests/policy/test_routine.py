@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from celery_routines import Ceiling, InvalidRoutine, RoutinesError, Scheduler, register
+from celery_routines.policy.option_values import SECONDS_LIMIT
 from celery_routines.policy.routine import (
     CATCH_UP_CAP_LIMIT,
     JITTER_LIMIT,
     MAX_RETRIES_LIMIT,
-    SECONDS_LIMIT,
     Routine,
     define,
 )
