@@ -19,6 +19,7 @@ import click
 from celery_routines.operator.lifecycle_views import ChangeResult
 from celery_routines.operator.output import print_json, table, utc
 from celery_routines.operator.texts import BadOption
+from celery_routines.policy.option_values import not_json
 from celery_routines.policy.options import RoutineOption
 from celery_routines.policy.routine import OPTIONS
 
@@ -32,14 +33,9 @@ def _json_arg(value: str | None, option: str) -> Any:
     if value is None:
         return None
     try:
-        return json.loads(value, parse_constant=_not_json)
+        return json.loads(value, parse_constant=not_json)
     except ValueError as exc:
         raise BadOption(f"{option} must be JSON ({exc}), got {value!r}") from None
-
-
-def _not_json(constant: str) -> Any:
-    """Python's json reads NaN and Infinity; JSON has neither."""
-    raise ValueError(f"{constant} is not a JSON number")
 
 
 def _on_a_terminal() -> bool:

@@ -23,6 +23,7 @@ from celery_routines.operator.manage import new_definition
 from celery_routines.operator.views import window_view
 from celery_routines.operator.windows import take_windows
 from celery_routines.policy.ceilings import parse_ceilings
+from celery_routines.policy.option_values import not_json
 from celery_routines.policy.options import RoutineOption
 from celery_routines.policy.routine import OPTIONS
 from celery_routines.schedules.parse import schedule_of
@@ -154,7 +155,7 @@ def _typed(field: FormField, text: str) -> Any:
         return "\n".join(line.strip() for line in text.splitlines() if line.strip())
     if field.kind == "json":
         try:
-            return json.loads(text, parse_constant=_not_json)
+            return json.loads(text, parse_constant=not_json)
         except ValueError as exc:
             raise ValueError(f"--{field.name} must be JSON ({exc}), got {text!r}") from None
     if field.kind == "whole":
@@ -169,10 +170,6 @@ def _typed(field: FormField, text: str) -> Any:
             raise ValueError(f"{field.name} must be a number, got {text!r}") from None
         return int(number) if number.is_integer() else number
     return text
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not a JSON number")
 
 
 def _type_problem(field: FormField, value: Any) -> str | None:

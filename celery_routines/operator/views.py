@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from celery_routines.policy.option_values import not_json
 from celery_routines.policy.routine import OPTIONS
 from celery_routines.schedules.base import Schedule, is_never
 from celery_routines.schedules.bounds import BoundedSchedule
@@ -277,10 +278,6 @@ def _describe_kind(record: RoutineRecord) -> str:
     return "(none)"
 
 
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not a JSON number")
-
-
 def definition_of(record: RoutineRecord) -> dict[str, Any]:
     """The stored definition as ``show --json`` and the API return it: each
     option by its keyword (``jitter``, ``ceiling``; a schedule's fields by
@@ -291,7 +288,7 @@ def definition_of(record: RoutineRecord) -> dict[str, Any]:
         # Text that is not JSON (NaN and Infinity included) is shown as the
         # text stored: the routine is invalid, and says why.
         try:
-            return json.loads(raw, parse_constant=_not_json) if raw else None
+            return json.loads(raw, parse_constant=not_json) if raw else None
         except ValueError:
             return raw
 
