@@ -231,7 +231,14 @@ class Routine:
     # Seconds without a sign of life before a run is lost; None: the
     # configured routines_run_timeout.
     run_timeout: float | None = option(
-        None, stored=values.SECONDS, check=lambda v: values.run_timeout(v)
+        None,
+        stored=values.SECONDS,
+        check=lambda v: values.run_timeout(v),
+        entry="duration",
+        clears=("none",),
+        label="Run timeout",
+        words="A run with no sign of life for this long is lost: 10m, 2h ('none': "
+        "routines_run_timeout).",
     )
     pause_after_failures: int | None = option(
         None,

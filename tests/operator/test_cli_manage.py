@@ -312,3 +312,21 @@ def test_a_webhook_token_in_a_notify_url_is_not_shown(invoke, store: Store) -> N
     )
     assert "tok3n" not in text
     assert "https://hooks.slack.com/services/***" in text and "https://h/in?***" in text
+
+
+def test_run_timeout_is_set_changed_and_cleared_from_the_cli(invoke, store: Store) -> None:
+    """run_timeout was an option of code and SQL only; declared with an
+    entry, it is a flag of add and edit (and a field of the form and API)."""
+    ok(invoke("add", "sync", "tasks.sync", "--every", "5m", "--run-timeout", "90s"))
+    assert store.routines.by_name("sync").run_timeout == 90.0
+    ok(invoke("edit", "sync", "--run-timeout", "2h"))
+    assert store.routines.by_name("sync").run_timeout == 7200.0
+    ok(invoke("edit", "sync", "--max-retries", "1"))
+    assert store.routines.by_name("sync").run_timeout == 7200.0  # kept by another edit
+    ok(invoke("edit", "sync", "--run-timeout", "none"))
+    assert store.routines.by_name("sync").run_timeout is None
+    line = one_error(invoke("edit", "sync", "--run-timeout", "0.5s"))
+    assert line.startswith("Error: routine 'sync': run_timeout must be at least 1 second")
+    line = one_error(invoke("edit", "sync", "--run-timeout", "soon"))
+    assert "run_timeout" in line and "'soon'" in line
+    assert store.routines.by_name("sync").run_timeout is None

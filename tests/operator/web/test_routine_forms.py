@@ -175,6 +175,21 @@ def test_patch_edits_one_audited_change_and_a_bad_patch_loses_nothing(
     assert renamed.status_code == 422 and "clone" in renamed.json()["fields"]["name"]
 
 
+def test_run_timeout_is_a_field_of_the_api_and_null_clears_it(
+    admin: Routines, store: Store
+) -> None:
+    client = client_for(admin)
+    assert create(client, {**NIGHTLY, "run_timeout": "10m"}).status_code == 201
+    assert row_of(store, "nightly-report")["run_timeout"] == 600.0
+    bad = patch(client, "nightly-report", {"run_timeout": 0.5})
+    assert bad.status_code == 422 and "at least 1 second" in bad.json()["fields"]["run_timeout"]
+    assert row_of(store, "nightly-report")["run_timeout"] == 600.0
+    assert patch(client, "nightly-report", {"run_timeout": None}).status_code == 200
+    assert row_of(store, "nightly-report")["run_timeout"] is None
+    page = client.get("/new", headers=BEARER)
+    assert 'name="run_timeout"' in page.text
+
+
 def test_patch_of_a_routine_owned_by_code_is_409_naming_where(
     admin: Routines, store: Store
 ) -> None:
