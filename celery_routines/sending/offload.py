@@ -372,7 +372,7 @@ def beats_publisher(app: Celery, settings: Settings) -> Publisher:
         # Beat never reads a result (see publish.results_never_awaited).
         return publisher_for(app, settings, subscribe_to_results=False)
 
-    if settings.publish_processes and _embedded_in_a_worker:
+    if settings.publish_processes and not publishing_processes(settings):
         logger.warning(
             "routines_publish_processes = %d ignored: this beat is embedded in a worker"
             " (celery worker -B), and publishes in its own process",
@@ -383,6 +383,12 @@ def beats_publisher(app: Celery, settings: Settings) -> Publisher:
             ProcessPublisher(app, in_this_process, settings.publish_processes), settings
         )
     return monitored(in_this_process(), settings)
+
+
+def publishing_processes(settings: Settings) -> int:
+    """How many processes beat publishes in: ``routines_publish_processes``,
+    or none in a beat embedded in a worker (what the Beats page shows)."""
+    return 0 if _embedded_in_a_worker else settings.publish_processes
 
 
 def monitored(publisher: Publisher, settings: Settings) -> Publisher:

@@ -29,6 +29,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from celery_routines.clock import Clock
+from celery_routines.sending.offload import publishing_processes
 from celery_routines.store.beats import BeatPulse, BeatQueries
 
 logger = logging.getLogger("celery_routines.beat")
@@ -67,7 +68,7 @@ def heartbeat_for(beats: BeatQueries, beat_id: str, clock: Clock, scheduler: Any
         clock,
         every=max(refresh, HEARTBEAT_SECONDS),
         longest_sleep=min(float(scheduler.max_interval), refresh),
-        publish_processes=settings.publish_processes,
+        publish_processes=publishing_processes(settings),
         version=package_version(),
     )
 

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import event, update
 
 from celery_routines import Scheduler, __version__, register
+from celery_routines.sending import offload
 from celery_routines.store import Store
 from celery_routines.store.models import metadata
 from celery_routines.tick.heartbeat import BeatHeartbeat, percentile
@@ -160,3 +161,20 @@ def test_a_beat_that_stops_cleanly_leaves_the_beats_page_and_only_its_own_row(
         assert [row.beat_id for row in left.beats.recent()] == ["other-host:1:x"]
     finally:
         left.dispose()
+
+
+def test_a_beat_embedded_in_a_worker_shows_no_publishing_process(
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`celery worker -B` ignores routines_publish_processes (it publishes in
+    its own process): the Beats page said the configured number."""
+    app = filesystem_app(tmp_path / "broker", database_url)
+    app.conf.routines_publish_processes = 2
+    monkeypatch.setattr(offload, "_embedded_in_a_worker", True)
+    scheduler = Scheduler(app)
+    try:
+        assert heartbeat_of(scheduler).publish_processes == 0
+    finally:
+        scheduler.close()
+    monkeypatch.setattr(offload, "_embedded_in_a_worker", False)
+    assert offload.publishing_processes(scheduler.settings) == 2
