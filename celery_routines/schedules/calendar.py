@@ -34,6 +34,7 @@ from celery_routines.schedules.base import NEVER, ONE_MICROSECOND, Schedule, fir
 from celery_routines.schedules.cron import CronSchedule
 from celery_routines.schedules.exclusions import Exclusions
 from celery_routines.schedules.interval import IntervalSchedule
+from celery_routines.schedules.rrule import RRuleSchedule
 from celery_routines.schedules.union import UnionSchedule
 from celery_routines.schedules.zones import aware_utc, load_zone, local_to_utc_first
 
@@ -318,10 +319,10 @@ def nominal_walls(schedule: Schedule, window: datetime, zone: ZoneInfo) -> set[d
 
     A fixed hour that a spring gap slid (02:30 firing at 03:30 on the day of
     the change) moves as the time it names: moved to a day without a gap it
-    fires at 02:30, not at 03:30 next to that day's own 02:30. A cron knows
-    its wall times; a union asks each spec that fires at ``window``; any
-    other schedule moves the wall time it fired at."""
-    if isinstance(schedule, CronSchedule):
+    fires at 02:30, not at 03:30 next to that day's own 02:30. A cron and an
+    rrule know their wall times; a union asks each spec that fires at
+    ``window``; any other schedule moves the wall time it fired at."""
+    if isinstance(schedule, CronSchedule | RRuleSchedule):
         walls = set(schedule.nominal_walls(window))
         if walls:
             return walls

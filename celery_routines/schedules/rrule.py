@@ -87,6 +87,24 @@ class RRuleSchedule:
                 return candidate
         return NEVER
 
+    def nominal_walls(self, instant: datetime) -> tuple[datetime, ...]:
+        """The rule's local wall times (naive) whose window is ``instant``:
+        its own, or one a spring gap slid to it (an 02:30 occurrence fires
+        at 03:30 on the night of the change). A business-day shift moves
+        these, not the slid time (``calendar.py``)."""
+        instant = aware_utc(instant, "instant")
+        zone = load_zone(self.timezone)
+        wall = instant.astimezone(zone).replace(tzinfo=None)
+        found = []
+        # A gap slides a time later, never earlier: what names ``instant``
+        # is at its wall time or up to a gap before it.
+        for occurrence in self._occurrences_after(wall - SHIFT_MARGIN):
+            if occurrence > wall:
+                break
+            if local_to_utc_first(occurrence, zone) == instant:
+                found.append(occurrence)
+        return tuple(found)
+
     def _occurrences_after(self, wall: datetime) -> Iterator[datetime]:
         """The rule's wall times after ``wall``, in order, walked from the
         anchor when it is at or before ``wall``."""

@@ -336,3 +336,20 @@ def test_exclusions_and_shift_apply_to_the_union() -> None:
     ]
     # 25 Apr (Sat, holiday) -> 24; 30 Apr (Thu); 25 May (Mon); 31 May (Sun) -> 29 May (Fri).
     assert dates == ["2026-04-24", "2026-04-30", "2026-05-25", "2026-05-29"]
+
+
+def test_an_rrule_window_slid_by_a_spring_gap_moves_as_the_time_it_names() -> None:
+    """As a cron's (above), alone and in a union: the rule's Sunday 02:30,
+    slid to 03:30 by Rome's change on 2026-03-29, is Monday's 02:30."""
+    rule = "DTSTART:20260301T023000\nRRULE:FREQ=WEEKLY;BYDAY=SU"
+    alone = schedule_from_columns(None, None, "Europe/Rome", rrule=rule, shift="next_business_day")
+    union = schedule_from_columns(
+        None, None, "Europe/Rome", schedules=[rule, "0 12 * * 1-5"], shift="next_business_day"
+    )
+    for moved in (alone, union):
+        walls = [
+            w.astimezone(ROME).strftime("%a %d %H:%M")
+            for w in moved.windows(utc("2026-03-20 12:00"), utc("2026-04-07 00:00"))
+            if w.astimezone(ROME).hour != 12
+        ]
+        assert walls == ["Mon 23 02:30", "Mon 30 02:30", "Mon 06 02:30"], moved
