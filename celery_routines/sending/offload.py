@@ -404,6 +404,6 @@ _embedded_in_a_worker = False
 
 
 @signals.beat_embedded_init.connect(weak=False)
-def _note_embedded(**_: Any) -> None:
+def _note_embedded(**_: object) -> None:
     global _embedded_in_a_worker
     _embedded_in_a_worker = True

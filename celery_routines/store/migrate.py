@@ -99,7 +99,7 @@ def _quiet_alembic() -> Iterator[None]:
         alembic_logger.setLevel(level)
 
 
-def _log_applied(*, step: Any, **_: Any) -> None:
+def _log_applied(*, step: Any, **_: object) -> None:
     revision = getattr(step, "up_revision", None)
     doc = " ".join(str(getattr(revision, "doc", "") or "").replace("``", "").split())
     logger.info(
