@@ -26,10 +26,13 @@ from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING
 
 from celery_routines.clock import Clock
 from celery_routines.store.beats import BeatPulse, BeatQueries
+
+if TYPE_CHECKING:
+    from celery_routines.beat import Scheduler
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -55,7 +58,9 @@ def package_version() -> str:
         return "unknown"
 
 
-def heartbeat_for(beats: BeatQueries, beat_id: str, clock: Clock, scheduler: Any) -> BeatHeartbeat:
+def heartbeat_for(
+    beats: BeatQueries, beat_id: str, clock: Clock, scheduler: Scheduler
+) -> BeatHeartbeat:
     """The heartbeat of a ``celery_routines.Scheduler``: written at most once
     every ``routines_refresh_seconds`` (the longest it sleeps, or less under a
     smaller ``max_interval``), and at most once every ``HEARTBEAT_SECONDS``."""
