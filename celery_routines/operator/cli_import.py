@@ -8,6 +8,7 @@ parse and print, :mod:`celery_routines.operator.importers` reads and decides.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import click
@@ -217,7 +218,7 @@ def _print_result(result: ImportResult, disabled: bool) -> None:
     click.echo(f"{result.source}: {counts}{tail}")
 
 
-def _next_text(next_run_at: Any) -> str:
+def _next_text(next_run_at: datetime | None) -> str:
     if next_run_at is None:
         return "next window: the first after beat adopts it"
     if is_never(next_run_at):

@@ -117,7 +117,7 @@ def schedule_from_columns(
     return bounded(base, starts_at, ends_at)
 
 
-def parse_specs(value: Any, timezone: str) -> list[str | float]:
+def parse_specs(value: object, timezone: str) -> list[str | float]:
     """``schedule=[...]`` as the ``schedules`` column stores it: each spec
     validated and written as text (a cron expression, an rrule) or seconds."""
     specs: list[str | float] = []
@@ -144,7 +144,7 @@ def parse_specs(value: Any, timezone: str) -> list[str | float]:
     return specs
 
 
-def _union_member(spec: Any, timezone: str) -> Schedule:
+def _union_member(spec: str | float, timezone: str) -> Schedule:
     if isinstance(spec, str):
         return (
             RRuleSchedule(spec, timezone)
@@ -228,7 +228,7 @@ def schedule_of(row: Any, timezone: str) -> Schedule:
     return found
 
 
-def _column_text(value: Any) -> str | None:
+def _column_text(value: str | Iterable[object] | None) -> str | None:
     """A list option (``schedules``, ``exclude``) as its column's JSON text."""
     if value is None or isinstance(value, str):
         return value

@@ -26,13 +26,11 @@ from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from celery_routines.clock import Clock
+from celery_routines.config import Settings
 from celery_routines.store.beats import BeatPulse, BeatQueries
-
-if TYPE_CHECKING:
-    from celery_routines.beat import Scheduler
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -58,8 +56,18 @@ def package_version() -> str:
         return "unknown"
 
 
+class HeartbeatScheduler(Protocol):
+    """What the heartbeat reads of its ``celery_routines.Scheduler`` (named
+    here, not imported: the scheduler imports this module)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def max_interval(self) -> float: ...
+
+
 def heartbeat_for(
-    beats: BeatQueries, beat_id: str, clock: Clock, scheduler: Scheduler
+    beats: BeatQueries, beat_id: str, clock: Clock, scheduler: HeartbeatScheduler
 ) -> BeatHeartbeat:
     """The heartbeat of a ``celery_routines.Scheduler``: written at most once
     every ``routines_refresh_seconds`` (the longest it sleeps, or less under a

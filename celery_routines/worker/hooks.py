@@ -29,7 +29,7 @@ from functools import partial
 from celery import Celery, signals
 from celery.app.task import Context, Task
 from celery.exceptions import Ignore, WorkerLostError
-from celery.worker.request import Request as WorkerRequest
+from celery.worker.request import Request as WorkerRequest  # task_revoked's, not a Context
 
 from celery_routines.clock import Clock, utc_now
 from celery_routines.observe.final_failures import after_final_failure
@@ -191,14 +191,9 @@ def arbitration_clock(store: Store) -> Clock:
 
 
 def record_failure(
-    store: Store,
-    run_id: str,
-    error: str,
-    now: datetime,
-    *,
-    lost: bool,
-    notifier: Notifies | None = None,
-) -> None:
+    store: Store, run_id: str, error: str, now: datetime, *,
+    lost: bool, notifier: Notifies | None = None,
+) -> None:  # fmt: skip
     """``running`` -> ``retrying`` (with ``retry_at``) or ``failed``/``lost``;
     a final one is notified and may pause the routine (pause_after_failures)."""
     ledger = end_run()
@@ -363,7 +358,6 @@ def _on_postrun(task_id: str | None = None, **_: object) -> None:
 
 def _on_revoked(
     sender: Task | None = None,
-    # task_revoked hands the worker's Request, not the task's Context.
     request: WorkerRequest | None = None,
     terminated: bool = False,
     expired: bool = False,
@@ -373,10 +367,8 @@ def _on_revoked(
     as ``failed``, not left open to be declared lost and retried; an expired
     message is a skip (:mod:`celery_routines.worker.expiry`).
     A run beat replaced was closed before beat revoked it: left as it is."""
-    if sender is None or request is None:
-        return
-    routine = routine_of_request(request)
-    if routine is None:
+    routine = None if request is None else routine_of_request(request)
+    if sender is None or request is None or routine is None:
         return
     if expired:
         try:

@@ -90,7 +90,7 @@ def read(url: str, *, key_prefix: str, zone: str, catch_up: str = "latest") -> I
     return plan
 
 
-def _json_object(raw: Any, label: str) -> dict[str, Any]:
+def _json_object(raw: str | bytes, label: str) -> dict[str, Any]:
     """A RedBeat JSON field decoded, or a ScheduleError naming the raw value."""
     try:
         value = json.loads(raw, object_hook=_decoded)
@@ -105,7 +105,7 @@ def _json_object(raw: Any, label: str) -> dict[str, Any]:
     return value
 
 
-def _raw(value: Any, limit: int = 120) -> str:
+def _raw(value: object, limit: int = 120) -> str:
     """A stored value as an error line quotes it: shortened, on one line."""
     text = value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
     return repr(text if len(text) <= limit else text[:limit] + "...")
@@ -286,7 +286,7 @@ def _decoded(obj: dict[str, Any]) -> Any:
     return obj
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
