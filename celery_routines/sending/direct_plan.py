@@ -11,6 +11,7 @@ from typing import Any
 
 from celery import Celery
 from celery.utils.functional import maybe_list
+from kombu import Producer
 from kombu.common import Broadcast
 
 from celery_routines.sending.publish import OutgoingRun
@@ -83,7 +84,11 @@ class Plan:
 
 
 def make_plan(
-    app: Celery, producer: Any, run: OutgoingRun, options: dict[str, Any], templated: bool = True
+    app: Celery,
+    producer: Producer,
+    run: OutgoingRun,
+    options: dict[str, Any],
+    templated: bool = True,
 ) -> Plan:
     """send_task and send_task_message, up to the message (celery/app/base.py,
     celery/app/amqp.py), for one task and one set of routine options; with
