@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,6 +18,9 @@ from celery_routines.operator.importers.plan import ImportPlan, ImportResult
 from celery_routines.operator.output import print_json, utc
 from celery_routines.policy.states import CatchUp
 from celery_routines.schedules.base import is_never
+
+if TYPE_CHECKING:
+    from celery_routines.operator.admin import Routines
 
 dry_run_option = click.option(
     "--dry-run", is_flag=True, help="Print what would be written; write nothing."
@@ -41,9 +44,9 @@ catch_up_option = click.option(
 
 def register_import_commands(
     group: click.Group,
-    admin: Callable[[click.Context], Any],
-    errors: Callable[[Any], Any],
-    json_option: Callable[[Any], Any],
+    admin: Callable[[click.Context], Routines],
+    errors: Callable[[Callable[..., None]], Callable[..., None]],
+    json_option: Callable[[Callable[..., None]], Callable[..., None]],
 ) -> None:
     """Add ``import ...`` and ``export`` to ``group``."""
 
