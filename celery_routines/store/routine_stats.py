@@ -31,10 +31,12 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    CompoundSelect,
     Engine,
     Float,
     Integer,
     String,
+    Subquery,
     and_,
     bindparam,
     case,
@@ -127,7 +129,7 @@ def _ended() -> ColumnElement[int]:
     )
 
 
-def _bucket(day_ends: list[Any], low: int = 0, high: int | None = None) -> Any:
+def _bucket(day_ends: list[Any], low: int = 0, high: int | None = None) -> ColumnElement[int]:
     """The strip day (0 oldest) of a run written after the strip began: the
     first day whose end is after it (the query stops at the last end).
 
@@ -151,7 +153,7 @@ class RoutineStatsQueries:
         self.engine = engine
         self.db = connections_for(engine)
         self._percentile_cont = engine.dialect.name == "postgresql"
-        self._statement: Any = None
+        self._statement: CompoundSelect | None = None
 
     def stats_params(
         self, routine_id: int, since: datetime, until: datetime, bounds: list[datetime]
@@ -166,7 +168,7 @@ class RoutineStatsQueries:
         values.update({f"day_end_{i}": end for i, end in enumerate(bounds[1:])})
         return values
 
-    def stats_select(self) -> Any:
+    def stats_select(self) -> CompoundSelect:
         """The one statement: rows of (kind, state, reason, bucket, runs,
         windows, ended, retry_attempts, celery_retries, value, rank).
 
@@ -176,7 +178,7 @@ class RoutineStatsQueries:
             self._statement = self._build()
         return self._statement
 
-    def _build(self) -> Any:
+    def _build(self) -> CompoundSelect:
         since = bindparam("since", type_=UTCDateTime())
         until = bindparam("until", type_=UTCDateTime())
         strip_start = bindparam("strip_start", type_=UTCDateTime())
@@ -257,7 +259,7 @@ class RoutineStatsQueries:
                 arms.extend(self._ranked_arms(name, r[name]))
         return union_all(*arms)
 
-    def _day(self) -> Any:
+    def _day(self) -> ColumnElement[int]:
         """The strip day of a run (0 oldest): a tree of comparisons with the
         days' ends, local midnights computed in Python and bound as UTC
         instants. Measured on PostgreSQL against converting each row into
@@ -411,7 +413,7 @@ def _round(seconds: float | None) -> float | None:
 LIST_SORTS = ("failure_rate", "lateness")
 
 
-def list_figures(since: datetime) -> Any:
+def list_figures(since: datetime) -> Subquery:
     """Per routine, over the runs written since ``since`` (a range scan of
     ``ix_routine_runs_created``): the failure rate of its ended windows and
     the mean lateness of its windows' sends, to join to a page of routines."""
