@@ -27,7 +27,14 @@ from celery_routines.operator.admin import Routines
 from celery_routines.store import Store
 from celery_routines.store.dialects import is_mysql
 from tests.conftest import FakeClock
-from tests.harness import filesystem_app, insert_routine, published, runs_for, runs_of
+from tests.harness import (
+    filesystem_app,
+    insert_routine,
+    migrated_store,
+    published,
+    runs_for,
+    runs_of,
+)
 from tests.operators import Invoke, add_routine, cli_invoker, make_app
 
 INJECTION = "x'; DROP TABLE routines; --"
@@ -277,10 +284,7 @@ def test_an_unknown_task_name_is_sent_and_becomes_lost_then_retried_within_its_p
 
 @pytest.fixture
 def operator_store(database_url: str) -> Iterator[Store]:
-    store = Store.from_url(database_url)
-    store.migrate()
-    yield store
-    store.dispose()
+    yield from migrated_store(database_url)
 
 
 @pytest.fixture
