@@ -22,7 +22,6 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.sql.dml import ReturningUpdate
 
 import celery_routines.store.mysql as mysql_json
 
@@ -241,7 +240,7 @@ class RoutineQueries:
             )
         return [replace(r, locked_by=holder, locked_until=until) for r in locked]
 
-    def _claim_statement(self) -> ReturningUpdate:
+    def _claim_statement(self) -> Any:
         """:meth:`claim_due`'s statement, built once (parameters: now, holder,
         until, limit): building it afresh cost more than running it."""
         now, holder, arb = cast(Any, [bindparam(key) for key in ("now", "holder", "arb")])
