@@ -26,6 +26,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
@@ -86,7 +87,7 @@ def metrics_address(app: Celery | None) -> str:
     return str(setting(app, ADDRESS_SETTING) or DEFAULT_ADDRESS)
 
 
-def _prometheus() -> Any:
+def _prometheus() -> ModuleType:
     try:
         import prometheus_client
     except ImportError:

@@ -51,7 +51,7 @@ def local(instant: datetime | None) -> str:
     return instant.strftime("%Y-%m-%d %H:%M:%S %Z") if instant else "-"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
     click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())

@@ -10,7 +10,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from celery import Celery
 
@@ -366,7 +365,9 @@ class OperatorSends:
                 f"({spent}); pass --force to send anyway"
             )
 
-    def _log_change(self, name: str, action: str, by: str | None, detail: dict[str, Any]) -> None:
+    def _log_change(
+        self, name: str, action: str, by: str | None, detail: dict[str, object]
+    ) -> None:
         self.store.changes.record(name, action, by or process_user(), self.clock(), detail)
 
     def _dispatch(self, record: RoutineRecord, runs: list[NewRun], how: str) -> list[Dispatched]:

@@ -86,8 +86,8 @@ def schedule_from_columns(
     starts_at: datetime | None = None,
     ends_at: datetime | None = None,
     rrule: str | None = None,
-    schedules: Any = None,
-    exclude: Any = None,
+    schedules: object = None,
+    exclude: object = None,
     shift: str | None = None,
 ) -> Schedule:
     """The schedule of a stored row; exactly one of ``cron``,
@@ -160,7 +160,7 @@ def check_one_kind(
     at: datetime | None,
     solar: str | None,
     rrule: str | None = None,
-    schedules: Any = None,
+    schedules: object = None,
 ) -> None:
     """Exactly one schedule kind is set; the same words for a declaration and a row."""
     kinds = {
@@ -187,7 +187,7 @@ def check_one_kind(
 # Bounded, like the cron answers; only schedules without instants are kept
 # (two readings of a repeated local hour compare equal as Python datetimes).
 SHARED_SCHEDULES_SIZE = 1024
-_shared_schedules: dict[tuple[Any, ...], Schedule] = {}
+_shared_schedules: dict[tuple[object, ...], Schedule] = {}
 
 
 def schedule_of(row: Any, timezone: str) -> Schedule:
