@@ -122,11 +122,11 @@ class Hosts:
     @classmethod
     def configure(
         cls,
-        allowed_hosts: Any = None,
+        allowed_hosts: object = None,
         *,
         bind_host: str | None = None,
-        trusted_origins: Any = None,
-        forwarded_allow_ips: Any = None,
+        trusted_origins: object = None,
+        forwarded_allow_ips: object = None,
     ) -> Hosts:
         """The default allow-list is the loopback names plus ``bind_host``;
         a set ``allowed_hosts`` replaces it. A trusted origin's host is
