@@ -110,7 +110,7 @@ class BeatQueries:
         # Built at the first heartbeat (workers, the CLI and the panel never
         # write one); on PostgreSQL compiled once to the driver's SQL, as the
         # tick's probe is: it runs on most of an idle beat's ticks.
-        self._statement: Any = None
+        self._statement: Insert | None = None
         self._compiled: DriverStatement | None = None
 
     def _now(self, now: datetime | None) -> ColumnElement[datetime]:

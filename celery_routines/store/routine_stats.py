@@ -26,6 +26,7 @@ Measured at 1,000,000 runs in docs/routine-stats.md.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -52,6 +53,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
 
 from ..policy.run_stats import (
@@ -89,7 +91,7 @@ class seconds_between(FunctionElement[float]):
 
 
 @compiles(seconds_between, "postgresql")
-def _seconds_pg(element: Any, compiler: Any, **kw: Any) -> str:
+def _seconds_pg(element: seconds_between, compiler: SQLCompiler, **kw: Any) -> str:
     later, earlier = (compiler.process(arg, **kw) for arg in element.clauses)
     # date_part() is double precision; EXTRACT() is numeric since PostgreSQL
     # 14, and numeric arithmetic over every row cost a third of the statement.
@@ -97,13 +99,13 @@ def _seconds_pg(element: Any, compiler: Any, **kw: Any) -> str:
 
 
 @compiles(seconds_between, "sqlite")
-def _seconds_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
+def _seconds_sqlite(element: seconds_between, compiler: SQLCompiler, **kw: Any) -> str:
     later, earlier = (compiler.process(arg, **kw) for arg in element.clauses)
     return f"((julianday({later}) - julianday({earlier})) * 86400.0)"
 
 
 @compiles(seconds_between)
-def _seconds_mysql(element: Any, compiler: Any, **kw: Any) -> str:
+def _seconds_mysql(element: seconds_between, compiler: SQLCompiler, **kw: Any) -> str:
     later, earlier = (compiler.process(arg, **kw) for arg in element.clauses)
     return f"(TIMESTAMPDIFF(MICROSECOND, {earlier}, {later}) / 1000000.0)"
 
@@ -129,7 +131,9 @@ def _ended() -> ColumnElement[int]:
     )
 
 
-def _bucket(day_ends: list[Any], low: int = 0, high: int | None = None) -> ColumnElement[int]:
+def _bucket(
+    day_ends: Sequence[ColumnElement[datetime]], low: int = 0, high: int | None = None
+) -> ColumnElement[int]:
     """The strip day (0 oldest) of a run written after the strip began: the
     first day whose end is after it (the query stops at the last end).
 
@@ -157,9 +161,9 @@ class RoutineStatsQueries:
 
     def stats_params(
         self, routine_id: int, since: datetime, until: datetime, bounds: list[datetime]
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """The values of :meth:`stats_select`'s parameters."""
-        values: dict[str, Any] = {
+        values: dict[str, object] = {
             "routine_id": routine_id,
             "since": since,
             "until": until,
