@@ -89,7 +89,7 @@ def _connect_worker_side() -> bool:
 # handlers, which act only on messages beat marked as runs: these two cheap
 # handlers import and connect them when a worker starts, and run the handler
 # the signal being sent would have reached had they been connected before it.
-def _on_worker_init(sender: Any = None, **kwargs: Any) -> None:
+def _on_worker_init(sender: object = None, **kwargs: object) -> None:
     from .worker import stopping
 
     # A worker -B whose beat died stops; one whose pool died under a group
@@ -101,7 +101,7 @@ def _on_worker_init(sender: Any = None, **kwargs: Any) -> None:
         hooks.on_worker_init(sender=sender, **kwargs)
 
 
-def _on_worker_process_init(**kwargs: Any) -> None:
+def _on_worker_process_init(**kwargs: object) -> None:
     if _connect_worker_side():
         from .worker import hooks
 

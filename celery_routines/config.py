@@ -179,5 +179,5 @@ def _broker_master_name(app: Celery | None) -> str | None:
     return _optional_text((options or {}).get("master_name"))
 
 
-def _optional_text(raw: Any) -> str | None:
+def _optional_text(raw: object) -> str | None:
     return None if raw is None or str(raw) == "" else str(raw)

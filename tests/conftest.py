@@ -10,6 +10,7 @@ import pytest
 
 from celery_routines.store import Store
 from tests import services
+from tests.harness import migrated_store
 from tests.work import ScheduleWork, count_schedule_work
 
 pytest_plugins = ("celery.contrib.pytest",)
@@ -110,10 +111,7 @@ def database_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def store(database_url: str) -> Iterator[Store]:
-    store = Store.from_url(database_url)
-    store.migrate()
-    yield store
-    store.dispose()
+    yield from migrated_store(database_url)
 
 
 @pytest.fixture(scope="session")

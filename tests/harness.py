@@ -52,6 +52,15 @@ def published(folder: Path) -> list[dict[str, Any]]:
     return messages
 
 
+def migrated_store(url: str) -> Iterator[Store]:
+    """A store on ``url`` with the schema at head, disposed when the caller is
+    done (a fixture's body: ``yield from migrated_store(url)``)."""
+    store = Store.from_url(url)
+    store.migrate()
+    yield store
+    store.dispose()
+
+
 def insert_routine(store: Store, name: str, **columns: Any) -> int:
     """A routine row inserted by plain SQL, as an operator would."""
     values = {"name": name, "task": "tasks.noop", **columns}

@@ -5,17 +5,24 @@ filesystem broker, and the context Celery hands its sub-commands."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from celery import Celery
 from celery.bin.base import CLIContext
+from click.testing import CliRunner, Result
 from sqlalchemy import insert, update
 
+from celery_routines.operator import commands
+from celery_routines.operator.cli import routines
 from celery_routines.store import NewRun, RoutineRecord, Store
 from celery_routines.store.models import ROUTINE_RUNS, ROUTINES
 from tests.harness import filesystem_app
+
+Invoke = Callable[..., Result]
 
 
 def make_app(folder: Path, database_url: str, **conf: Any) -> Celery:
@@ -77,3 +84,33 @@ def add_run(
 def cli_context(app: Celery) -> CLIContext:
     """What ``celery -A proj`` puts in ``ctx.obj`` for its sub-commands."""
     return CLIContext(app=app, no_color=True, workdir=None)
+
+
+def cli_invoker(
+    app: Celery, clock: Callable[[], datetime], monkeypatch: pytest.MonkeyPatch
+) -> Invoke:
+    """Run a ``celery routines`` command as Celery would, with ``app`` in
+    ctx.obj, the commands reading the time from ``clock``."""
+    monkeypatch.setattr(commands, "CLOCK", clock)
+
+    def run(*args: str) -> Result:
+        # catch_exceptions=False: anything but a clean ClickException fails the test.
+        return CliRunner().invoke(
+            routines, list(args), obj=cli_context(app), catch_exceptions=False
+        )
+
+    return run
+
+
+def ok(result: Result) -> str:
+    """The output of a command that must have succeeded."""
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def one_error(result: Result) -> str:
+    """The one line of a command that must have failed cleanly (no traceback)."""
+    assert result.exit_code != 0, result.output
+    assert "Traceback" not in result.output
+    (line,) = result.stderr.strip().splitlines()
+    return line

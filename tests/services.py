@@ -83,16 +83,10 @@ class PostgresDatabases:
 
     def drop(self, url: str) -> None:
         """Drop one database, in the background (see BackgroundDrops)."""
-        name = url.rsplit("/", 1)[1]
-        self.created.remove(name)
-        self._drops.put(name)
+        self._drops.drop(self.created, url)
 
     def drop_all(self) -> None:
-        leftovers = self._drops.finish()
-        with self.admin.connect() as conn:
-            for name in [*self.created, *leftovers]:
-                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        self.admin.dispose()
+        self._drops.drop_all(self.created)
 
 
 class MySQLDatabases:
@@ -170,16 +164,10 @@ class MySQLDatabases:
     def drop(self, url: str) -> None:
         """Drop one database, in the background (see BackgroundDrops): a
         test's leftovers would otherwise accumulate on disk for the whole run."""
-        name = url.rsplit("/", 1)[1]
-        self.created.remove(name)
-        self._drops.put(name)
+        self._drops.drop(self.created, url)
 
     def drop_all(self) -> None:
-        leftovers = self._drops.finish()
-        with self.admin.connect() as conn:
-            for name in [*self.created, *leftovers]:
-                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
-        self.admin.dispose()
+        self._drops.drop_all(self.created)
 
 
 class BackgroundDrops:
@@ -198,6 +186,21 @@ class BackgroundDrops:
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._failed: list[str] = []
+
+    def drop(self, created: list[str], url: str) -> None:
+        """Take ``url``'s database off ``created`` and drop it in the background."""
+        name = url.rsplit("/", 1)[1]
+        created.remove(name)
+        self.put(name)
+
+    def drop_all(self, created: list[str]) -> None:
+        """At the end of the run: drop ``created`` and what the thread failed
+        to drop, then close the admin engine."""
+        leftovers = self.finish()
+        with self.admin.connect() as conn:
+            for name in [*created, *leftovers]:
+                conn.exec_driver_sql(self.statement.format(name))
+        self.admin.dispose()
 
     def put(self, name: str) -> None:
         if self._thread is None:

@@ -42,6 +42,7 @@ from celery_routines.sending.publish import (
 
 if TYPE_CHECKING:  # Sentry's own shapes of a check-in's monitor config
     from sentry_sdk._types import MonitorConfig, MonitorConfigSchedule
+    from sentry_sdk.integrations.celery import CeleryIntegration
 
 logger = logging.getLogger("celery_routines.sentry")
 
@@ -88,7 +89,7 @@ def monitor_config(routine: Routine, default_zone: str, run_timeout: float) -> M
     return config
 
 
-def _integration() -> Any:
+def _integration() -> CeleryIntegration | None:
     """The active client's CeleryIntegration when it monitors beat tasks, else None."""
     import sentry_sdk
     from sentry_sdk.integrations.celery import CeleryIntegration
@@ -99,7 +100,7 @@ def _integration() -> Any:
     return integration
 
 
-def _excluded(integration: Any, name: str) -> bool:
+def _excluded(integration: CeleryIntegration, name: str) -> bool:
     from sentry_sdk.utils import match_regex_list
 
     return bool(match_regex_list(name, integration.exclude_beat_tasks))

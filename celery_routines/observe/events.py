@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from celery import Celery
+from celery.events import EventDispatcher
 
 from celery_routines.observe.notify import DROPPED_WINDOWS, DROPPING_REASONS, Notifies, notifier_for
 from celery_routines.observe.notify import INVALID as NOTIFY_INVALID
@@ -33,7 +34,7 @@ TRIGGERED = "routine-triggered"
 RETIRED = "routine-retired"
 
 
-def _field(value: Any) -> Any:
+def _field(value: object) -> object:
     # Event bodies are serialised with the app's event serializer (JSON).
     return value.isoformat() if isinstance(value, datetime) else value
 
@@ -70,16 +71,16 @@ class NoEvents:
 
     notifier: Notifies | None = None
 
-    def skipped(self, routine: str, **fields: Any) -> None:
+    def skipped(self, routine: str, **fields: object) -> None:
         pass
 
-    def suspended(self, routine: str, **fields: Any) -> None:
+    def suspended(self, routine: str, **fields: object) -> None:
         pass
 
-    def lost(self, routine: str, **fields: Any) -> None:
+    def lost(self, routine: str, **fields: object) -> None:
         pass
 
-    def invalid(self, routine: str, **fields: Any) -> None:
+    def invalid(self, routine: str, **fields: object) -> None:
         pass
 
     def close(self) -> None:
@@ -153,13 +154,13 @@ class RoutineEvents:
             TRIGGERED, routine=routine, run_id=run_id, idempotency_key=idempotency_key, how=how
         )
 
-    def send(self, event_type: str, **fields: Any) -> None:
+    def send(self, event_type: str, **fields: object) -> None:
         # A burst's next batch is written (its skips reported) on another
         # thread while the tick's thread reports late skips (tick/ahead.py).
         with self._lock:
             self._send(event_type, fields)
 
-    def _send(self, event_type: str, fields: dict[str, Any]) -> None:
+    def _send(self, event_type: str, fields: dict[str, object]) -> None:
         try:
             dispatcher = self._get_dispatcher()
             dispatcher.send(event_type, **{k: _field(v) for k, v in fields.items()})
@@ -175,7 +176,7 @@ class RoutineEvents:
             logger.info("routine events are sent again")
             self._failing = False
 
-    def _get_dispatcher(self) -> Any:
+    def _get_dispatcher(self) -> EventDispatcher:
         if self._dispatcher is None:
             self._connection = self.app.connection_for_write()
             # One quick try: an event is not worth holding the tick while the

@@ -26,9 +26,12 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING
 
 from celery_routines.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from celery_routines.store import Store
 
 logger = logging.getLogger("celery_routines.health")
 
@@ -124,7 +127,7 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:300]
 
 
-def store_checker(store: Any, head_revision: str) -> Callable[[], str | None]:
+def store_checker(store: Store, head_revision: str) -> Callable[[], str | None]:
     """``None`` when ``store`` answers at the schema revision ``head_revision``."""
     from celery_routines.store.migrate import current_revision
 
@@ -161,7 +164,7 @@ def probe_handler(health: BeatHealth, base: type[BaseHTTPRequestHandler]) -> typ
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:
+        def log_message(self, format: str, *args: object) -> None:
             pass  # a probe every few seconds is not news
 
     return ProbeHandler

@@ -23,8 +23,10 @@ schedulers in one process (tests, or beat embedded in a worker) never collide.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
@@ -85,7 +87,7 @@ def metrics_address(app: Celery | None) -> str:
     return str(setting(app, ADDRESS_SETTING) or DEFAULT_ADDRESS)
 
 
-def _prometheus() -> Any:
+def _prometheus() -> ModuleType:
     try:
         import prometheus_client
     except ImportError:
@@ -102,7 +104,7 @@ class RoutineMetrics:
         self.refresh_every = timedelta(seconds=refresh_every)
         self._refreshed_at: datetime | None = None
         self._server: Any = None
-        self._thread: Any = None
+        self._thread: threading.Thread | None = None
         self.registry = registry = prom.CollectorRegistry(auto_describe=True)
         counter, gauge, histogram = prom.Counter, prom.Gauge, prom.Histogram
         self.ticks = counter("routines_ticks", "Beat ticks completed.", registry=registry)

@@ -32,11 +32,14 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from celery_routines.clock import Clock, utc_now
 from celery_routines.policy.notify_urls import usable_notify_url
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 logger = logging.getLogger("celery_routines.notify")
 
@@ -79,7 +82,7 @@ def post_json(url: str, body: bytes) -> None:
         reply.read()
 
 
-def _iso(value: Any) -> Any:
+def _iso(value: object) -> object:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
@@ -102,7 +105,7 @@ class Notifier:
         self._post = post
         self._sleep = sleep
         self._monotonic = monotonic
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(QUEUE_LIMIT)
+        self._queue: queue.Queue[dict[str, object] | None] = queue.Queue(QUEUE_LIMIT)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._said_at: float | None = None
@@ -119,11 +122,11 @@ class Notifier:
         run_id: str | None = None,
         state: str | None = None,
         reason: str | None = None,
-        **details: Any,
+        **details: object,
     ) -> None:
         """Queue one notification; never blocks and never raises."""
         try:
-            payload: dict[str, Any] = {
+            payload: dict[str, object] = {
                 "version": 1,
                 "event": event,
                 "routine": routine,
@@ -161,7 +164,7 @@ class Notifier:
             finally:
                 self._queue.task_done()
 
-    def _deliver(self, payload: dict[str, Any]) -> None:
+    def _deliver(self, payload: dict[str, object]) -> None:
         body = json.dumps(payload).encode()
         wait = BACKOFF_START
         for attempt in range(1, TRIES + 1):
@@ -228,7 +231,7 @@ class Notifies(Protocol):
         run_id: str | None = None,
         state: str | None = None,
         reason: str | None = None,
-        **details: Any,
+        **details: object,
     ) -> None: ...
 
 
@@ -308,7 +311,9 @@ def notifier(url: str, panel_url: str | None = None) -> Notifier:
     return found
 
 
-def notifier_for(app: Any, url_of: Callable[[str], str | None] | None = None) -> Notifies | None:
+def notifier_for(
+    app: Celery | None, url_of: Callable[[str], str | None] | None = None
+) -> Notifies | None:
     """Who notifies for ``app``: None when ``routines_notify_url`` is not set
     and no routine's own ``notify_url`` can be read (``url_of``: a store's
     ``streaks.notify_url``)."""

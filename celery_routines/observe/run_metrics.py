@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from celery_routines.store.run_metrics import DUPLICATE, SUSPENDED
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from celery_routines.store import Store
 
 logger = logging.getLogger("celery_routines.metrics")
@@ -42,7 +45,9 @@ START_BUCKETS = (
 class RunMetrics:
     """The workers' side of the runs, read from the database by beat."""
 
-    def __init__(self, prom: Any, registry: Any, settle: float = SETTLE_SECONDS) -> None:
+    def __init__(
+        self, prom: ModuleType, registry: CollectorRegistry, settle: float = SETTLE_SECONDS
+    ) -> None:
         self.settle = timedelta(seconds=settle)
         self._after: datetime | None = None
         self._last_event: int | None = None

@@ -5,12 +5,15 @@ Added to the ``routines`` group by :func:`register_beats_command`."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from celery_routines.operator.beats import beats_of
 from celery_routines.operator.output import print_json, table
+
+if TYPE_CHECKING:
+    from celery_routines.operator.admin import Routines
 
 
 def _ms(value: float | None) -> str:
@@ -19,9 +22,9 @@ def _ms(value: float | None) -> str:
 
 def register_beats_command(
     group: click.Group,
-    admin: Callable[[click.Context], Any],
-    errors: Callable[[Any], Any],
-    json_option: Callable[[Any], Any],
+    admin: Callable[[click.Context], Routines],
+    errors: Callable[[Callable[..., None]], Callable[..., None]],
+    json_option: Callable[[Callable[..., None]], Callable[..., None]],
 ) -> None:
     """Add ``beats`` to ``group``."""
 

@@ -8,7 +8,8 @@ parse and print, :mod:`celery_routines.operator.importers` reads and decides.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +18,9 @@ from celery_routines.operator.importers.plan import ImportPlan, ImportResult
 from celery_routines.operator.output import print_json, utc
 from celery_routines.policy.states import CatchUp
 from celery_routines.schedules.base import is_never
+
+if TYPE_CHECKING:
+    from celery_routines.operator.admin import Routines
 
 dry_run_option = click.option(
     "--dry-run", is_flag=True, help="Print what would be written; write nothing."
@@ -40,9 +44,9 @@ catch_up_option = click.option(
 
 def register_import_commands(
     group: click.Group,
-    admin: Callable[[click.Context], Any],
-    errors: Callable[[Any], Any],
-    json_option: Callable[[Any], Any],
+    admin: Callable[[click.Context], Routines],
+    errors: Callable[[Callable[..., None]], Callable[..., None]],
+    json_option: Callable[[Callable[..., None]], Callable[..., None]],
 ) -> None:
     """Add ``import ...`` and ``export`` to ``group``."""
 
@@ -217,7 +221,7 @@ def _print_result(result: ImportResult, disabled: bool) -> None:
     click.echo(f"{result.source}: {counts}{tail}")
 
 
-def _next_text(next_run_at: Any) -> str:
+def _next_text(next_run_at: datetime | None) -> str:
     if next_run_at is None:
         return "next window: the first after beat adopts it"
     if is_never(next_run_at):

@@ -8,17 +8,20 @@ command runs, so a missing extra is one line naming it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from celery_routines.extras import missing_extra
 
+if TYPE_CHECKING:
+    from celery_routines.operator.admin import Routines
+
 
 def register_web_command(
     group: click.Group,
-    admin: Callable[[click.Context], Any],
-    errors: Callable[[Any], Any],
+    admin: Callable[[click.Context], Routines],
+    errors: Callable[[Callable[..., None]], Callable[..., None]],
 ) -> None:
     """Add ``web`` to ``group``."""
 

@@ -23,7 +23,7 @@ from celery_routines.operator.views import (
 from celery_routines.sending.dispatch import SEND_FAILED
 
 
-def jsonable(value: Any) -> Any:
+def jsonable(value: object) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -38,7 +38,7 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def print_json(value: Any) -> None:
+def print_json(value: object) -> None:
     click.echo(json.dumps(jsonable(value), indent=2))
 
 
@@ -51,7 +51,7 @@ def local(instant: datetime | None) -> str:
     return instant.strftime("%Y-%m-%d %H:%M:%S %Z") if instant else "-"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
     click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
@@ -134,7 +134,7 @@ def fail_if_not_sent(results: Sequence[SendResult]) -> None:
         )
 
 
-def words(value: Any) -> str:
+def words(value: object) -> str:
     """A definition value as a person reads it: no JSON ``null``/``true``."""
     if value is None:
         return "not set"
@@ -151,7 +151,7 @@ def words(value: Any) -> str:
     return repr(value)
 
 
-def ceiling_words(value: Any) -> str:
+def ceiling_words(value: object) -> str:
     if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
         return words(value)
     return (

@@ -10,7 +10,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from celery import Celery
 
@@ -137,19 +136,33 @@ class OperatorSends:
         """Send the routine now, outside its schedule, under a manual key
         (``name@manual:<uuid>``) that can never collide with a window."""
         record = self.lookup.record(name)
+        key = f"{record.name}@manual:{uuid.uuid4()}"
+        result = self._send_one(record, key, 1, None, "trigger", force)
+        self._log_change(record.name, "triggered", by, {"run_id": result.run_id, "force": force})
+        return result
+
+    def _send_one(
+        self,
+        record: RoutineRecord,
+        key: str,
+        attempt: int,
+        scheduled_for: datetime | None,
+        how: str,
+        force: bool,
+    ) -> SendResult:
+        """Send one run of ``record`` now (``how``: trigger or replay), after
+        the before-send checks unless ``force``; ``scheduled_for`` None: now."""
         now = self.clock()
         if not force:
             self._check_may_send(record, 1, now)
         run = NewRun(
             id=str(uuid.uuid4()),
             routine_id=record.id,
-            idempotency_key=f"{record.name}@manual:{uuid.uuid4()}",
-            attempt=1,
-            scheduled_for=now,
+            idempotency_key=key,
+            attempt=attempt,
+            scheduled_for=now if scheduled_for is None else scheduled_for,
         )
-        result = send_result(record, self._dispatch(record, [run], "trigger")[0])
-        self._log_change(record.name, "triggered", by, {"run_id": result.run_id, "force": force})
-        return result
+        return send_result(record, self._dispatch(record, [run], how)[0])
 
     def replay(self, run_id: str, *, force: bool = False, by: str | None = None) -> SendResult:
         """Send a failed, skipped or lost window again, as the next attempt of
@@ -180,17 +193,9 @@ class OperatorSends:
                 f"window {run.idempotency_key} already has attempt {latest.attempt} "
                 f"(run {latest.id}, {latest.state}); replay that one if it fails",
             )
-        now = self.clock()
-        if not force:
-            self._check_may_send(record, 1, now)
-        new = NewRun(
-            id=str(uuid.uuid4()),
-            routine_id=record.id,
-            idempotency_key=run.idempotency_key,
-            attempt=latest.attempt + 1,
-            scheduled_for=run.scheduled_for,
+        result = self._send_one(
+            record, run.idempotency_key, latest.attempt + 1, run.scheduled_for, "replay", force
         )
-        result = send_result(record, self._dispatch(record, [new], "replay")[0])
         detail = {"run_id": run_id, "new_run_id": result.run_id, "force": force}
         self._log_change(record.name, "replayed", by, detail)
         return result
@@ -360,7 +365,9 @@ class OperatorSends:
                 f"({spent}); pass --force to send anyway"
             )
 
-    def _log_change(self, name: str, action: str, by: str | None, detail: dict[str, Any]) -> None:
+    def _log_change(
+        self, name: str, action: str, by: str | None, detail: dict[str, object]
+    ) -> None:
         self.store.changes.record(name, action, by or process_user(), self.clock(), detail)
 
     def _dispatch(self, record: RoutineRecord, runs: list[NewRun], how: str) -> list[Dispatched]:

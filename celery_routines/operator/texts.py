@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import re
 from datetime import timedelta
-from typing import Any
 
 from celery_routines.errors import RoutinesError
 from celery_routines.policy.ceilings import Ceiling
@@ -25,7 +24,7 @@ class BadOption(RoutinesError, ValueError):
     """An option's text cannot be read."""
 
 
-def duration(value: Any, label: str) -> timedelta:
+def duration(value: object, label: str) -> timedelta:
     """A duration from ``5m``/``1h30m``/``7d``/seconds, a number of seconds, or a timedelta."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
@@ -59,7 +58,7 @@ def _seconds_of(text: str, label: str) -> float:
     return sum(float(number) * UNITS[unit] for number, unit in parts)
 
 
-def ceiling(value: Any) -> Ceiling:
+def ceiling(value: object) -> Ceiling:
     """A ``Ceiling`` from ``100/day`` or ``2.5 eur/month`` (or a Ceiling)."""
     if isinstance(value, Ceiling):
         return value

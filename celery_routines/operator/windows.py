@@ -41,28 +41,35 @@ def parse_instant(text: str, timezone: str, now: datetime, *, label: str = "date
     raw = text.strip()
     if raw.lower() == "now":
         return now.astimezone(UTC)
+    age = _AGE.match(raw.lower())
+    if not age:
+        try:
+            parsed = datetime.fromisoformat(raw.replace(" ", "T", 1))
+        except ValueError:
+            raise ValueError(
+                f"{label} {text!r} is not a date: use ISO 8601 such as 2026-11-30, "
+                "2026-11-30T08:00 or 2026-11-30T08:00+01:00, 'now', or an age such as 2h "
+                "or 7d"
+            ) from None
+        return within_calendar(_utc_or_none(parsed, timezone), text, label)
     try:
-        age = _AGE.match(raw.lower())
-        if age:
-            instant = now.astimezone(UTC) - timedelta(
-                **{_AGE_UNITS[age.group(2)]: int(age.group(1))}
-            )
-        else:
-            try:
-                parsed = datetime.fromisoformat(raw.replace(" ", "T", 1))
-            except ValueError:
-                raise ValueError(
-                    f"{label} {text!r} is not a date: use ISO 8601 such as 2026-11-30, "
-                    "2026-11-30T08:00 or 2026-11-30T08:00+01:00, 'now', or an age such as 2h "
-                    "or 7d"
-                ) from None
-            if parsed.tzinfo is None:
-                instant = local_to_utc_first(parsed, load_zone(timezone))
-            else:
-                instant = parsed.astimezone(UTC)
+        instant: datetime | None = now.astimezone(UTC) - timedelta(
+            **{_AGE_UNITS[age.group(2)]: int(age.group(1))}
+        )
     except OverflowError:
         instant = None
     return within_calendar(instant, text, label)
+
+
+def _utc_or_none(moment: datetime, timezone: str) -> datetime | None:
+    """``moment`` as aware UTC (a naive one is a wall time in ``timezone``),
+    or None when that falls outside datetime's range."""
+    try:
+        if moment.tzinfo is None:
+            return local_to_utc_first(moment, load_zone(timezone))
+        return moment.astimezone(UTC)
+    except OverflowError:
+        return None
 
 
 def within_calendar(instant: datetime | None, text: object, label: str) -> datetime:
@@ -125,14 +132,7 @@ def to_instant(value: datetime | str | None, timezone: str, now: datetime, label
         return now.astimezone(UTC)
     if isinstance(value, str):
         return parse_instant(value, timezone, now, label=label)
-    try:
-        if value.tzinfo is None:
-            instant = local_to_utc_first(value, load_zone(timezone))
-        else:
-            instant = value.astimezone(UTC)
-    except OverflowError:
-        instant = None
-    return within_calendar(instant, value, label)
+    return within_calendar(_utc_or_none(value, timezone), value, label)
 
 
 def take_windows(schedule: Schedule, after: datetime, n: int) -> list[datetime]:

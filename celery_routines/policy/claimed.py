@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from celery_routines.policy.catch_up import FirePlan
 from celery_routines.policy.routine import Routine
@@ -97,7 +97,7 @@ class SharedAnswers:
     def __init__(self, most: int = SHARED_ANSWERS) -> None:
         self.most = most
         self._local_windows: dict[tuple[datetime, str], str] = {}
-        self._plans: dict[tuple[Any, ...], tuple[Schedule, FirePlan]] = {}
+        self._plans: dict[tuple[object, ...], tuple[Schedule, FirePlan]] = {}
         self._deadlines: dict[tuple[datetime, timedelta, float], datetime] = {}
 
     def window_key(self, name: str, window: datetime, timezone: str) -> str:
@@ -126,14 +126,14 @@ class SharedAnswers:
             found = self._deadlines[key] = lost_deadline(now + offset, run_timeout)
         return found
 
-    def plan(self, key: tuple[Any, ...], schedule: Schedule) -> FirePlan | None:
+    def plan(self, key: tuple[object, ...], schedule: Schedule) -> FirePlan | None:
         """The plan stored under ``key`` for ``schedule`` (the key holds the
         schedule by identity, checked here: the answer holds it, so its id
         cannot be reused meanwhile)."""
         found = self._plans.get(key)
         return found[1] if found is not None and found[0] is schedule else None
 
-    def keep_plan(self, key: tuple[Any, ...], schedule: Schedule, planned: FirePlan) -> None:
+    def keep_plan(self, key: tuple[object, ...], schedule: Schedule, planned: FirePlan) -> None:
         if len(self._plans) >= self.most:
             self._plans.clear()
         self._plans[key] = (schedule, planned)

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Generic
+from typing import Generic
 
 from celery_routines.policy.catch_up import (
     FirePlan,
@@ -114,7 +114,7 @@ class Decision(Generic[Row]):
 
 
 def plan(
-    claimed: Claimed[Any],
+    claimed: Claimed[Row],
     now: datetime,
     most_per_tick: int | None = None,
     answers: SharedAnswers | None = None,
@@ -160,7 +160,7 @@ def plan(
     return planned
 
 
-def needs_usage(claimed: Claimed[Any], planned: FirePlan) -> bool:
+def needs_usage(claimed: Claimed[Row], planned: FirePlan) -> bool:
     """Whether :func:`decide` needs the routine's ceiling usage."""
     return bool(claimed.routine.ceilings and planned.send)
 
@@ -229,7 +229,7 @@ def decide(
 
 
 def _held_back(
-    claimed: Claimed[Any], planned: FirePlan, facts: Facts, now: datetime, answers: SharedAnswers
+    claimed: Claimed[Row], planned: FirePlan, facts: Facts, now: datetime, answers: SharedAnswers
 ) -> bool:
     """Whether the overlap policy holds every planned window back (an open
     run, under ``skip`` or ``queue``): :func:`_overlap`'s question, asked
@@ -309,7 +309,7 @@ def skip_row(
 
 
 def _overlap_skip(
-    claimed: Claimed[Any], sends: Sequence[NewRun], skips: list[NewRun], new_id: IdFactory
+    claimed: Claimed[Row], sends: Sequence[NewRun], skips: list[NewRun], new_id: IdFactory
 ) -> list[NewRun]:
     """``skips`` with the windows of this tick as one ``skipped`` row, reason
     ``overlap``: the windows a recovery already skipped behind its oldest
@@ -331,7 +331,7 @@ def _overlap_skip(
 # -- 3. takeover -----------------------------------------------------------------------
 
 
-def written_key(decision: Decision[Any]) -> tuple[int, str, int] | None:
+def written_key(decision: Decision[Row]) -> tuple[int, str, int] | None:
     """The due window's row to look up, for a decision that skips the due
     window (a beat that wrote it and died may have left it behind); None
     for the others, which cost no query."""

@@ -9,7 +9,6 @@ an invalid routine with the same words, and its notifications fall back to
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from celery_routines.errors import ScheduleError
@@ -19,7 +18,7 @@ NOTIFY_URL_MAX_LENGTH = 2000
 SCHEMES = ("http", "https")
 
 
-def check_notify_url(value: Any) -> str:
+def check_notify_url(value: object) -> str:
     """``value`` if it is an ``http(s)://host/...`` URL, else :class:`ScheduleError`."""
     if not isinstance(value, str) or not value:
         raise ScheduleError(f"notify_url must be an http:// or https:// URL, got {value!r}")
@@ -43,7 +42,7 @@ def check_notify_url(value: Any) -> str:
     return value
 
 
-def usable_notify_url(value: Any) -> str | None:
+def usable_notify_url(value: object) -> str | None:
     """The URL when it passes :func:`check_notify_url`, else None."""
     try:
         return check_notify_url(value)

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from celery_routines.errors import InvalidRoutine
 from celery_routines.policy.ceilings import Ceiling, Suspension, decide_before_send
@@ -36,6 +36,7 @@ from celery_routines.policy.routine_rows import from_columns
 from celery_routines.policy.runs import (
     QUEUE_RECHECK,
     NewRun,
+    RetryColumnsLike,
     blocked_reason,
     lost_deadline,
     policy_of,
@@ -54,6 +55,17 @@ class RetryingRunLike(RunWindowLike, Protocol):
     def id(self) -> str: ...
     @property
     def reason(self) -> str | None: ...
+
+
+class RetryingRoutineLike(RetryColumnsLike, Protocol):
+    """The stored row of a retrying run's routine (the store's ``RoutineRecord``):
+    its retry columns, overlap policy and zone, and every definition column
+    :func:`~celery_routines.policy.routine_rows.from_columns` reads."""
+
+    @property
+    def overlap(self) -> str: ...
+    @property
+    def timezone(self) -> str | None: ...
 
 
 class RetryVerdict(StrEnum):
@@ -98,7 +110,7 @@ def exclusive(overlap: str) -> bool:
 
 def decide_retry(
     run: RetryingRunLike,
-    routine: Any,
+    routine: RetryingRoutineLike,
     open_keys: Sequence[str],
     now: datetime,
     *,

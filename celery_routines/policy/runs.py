@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from celery_routines.policy.states import Overlap, Reason, RunState, no_retry
 
@@ -51,7 +51,23 @@ class RetryPolicy:
     retired: bool = False
 
 
-def policy_of(routine: Any) -> RetryPolicy:
+class RetryColumnsLike(Protocol):
+    """The columns of a stored routine row that say how it retries (the
+    store's ``RoutineRecord``)."""
+
+    @property
+    def max_retries(self) -> int: ...
+    @property
+    def retry_base_seconds(self) -> float: ...
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def paused(self) -> bool: ...
+    @property
+    def suspended_until(self) -> datetime | None: ...
+
+
+def policy_of(routine: RetryColumnsLike) -> RetryPolicy:
     """The retry policy carried by a stored routine row (a ``RoutineRecord``)."""
     return RetryPolicy(
         max_retries=routine.max_retries,
@@ -146,7 +162,7 @@ def lost_deadline(
     return started_at + timedelta(seconds=lost_after(run_timeout, time_limit))
 
 
-def celery_retry_wait(when: Any, now: datetime) -> timedelta:
+def celery_retry_wait(when: object, now: datetime) -> timedelta:
     """How long until the redelivery of Celery's own ``self.retry()``: its
     ``when`` (seconds or an aware instant; anything else: at once)."""
     if isinstance(when, int | float):

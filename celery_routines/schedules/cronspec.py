@@ -12,7 +12,7 @@ aware-datetime iteration gets fixed-hour crons wrong across DST (it fires
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from functools import lru_cache
@@ -185,13 +185,7 @@ def days_from(spec: CronSpec, first: date) -> Iterator[date]:
     # croniter's get_next is strictly after its start: start one second earlier.
     start = datetime.combine(first, time()) - timedelta(seconds=1)
     walker = croniter(spec.day_expression, start, ret_type=datetime)
-    while True:
-        try:
-            found = walker.get_next(datetime)
-        except (CroniterBadDateError, OverflowError, ValueError):
-            # No match within croniter's 50-year search, or the calendar ran out.
-            return
-        yield found.date()
+    yield from _dates(walker.get_next)
 
 
 def days_until(spec: CronSpec, last: date) -> Iterator[date]:
@@ -201,9 +195,16 @@ def days_until(spec: CronSpec, last: date) -> Iterator[date]:
     except OverflowError:
         start = datetime.combine(last, time(23, 59))
     walker = croniter(spec.day_expression, start, ret_type=datetime)
+    yield from _dates(walker.get_prev)
+
+
+def _dates(step: Callable[[type[datetime]], datetime]) -> Iterator[date]:
+    """The dates of the matches ``step`` walks to (croniter's get_next or
+    get_prev), until it finds none."""
     while True:
         try:
-            found = walker.get_prev(datetime)
+            found = step(datetime)
         except (CroniterBadDateError, OverflowError, ValueError):
+            # No match within croniter's 50-year search, or the calendar ran out.
             return
         yield found.date()

@@ -43,7 +43,7 @@ _RANGE = ".."
 MAX_ENTRIES = 400
 
 
-def exclusion_entries(value: Any) -> tuple[str, ...]:
+def exclusion_entries(value: object) -> tuple[str, ...]:
     """The entries of an ``exclude`` value as written: ``None``, one string
     (entries separated by ``;`` or new lines), a JSON list (a stored column),
     or a list of strings and dates. Not validated yet (see :class:`Exclusions`)."""

@@ -86,8 +86,8 @@ def schedule_from_columns(
     starts_at: datetime | None = None,
     ends_at: datetime | None = None,
     rrule: str | None = None,
-    schedules: Any = None,
-    exclude: Any = None,
+    schedules: object = None,
+    exclude: object = None,
     shift: str | None = None,
 ) -> Schedule:
     """The schedule of a stored row; exactly one of ``cron``,
@@ -117,7 +117,7 @@ def schedule_from_columns(
     return bounded(base, starts_at, ends_at)
 
 
-def parse_specs(value: Any, timezone: str) -> list[str | float]:
+def parse_specs(value: object, timezone: str) -> list[str | float]:
     """``schedule=[...]`` as the ``schedules`` column stores it: each spec
     validated and written as text (a cron expression, an rrule) or seconds."""
     specs: list[str | float] = []
@@ -144,7 +144,7 @@ def parse_specs(value: Any, timezone: str) -> list[str | float]:
     return specs
 
 
-def _union_member(spec: Any, timezone: str) -> Schedule:
+def _union_member(spec: str | float, timezone: str) -> Schedule:
     if isinstance(spec, str):
         return (
             RRuleSchedule(spec, timezone)
@@ -160,7 +160,7 @@ def check_one_kind(
     at: datetime | None,
     solar: str | None,
     rrule: str | None = None,
-    schedules: Any = None,
+    schedules: object = None,
 ) -> None:
     """Exactly one schedule kind is set; the same words for a declaration and a row."""
     kinds = {
@@ -187,7 +187,7 @@ def check_one_kind(
 # Bounded, like the cron answers; only schedules without instants are kept
 # (two readings of a repeated local hour compare equal as Python datetimes).
 SHARED_SCHEDULES_SIZE = 1024
-_shared_schedules: dict[tuple[Any, ...], Schedule] = {}
+_shared_schedules: dict[tuple[object, ...], Schedule] = {}
 
 
 def schedule_of(row: Any, timezone: str) -> Schedule:
@@ -228,7 +228,7 @@ def schedule_of(row: Any, timezone: str) -> Schedule:
     return found
 
 
-def _column_text(value: Any) -> str | None:
+def _column_text(value: str | Iterable[object] | None) -> str | None:
     """A list option (``schedules``, ``exclude``) as its column's JSON text."""
     if value is None or isinstance(value, str):
         return value

@@ -16,7 +16,6 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from celery_routines.errors import ScheduleError
 from celery_routines.schedules.base import (
@@ -100,7 +99,7 @@ class UnionSchedule:
         return sorted(newest)[-n:] if n > 0 else []
 
 
-def spec_list(value: Any) -> list[Any]:
+def spec_list(value: object) -> list[str | float]:
     """The specs of a ``schedules`` column (a JSON list of cron or rrule
     strings and interval seconds) or of a ``schedule=[...]`` declaration."""
     if isinstance(value, str):
@@ -110,11 +109,13 @@ def spec_list(value: Any) -> list[Any]:
             raise ScheduleError(f"schedules is not a valid JSON list ({exc}): {value!r}") from None
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         raise ScheduleError(f"schedules must be a list of specs, got {value!r}")
-    specs = [s.total_seconds() if isinstance(s, timedelta) else s for s in value]
-    for spec in specs:
+    specs: list[str | float] = []
+    for entry in value:
+        spec = entry.total_seconds() if isinstance(entry, timedelta) else entry
         if isinstance(spec, bool) or not isinstance(spec, str | int | float):
             raise ScheduleError(
                 f"schedule list entry {spec!r} must be a cron or rrule string, a timedelta or "
                 "a number of seconds"
             )
+        specs.append(spec)
     return specs

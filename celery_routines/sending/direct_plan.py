@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 from celery.utils.functional import maybe_list
+from kombu import Exchange, Producer, Queue
 from kombu.common import Broadcast
 
 from celery_routines.sending.publish import OutgoingRun
 from celery_routines.sending.task_template import TaskTemplate
+
+if TYPE_CHECKING:
+    from celery.events import EventDispatcher
 
 # send_task's own keywords, which a routine's options may carry (apply_async's).
 SEND_TASK_KEYWORDS = (
@@ -62,28 +67,32 @@ class Plan:
     create_options: dict[str, Any]
     argsrepr_free: bool  # the options set no argsrepr
     reply_to: str | None
-    default_expires: Any
+    default_expires: float | datetime | None  # seconds, or an instant
     retries: int
     properties: dict[str, Any]  # options send_task_message makes message properties
-    exchange: Any
+    exchange: str | Exchange | None
     routing_key: Any
-    qname: Any
-    declare: list[Any] | None
+    qname: str | None
+    declare: list[Queue | Exchange] | None
     # kombu's declaration-cache keys of ``declare``; None: not cacheable.
     declared_keys: list[int] | None
-    retry: Any
+    retry: bool
     retry_policy: dict[str, Any]
     publish_options: dict[str, Any]
-    event_dispatcher: Any
+    event_dispatcher: EventDispatcher | None
     # create_task_message's message, made once (None: made for every message).
     template: TaskTemplate | None = None
     # Can go in a Redis batch's LPUSH (redis_push): the nameless exchange, no compression.
     pushable: bool = False
-    delivery_mode: Any = None  # as Producer.publish resolves it
+    delivery_mode: int | str | None = None  # as Producer.publish resolves it
 
 
 def make_plan(
-    app: Celery, producer: Any, run: OutgoingRun, options: dict[str, Any], templated: bool = True
+    app: Celery,
+    producer: Producer,
+    run: OutgoingRun,
+    options: dict[str, Any],
+    templated: bool = True,
 ) -> Plan:
     """send_task and send_task_message, up to the message (celery/app/base.py,
     celery/app/amqp.py), for one task and one set of routine options; with

@@ -33,7 +33,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from multiprocessing.connection import Connection, Pipe
-from typing import Any, NoReturn
+from types import FrameType
+from typing import NoReturn
 
 from celery import Celery, signals
 from celery.platforms import close_open_fds
@@ -327,7 +328,7 @@ def _serve(
     busy = threading.Event()
     told_to_stop = threading.Event()
 
-    def stop(signum: int, frame: Any) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
         told_to_stop.set()
         if not busy.is_set():
             raise SystemExit(0)
@@ -410,6 +411,6 @@ _embedded_in_a_worker = False
 
 
 @signals.beat_embedded_init.connect(weak=False)
-def _note_embedded(**_: Any) -> None:
+def _note_embedded(**_: object) -> None:
     global _embedded_in_a_worker
     _embedded_in_a_worker = True

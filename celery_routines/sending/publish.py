@@ -23,12 +23,17 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from celery import Celery
 from celery._state import _set_task_join_will_block, task_join_will_block
 from celery.utils.saferepr import saferepr
+from kombu import Connection, Producer
 from kombu.exceptions import EncodeError
+
+if TYPE_CHECKING:
+    # Only named: the worker imports this module without the schedule stack.
+    from celery_routines.policy.routine import Routine
 
 # Message headers that mark a task message as a routine run.
 ROUTINE_HEADER = "routine"
@@ -71,7 +76,7 @@ class OutgoingRun:
     kind: str = "scheduled"  # RunKind: scheduled, backfill, replay or trigger
     # The routine's definition, for a publisher that monitors runs (Sentry
     # Crons, integrations/sentry.py), which drops it before the run is sent.
-    routine: Any = field(default=None, compare=False, repr=False)
+    routine: Routine | None = field(default=None, compare=False, repr=False)
 
 
 class NotSent(Exception):
@@ -151,8 +156,8 @@ class BatchingPublisher(Publisher):
         self.app = app
         # False for beat, which never reads a result (see results_never_awaited).
         self.subscribe_to_results = subscribe_to_results
-        self._connection: Any = None
-        self._producer: Any = None
+        self._connection: Connection | None = None
+        self._producer: Producer | None = None
 
     @cached_property
     def _repr_limits(self) -> tuple[int, int]:
@@ -162,7 +167,7 @@ class BatchingPublisher(Publisher):
         return self.app.amqp.kwargsrepr_maxsize, maxlevels
 
     @property
-    def producer(self) -> Any:
+    def producer(self) -> Producer:
         if self._producer is None:
             self._connection = self.app.connection_for_write()
             self._producer = self.app.amqp.Producer(self._connection, auto_declare=False)
@@ -189,7 +194,7 @@ class BatchingPublisher(Publisher):
                 errors.extend(self._publish_batch(chunk))
         return errors
 
-    def _connected_producer(self) -> Any:
+    def _connected_producer(self) -> Producer:
         """The producer, connected within the publish retry policy, as
         ``send_task`` connects inside its publish's retries: a batch (or
         ``producer.channel``) would connect under kombu's own connection
@@ -326,7 +331,7 @@ def message_options(
 
 def send_with_celery(
     app: Celery,
-    producer: Any,
+    producer: Producer,
     run: OutgoingRun,
     options: dict[str, Any],
     headers: dict[str, Any],

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kombu import Queue
+from kombu import Producer, Queue
 from kombu.serialization import registry
 from kombu.transport.virtual import Channel as _VirtualChannel
 from kombu.utils.json import JSONEncoder
+
+if TYPE_CHECKING:
+    # Only named: kombu's Redis transport needs the redis extra (see redis_channel).
+    from kombu.transport.redis import Channel as RedisChannel
 
 # kombu.utils.json.dumps makes a new encoder per call; its defaults, made once.
 _encode = JSONEncoder().encode
@@ -39,7 +43,7 @@ _PUBLISH_ARGUMENTS = frozenset(
 )
 
 
-def redis_channel(producer: Any) -> Any:
+def redis_channel(producer: Producer) -> RedisChannel | None:
     """The producer's kombu Redis channel if a batch can go out as ``LPUSH``
     es without retries (kombu's own test for batching), else None."""
     channel = producer.channel
@@ -55,7 +59,7 @@ def redis_channel(producer: Any) -> Any:
 class RedisPushes:
     """Envelopes of one batch, by Redis list, until ``flush``."""
 
-    def __init__(self, channel: Any) -> None:
+    def __init__(self, channel: RedisChannel) -> None:
         self.channel = channel
         self._lists: dict[str, list[str]] = {}
         # Per batch: the serialised body of a message with no args and no kwargs.
@@ -130,7 +134,7 @@ class RedisPushes:
             pushed.append(envelope)
         return True
 
-    def _serialised(self, body: Any, serializer: str) -> Any:
+    def _serialised(self, body: object, serializer: str) -> tuple[str, str, Any, Any]:
         """content type, content encoding, payload and the payload encoded
         for the channel (base64), as Producer._prepare and the channel make them."""
         if not isinstance(body, tuple) or len(body) != 3 or serializer != "json":
@@ -145,7 +149,7 @@ class RedisPushes:
             found = self._bodies[key] = self._encoded(body, serializer)
         return found
 
-    def _encoded(self, body: Any, serializer: str) -> tuple[str, str, Any, Any]:
+    def _encoded(self, body: object, serializer: str) -> tuple[str, str, Any, Any]:
         content_type, content_encoding, payload = registry.dumps(body, serializer=serializer)
         if not self._own_augment:
             return content_type, content_encoding, payload, None
@@ -167,7 +171,7 @@ class RedisPushes:
             pipe.execute()
 
 
-def _any_set(embed: dict[str, Any]) -> bool:
+def _any_set(embed: dict[str, object]) -> bool:
     return any(value is not None for value in embed.values())
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
+
+from celery import Celery
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -19,7 +21,7 @@ class CeleryRevoker:
     """``app.control.revoke(..., terminate=True)``: a broadcast every worker
     hears; one that runs the task kills the process running it (prefork)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Celery) -> None:
         self.app = app
 
     def revoke(self, run_ids: Sequence[str]) -> None:

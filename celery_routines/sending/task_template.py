@@ -26,6 +26,8 @@ from celery.utils.nodenames import anon_nodename
 from celery.utils.saferepr import saferepr
 from celery.utils.time import add_seconds_to_datetime, maybe_make_aware
 
+from celery_routines.sending.publish import OutgoingRun
+
 # Options of as_task_v2 that change how a message's own fields are computed.
 _PER_MESSAGE_OPTIONS = frozenset({"now", "timezone", "countdown", "eta", "origin"})
 _PLACEHOLDER_ID = "\x00celery-routines-template\x00"
@@ -84,7 +86,7 @@ class TaskTemplate:
         )
 
     def message(
-        self, app: Celery, run: Any, expires: Any, kwargsrepr: str, reply_to: str
+        self, app: Celery, run: OutgoingRun, expires: Any, kwargsrepr: str, reply_to: str
     ) -> tuple[dict[str, Any], dict[str, Any], tuple[Any, Any, dict[str, Any]]]:
         """What ``create_task_message`` returns for this run (no sent event)."""
         args = run.args or ()

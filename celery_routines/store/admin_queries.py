@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Engine, Select, and_, case, func, select, update
 
-from .connections import connections_for
+from .connections import Connections, connections_for
 from .dialects import is_mysql
 from .models import ROUTINE_RUNS, ROUTINES
 from .records import RUN_RECORD_FIELDS, RunRecord
@@ -44,6 +44,18 @@ def _named(row: Any) -> NamedRun:
         run=_run(row),
         max_attempts=row._mapping["routine_max_retries"] + 1,
     )
+
+
+def pause_routine(db: Connections, routine_id: int, reason: str | None, now: datetime) -> bool:
+    """Pause the routine with ``reason`` unless it is already paused; True if
+    this call paused it (an operator's pause and an automatic one alike)."""
+    stmt = (
+        update(routines)
+        .where(routines.c.id == routine_id, routines.c.paused.is_(False))
+        .values(paused=True, paused_reason=reason, updated_at=now)
+    )
+    with db.write() as conn:
+        return conn.execute(stmt).rowcount == 1
 
 
 class AdminQueries:
@@ -170,13 +182,7 @@ class AdminQueries:
 
     def pause(self, routine_id: int, now: datetime, reason: str | None = None) -> bool:
         """True if the routine was running and is now paused (with ``reason``)."""
-        stmt = (
-            update(routines)
-            .where(routines.c.id == routine_id, routines.c.paused.is_(False))
-            .values(paused=True, paused_reason=reason, updated_at=now)
-        )
-        with self.db.write() as conn:
-            return conn.execute(stmt).rowcount == 1
+        return pause_routine(self.db, routine_id, reason, now)
 
     def resume(
         self, routine_id: int, next_run_at: datetime | None, now: datetime, *, keep_next: bool

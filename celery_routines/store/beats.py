@@ -14,7 +14,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, delete, func, literal, select, type_coerce
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    Insert,
+    bindparam,
+    delete,
+    func,
+    literal,
+    select,
+    type_coerce,
+)
 
 from ..clock import utc_now
 from .compiled import DriverStatement, naive_utc
@@ -100,17 +110,17 @@ class BeatQueries:
         # Built at the first heartbeat (workers, the CLI and the panel never
         # write one); on PostgreSQL compiled once to the driver's SQL, as the
         # tick's probe is: it runs on most of an idle beat's ticks.
-        self._statement: Any = None
+        self._statement: Insert | None = None
         self._compiled: DriverStatement | None = None
 
-    def _now(self, now: datetime | None) -> Any:
+    def _now(self, now: datetime | None) -> ColumnElement[datetime]:
         """``now``, else the database's clock (the process clock on SQLite), as
         a column of a SELECT."""
         if now is None and self._clock is not None:
             return type_coerce(self._clock, UTCDateTime())
         return literal(now or utc_now(), UTCDateTime())
 
-    def _upsert(self) -> Any:
+    def _upsert(self) -> Insert:
         """The heartbeat statement, built once; the database's clock and the
         claims count are bound per call on SQLite only (no clock of its own)."""
         clock = bindparam("db_now", type_=UTCDateTime()) if self._clock is None else self._clock

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Dialect, Engine, func
+from sqlalchemy import Connection, Dialect, Engine, func
 from sqlalchemy.sql.elements import ColumnElement
 
 MYSQL_FAMILY = frozenset({"mysql", "mariadb"})
@@ -58,7 +58,7 @@ def database_clock(dialect: Dialect) -> ColumnElement[Any] | None:
     return None
 
 
-def is_mysql(on: Engine | Dialect | Any) -> bool:
+def is_mysql(on: Engine | Connection | Dialect) -> bool:
     """True for a MySQL or MariaDB engine, dialect or connection."""
     dialect = getattr(on, "dialect", on)
     return getattr(dialect, "name", None) in MYSQL_FAMILY

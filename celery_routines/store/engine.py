@@ -9,14 +9,19 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL, ExceptionContext, make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from ..errors import ConfigurationError
 from .dialects import MYSQL_FAMILY, is_mysql
+
+if TYPE_CHECKING:
+    import sqlite3
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # The driver of a MySQL/MariaDB URL that names none (``mysql://``): the one
@@ -91,11 +96,15 @@ def _ping_if_idle(engine: Engine, idle: float) -> None:
     """
 
     @event.listens_for(engine, "checkin")
-    def _used(_dbapi_connection: Any, record: Any) -> None:
+    def _used(_dbapi_connection: DBAPIConnection, record: ConnectionPoolEntry) -> None:
         record.info["routines_used_at"] = time.monotonic()
 
     @event.listens_for(engine, "checkout")
-    def _ping(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    def _ping(
+        dbapi_connection: DBAPIConnection,
+        record: ConnectionPoolEntry,
+        _proxy: PoolProxiedConnection,
+    ) -> None:
         used_at = record.info.get("routines_used_at")
         if used_at is None or time.monotonic() - used_at < idle:
             return  # fresh from connect, or used a moment ago
@@ -115,7 +124,7 @@ def _ping_if_idle(engine: Engine, idle: float) -> None:
 SESSION_MISMATCH_SQLSTATES = frozenset({"26000", "42P05", "08P01"})
 
 
-def _discard_mismatched_session(context: Any) -> None:
+def _discard_mismatched_session(context: ExceptionContext) -> None:
     """Treat a session mismatch as a lost connection: this connection (only
     this one) is discarded and the next checkout opens a fresh session, so
     one mismatch fails one statement instead of every later tick on it."""
@@ -169,7 +178,7 @@ def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _mysql_engine(parsed: Any) -> Engine:
+def _mysql_engine(parsed: URL) -> Engine:
     if "+" not in parsed.drivername:
         parsed = parsed.set(drivername=f"{parsed.drivername}+{MYSQL_DEFAULT_DRIVER}")
     if "charset" not in parsed.query:
@@ -201,7 +210,7 @@ def _mysql_engine(parsed: Any) -> Engine:
     return engine
 
 
-def _configure_mysql(dbapi_connection: Any, _record: Any) -> None:
+def _configure_mysql(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
     cursor = dbapi_connection.cursor()
     # The tables hold naive UTC (DATETIME(6)); a session in UTC makes the
     # server's own NOW() and any conversion agree with them.
@@ -214,7 +223,7 @@ def _configure_mysql(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def _configure_sqlite(dbapi_connection: Any, _record: Any) -> None:
+def _configure_sqlite(dbapi_connection: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
     # Let SQLAlchemy issue BEGIN itself (see _begin_immediate), per its docs.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
@@ -224,7 +233,7 @@ def _configure_sqlite(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def _begin_immediate(connection: Any) -> None:
+def _begin_immediate(connection: Connection) -> None:
     # Take the write lock at BEGIN: a deferred transaction that reads and then
     # writes can fail with "database is locked" instead of waiting its turn.
     connection.exec_driver_sql("BEGIN IMMEDIATE")

@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, and_, exists, func, select, update
+from sqlalchemy import Engine, and_, exists, func, select
 
 from ..policy.states import RunState
+from .admin_queries import pause_routine
 from .connections import connections_for
 from .models import ROUTINE_RUNS, ROUTINES
 
@@ -73,13 +74,7 @@ class FailureStreakQueries:
 
     def pause(self, routine_id: int, reason: str, now: datetime) -> bool:
         """Pause with ``reason`` unless already paused; True if this call paused it."""
-        stmt = (
-            update(routines)
-            .where(routines.c.id == routine_id, routines.c.paused.is_(False))
-            .values(paused=True, paused_reason=reason, updated_at=now)
-        )
-        with self.db.write() as conn:
-            return conn.execute(stmt).rowcount == 1
+        return pause_routine(self.db, routine_id, reason, now)
 
     def notify_url(self, name: str) -> str | None:
         """The routine's own ``notify_url`` (None: none, or no such routine)."""

@@ -11,13 +11,18 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from .dialects import is_mysql
 from .migrations.env_settings import VERSION_TABLE
+
+if TYPE_CHECKING:
+    # Only named here: the functions import Alembic where they use it.
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationInfo
 
 logger = logging.getLogger("celery_routines.store")
 
@@ -32,7 +37,7 @@ MYSQL_MIGRATION_LOCK = "celery_routines.migrate"
 MYSQL_LOCK_WAIT_SECONDS = 300
 
 
-def _alembic_config() -> Any:
+def _alembic_config() -> Config:
     from alembic.config import Config
 
     config = Config()
@@ -99,7 +104,7 @@ def _quiet_alembic() -> Iterator[None]:
         alembic_logger.setLevel(level)
 
 
-def _log_applied(*, step: Any, **_: Any) -> None:
+def _log_applied(*, step: MigrationInfo, **_: object) -> None:
     revision = getattr(step, "up_revision", None)
     doc = " ".join(str(getattr(revision, "doc", "") or "").replace("``", "").split())
     logger.info(
@@ -109,7 +114,7 @@ def _log_applied(*, step: Any, **_: Any) -> None:
     )
 
 
-def _upgrade_mysql(engine: Engine, config: Any) -> None:
+def _upgrade_mysql(engine: Engine, config: Config) -> None:
     """MySQL commits at every DDL statement, so a lock tied to a transaction
     would end at the first CREATE TABLE: ``GET_LOCK`` belongs to the
     connection and lasts until ``RELEASE_LOCK``. It is taken outside any

@@ -18,9 +18,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from .records import NewRun
 
@@ -125,11 +124,11 @@ def windows(pairs: Iterable[tuple[int, datetime]]) -> str:
     return json.dumps([[rid, instant(at)] for rid, at in sorted(pairs, key=lambda p: p[0])])
 
 
-def ids(values: Sequence[Any]) -> str:
+def ids(values: Sequence[int] | Sequence[str]) -> str:
     return json.dumps(sorted(values))
 
 
-def insert_runs(conn: Any, runs: Sequence[NewRun], now: datetime) -> set[str]:
+def insert_runs(conn: Connection, runs: Sequence[NewRun], now: datetime) -> set[str]:
     """Insert what is new of ``runs`` and learn which rows went in.
 
     ``ON DUPLICATE KEY UPDATE id = id`` turns a clash on the unique

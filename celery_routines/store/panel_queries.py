@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, SupportsFloat
 
 from sqlalchemy import ColumnElement, Engine, and_, func, not_, select, true, union_all
 
@@ -76,7 +76,7 @@ def state_condition(state: str, now: datetime) -> ColumnElement[bool]:
     return conditions[state]
 
 
-def _number(value: Any) -> float | None:
+def _number(value: SupportsFloat | None) -> float | None:
     """A figure as a float (PostgreSQL's numeric averages read as Decimal),
     to the millisecond: SQLite's julianday() arithmetic is exact to ~50 µs."""
     return None if value is None else round(float(value), 3)

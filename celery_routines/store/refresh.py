@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, and_, or_, select, update
+from sqlalchemy import ColumnElement, Engine, Label, and_, or_, select, update
 
 from .connections import connections_for
 from .fingerprint import current_fingerprint, record_columns, schedule_changed
@@ -44,7 +44,7 @@ class RefreshQueries:
     def __init__(self, engine: Engine) -> None:
         self.db = connections_for(engine)
 
-    def changed_column(self) -> Any:
+    def changed_column(self) -> Label[bool]:
         """For the probe: are there routines to refresh?"""
         return select(c.id).where(needs_refresh()).exists().label("changed")
 

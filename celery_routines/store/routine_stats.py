@@ -26,15 +26,18 @@ Measured at 1,000,000 runs in docs/routine-stats.md.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    CompoundSelect,
     Engine,
     Float,
     Integer,
     String,
+    Subquery,
     and_,
     bindparam,
     case,
@@ -50,6 +53,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
 
 from ..policy.run_stats import (
@@ -87,7 +91,7 @@ class seconds_between(FunctionElement[float]):
 
 
 @compiles(seconds_between, "postgresql")
-def _seconds_pg(element: Any, compiler: Any, **kw: Any) -> str:
+def _seconds_pg(element: seconds_between, compiler: SQLCompiler, **kw: Any) -> str:
     later, earlier = (compiler.process(arg, **kw) for arg in element.clauses)
     # date_part() is double precision; EXTRACT() is numeric since PostgreSQL
     # 14, and numeric arithmetic over every row cost a third of the statement.
@@ -95,13 +99,13 @@ def _seconds_pg(element: Any, compiler: Any, **kw: Any) -> str:
 
 
 @compiles(seconds_between, "sqlite")
-def _seconds_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
+def _seconds_sqlite(element: seconds_between, compiler: SQLCompiler, **kw: Any) -> str:
     later, earlier = (compiler.process(arg, **kw) for arg in element.clauses)
     return f"((julianday({later}) - julianday({earlier})) * 86400.0)"
 
 
 @compiles(seconds_between)
-def _seconds_mysql(element: Any, compiler: Any, **kw: Any) -> str:
+def _seconds_mysql(element: seconds_between, compiler: SQLCompiler, **kw: Any) -> str:
     later, earlier = (compiler.process(arg, **kw) for arg in element.clauses)
     return f"(TIMESTAMPDIFF(MICROSECOND, {earlier}, {later}) / 1000000.0)"
 
@@ -127,7 +131,9 @@ def _ended() -> ColumnElement[int]:
     )
 
 
-def _bucket(day_ends: list[Any], low: int = 0, high: int | None = None) -> Any:
+def _bucket(
+    day_ends: Sequence[ColumnElement[datetime]], low: int = 0, high: int | None = None
+) -> ColumnElement[int]:
     """The strip day (0 oldest) of a run written after the strip began: the
     first day whose end is after it (the query stops at the last end).
 
@@ -151,13 +157,13 @@ class RoutineStatsQueries:
         self.engine = engine
         self.db = connections_for(engine)
         self._percentile_cont = engine.dialect.name == "postgresql"
-        self._statement: Any = None
+        self._statement: CompoundSelect | None = None
 
     def stats_params(
         self, routine_id: int, since: datetime, until: datetime, bounds: list[datetime]
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """The values of :meth:`stats_select`'s parameters."""
-        values: dict[str, Any] = {
+        values: dict[str, object] = {
             "routine_id": routine_id,
             "since": since,
             "until": until,
@@ -166,7 +172,7 @@ class RoutineStatsQueries:
         values.update({f"day_end_{i}": end for i, end in enumerate(bounds[1:])})
         return values
 
-    def stats_select(self) -> Any:
+    def stats_select(self) -> CompoundSelect:
         """The one statement: rows of (kind, state, reason, bucket, runs,
         windows, ended, retry_attempts, celery_retries, value, rank).
 
@@ -176,7 +182,7 @@ class RoutineStatsQueries:
             self._statement = self._build()
         return self._statement
 
-    def _build(self) -> Any:
+    def _build(self) -> CompoundSelect:
         since = bindparam("since", type_=UTCDateTime())
         until = bindparam("until", type_=UTCDateTime())
         strip_start = bindparam("strip_start", type_=UTCDateTime())
@@ -257,7 +263,7 @@ class RoutineStatsQueries:
                 arms.extend(self._ranked_arms(name, r[name]))
         return union_all(*arms)
 
-    def _day(self) -> Any:
+    def _day(self) -> ColumnElement[int]:
         """The strip day of a run (0 oldest): a tree of comparisons with the
         days' ends, local midnights computed in Python and bound as UTC
         instants. Measured on PostgreSQL against converting each row into
@@ -411,7 +417,7 @@ def _round(seconds: float | None) -> float | None:
 LIST_SORTS = ("failure_rate", "lateness")
 
 
-def list_figures(since: datetime) -> Any:
+def list_figures(since: datetime) -> Subquery:
     """Per routine, over the runs written since ``since`` (a range scan of
     ``ix_routine_runs_created``): the failure rate of its ended windows and
     the mean lateness of its windows' sends, to join to a page of routines."""

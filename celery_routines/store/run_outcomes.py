@@ -22,6 +22,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Update,
     bindparam,
     case,
     func,
@@ -31,6 +32,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.sql.dml import ReturningUpdate
 
 from ..clock import utc_now
 from .compiled import DriverStatement, naive_utc
@@ -126,10 +128,10 @@ class RunOutcomeQueries:
         return DriverStatement.compile(statement, self.db.engine.dialect)
 
     @cached_property
-    def _claim_start_with_deadline(self) -> Any:
+    def _claim_start_with_deadline(self) -> Update:
         return self._claim_start_statement(bindparam("new_deadline", type_=UTCDateTime()))
 
-    def _claim_start_statement(self, deadline: Any) -> Any:
+    def _claim_start_statement(self, deadline: ColumnElement[datetime] | datetime) -> Update:
         """The claim's UPDATE (parameters: run_id, now, by_worker, retries)."""
         retries: BindParameter[Any] = bindparam("retries")
         return (
@@ -193,7 +195,7 @@ class RunOutcomeQueries:
             row = conn.execute(stmt.returning(c.state)).first()
         return row.state if row is not None else None
 
-    def _outcome_statement(self, state: str) -> Any:
+    def _outcome_statement(self, state: str) -> Update:
         """The outcome's UPDATE for ``state``, built once per state (parameters:
         run_id, finished, error, spend): building it cost more than running it."""
         built = self._outcome_statements
@@ -214,11 +216,11 @@ class RunOutcomeQueries:
         return built[state]
 
     @cached_property
-    def _outcome_statements(self) -> dict[str, Any]:
+    def _outcome_statements(self) -> dict[str, Update]:
         return {}
 
     @cached_property
-    def _succeed_reading_ceiling(self) -> Any:
+    def _succeed_reading_ceiling(self) -> ReturningUpdate:
         ceiling: ColumnElement[Any] = (
             select(routines.c.ceiling).where(routines.c.id == c.routine_id).scalar_subquery()
         )

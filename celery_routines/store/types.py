@@ -38,14 +38,16 @@ class UTCDateTime(TypeDecorator[datetime]):
             return dialect.type_descriptor(mysql.DATETIME(fsp=6))
         return dialect.type_descriptor(self.impl)
 
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
         if value.tzinfo is None:
             raise ValueError(f"naive datetime {value!r} given where an aware instant is needed")
         return value.astimezone(UTC).replace(tzinfo=None)
 
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+    def process_result_value(
+        self, value: datetime | str | None, dialect: Dialect
+    ) -> datetime | None:
         if value is None:
             return None
         if isinstance(value, str):

@@ -26,9 +26,10 @@ from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Protocol
 
 from celery_routines.clock import Clock
+from celery_routines.config import Settings
 from celery_routines.sending.offload import publishing_processes
 from celery_routines.store.beats import BeatPulse, BeatQueries
 
@@ -56,7 +57,19 @@ def package_version() -> str:
         return "unknown"
 
 
-def heartbeat_for(beats: BeatQueries, beat_id: str, clock: Clock, scheduler: Any) -> BeatHeartbeat:
+class HeartbeatScheduler(Protocol):
+    """What the heartbeat reads of its ``celery_routines.Scheduler`` (named
+    here, not imported: the scheduler imports this module)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def max_interval(self) -> float: ...
+
+
+def heartbeat_for(
+    beats: BeatQueries, beat_id: str, clock: Clock, scheduler: HeartbeatScheduler
+) -> BeatHeartbeat:
     """The heartbeat of a ``celery_routines.Scheduler``: written at most once
     every ``routines_refresh_seconds`` (the longest it sleeps, or less under a
     smaller ``max_interval``), and at most once every ``HEARTBEAT_SECONDS``."""

@@ -11,7 +11,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -169,7 +169,7 @@ def close_kept(store: Store) -> None:
         kept.close()
 
 
-def run_statement(store: Store, statement: Callable[[Any], T]) -> T:
+def run_statement(store: Store, statement: Callable[[Connection | None], T]) -> T:
     """Run one of the worker's per-run statements: on the kept connection
     where there is one, else on a connection the store checks out (``None``)."""
     kept = kept_for(store)

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from celery import current_task
+from celery.app.task import Task
 
 from celery_routines.policy.states import RunKind
 from celery_routines.schedules.zones import load_zone
@@ -75,7 +76,7 @@ def current_run() -> RoutineRun | None:
     return found
 
 
-def run_of_request(request: Any, default_zone: str = "UTC") -> RoutineRun | None:
+def run_of_request(request: object, default_zone: str = "UTC") -> RoutineRun | None:
     """The run a task request carries, or None when its message is not a routine run."""
     routine = _header(request, ROUTINE_HEADER)
     key = _header(request, WINDOW_HEADER)
@@ -112,7 +113,7 @@ def run_of_request(request: Any, default_zone: str = "UTC") -> RoutineRun | None
     )
 
 
-def _window(key: str, routine: str, window_at: Any) -> datetime | None:
+def _window(key: str, routine: str, window_at: object) -> datetime | None:
     """The window's UTC instant: from the key (``name@<ISO with offset>``),
     else from the instant a trigger's message carries."""
     text = window_at if isinstance(window_at, str) else None
@@ -130,7 +131,7 @@ def _window(key: str, routine: str, window_at: Any) -> datetime | None:
     return parsed.astimezone(UTC)
 
 
-def _header(request: Any, name: str) -> Any:
+def _header(request: object, name: str) -> Any:  # a header's value, as the message sent it
     headers = getattr(request, "headers", None)
     if isinstance(headers, dict) and name in headers:
         return headers[name]
@@ -138,7 +139,7 @@ def _header(request: Any, name: str) -> Any:
     return getattr(request, name, None)
 
 
-def _default_zone(task: Any) -> str:
+def _default_zone(task: Task) -> str:
     """``routines_timezone`` of the task's app: the zone of a routine that names none."""
     try:
         from celery_routines.worker.stores import settings_for

@@ -25,16 +25,16 @@ import socket
 import threading
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
 
 from celery import Celery, signals
-from celery.app.task import Task
+from celery.app.task import Context, Task
 from celery.exceptions import Ignore, WorkerLostError
+from celery.worker.request import Request as WorkerRequest  # task_revoked's, not a Context
 
 from celery_routines.clock import Clock, utc_now
 from celery_routines.observe.final_failures import after_final_failure
+from celery_routines.observe.notify import Notifies, notifier_for
 from celery_routines.observe.notify import forget_all as forget_notifiers
-from celery_routines.observe.notify import notifier_for
 from celery_routines.policy.runs import (
     after_failure,
     celery_retry_wait,
@@ -77,12 +77,12 @@ def refused_deliveries() -> int:
     return _refused
 
 
-def routine_name_of(task: Any) -> str | None:
+def routine_name_of(task: object) -> str | None:
     """The routine a task message was sent for, or None for ordinary calls."""
     return routine_of_request(getattr(task, "request", None))
 
 
-def routine_of_request(request: Any) -> str | None:
+def routine_of_request(request: object) -> str | None:
     if request is None:
         return None
     headers = getattr(request, "headers", None) or {}
@@ -93,7 +93,7 @@ def routine_of_request(request: Any) -> str | None:
 # -- the claim hook --------------------------------------------------------------
 
 
-def install(task: Any) -> bool:
+def install(task: object) -> bool:
     """Put the run claim in front of ``task``'s body (idempotent).
 
     Wraps a ``before_start`` the user defined (it runs after a granted claim).
@@ -110,7 +110,7 @@ def install(task: Any) -> bool:
         return False  # this class or a base already has it
     user_hook = None if current is Task.before_start else current
 
-    def before_start(self: Task, task_id: str, args: Any, kwargs: Any) -> None:
+    def before_start(self: Task, task_id: str, args: object, kwargs: object) -> None:
         claim_or_refuse(self, task_id)
         if user_hook is not None:
             user_hook(self, task_id, args, kwargs)
@@ -191,8 +191,9 @@ def arbitration_clock(store: Store) -> Clock:
 
 
 def record_failure(
-    store: Store, run_id: str, error: str, now: datetime, *, lost: bool, notifier: Any = None
-) -> None:
+    store: Store, run_id: str, error: str, now: datetime, *,
+    lost: bool, notifier: Notifies | None = None,
+) -> None:  # fmt: skip
     """``running`` -> ``retrying`` (with ``retry_at``) or ``failed``/``lost``;
     a final one is notified and may pause the routine (pause_after_failures)."""
     ledger = end_run()
@@ -245,7 +246,9 @@ def record_failure(
         )
 
 
-def _on_prerun(sender: Any = None, task_id: str | None = None, task: Any = None, **_: Any) -> None:
+def _on_prerun(
+    sender: Task | None = None, task_id: str | None = None, task: Task | None = None, **_: object
+) -> None:
     # Only a fallback: a routine task whose class never got the hook (created
     # after the worker started) still gets its run marked running, although
     # nothing can stop a duplicate delivery's body here.
@@ -267,9 +270,9 @@ def _on_prerun(sender: Any = None, task_id: str | None = None, task: Any = None,
         logger.exception("could not mark run %s running", task_id)
 
 
-def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
+def _on_success(sender: Task | None = None, result: object = None, **_: object) -> None:
     request = getattr(sender, "request", None)
-    if request is None or routine_of_request(request) is None:
+    if sender is None or request is None or routine_of_request(request) is None:
         return
     run_id = request.id
     heartbeat.stop(run_id)
@@ -290,7 +293,7 @@ def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
         _check_ceilings(sender, run_id)
 
 
-def _check_ceilings(task: Any, run_id: str) -> None:
+def _check_ceilings(task: Task, run_id: str) -> None:
     app = task.app
     try:
         store = store_for(app)
@@ -304,7 +307,10 @@ def _check_ceilings(task: Any, run_id: str) -> None:
 
 
 def _on_failure(
-    sender: Any = None, task_id: str | None = None, exception: BaseException | None = None, **_: Any
+    sender: Task | None = None,
+    task_id: str | None = None,
+    exception: BaseException | None = None,
+    **_: object,
 ) -> None:
     if sender is None or task_id is None or routine_name_of(sender) is None:
         # A hard time limit is reported without the request: the run's
@@ -323,7 +329,9 @@ def _on_failure(
     _check_ceilings(sender, task_id)
 
 
-def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: Any) -> None:
+def _on_retry(
+    sender: Task | None = None, request: Context | None = None, reason: object = None, **_: object
+) -> None:
     """Celery's own ``self.retry()``/``autoretry_for``: the same run comes back,
     so it goes back to ``sent``; it is not one of our retries."""
     if sender is None or request is None or routine_name_of(sender) is None:
@@ -343,24 +351,24 @@ def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: 
         logger.exception("could not put run %s back to sent for Celery's retry", request.id)
 
 
-def _on_postrun(task_id: str | None = None, **_: Any) -> None:
+def _on_postrun(task_id: str | None = None, **_: object) -> None:
     # Whatever ended the body (success, failure, Ignore, a retry), its heartbeat ends too.
     heartbeat.stop(task_id)
 
 
 def _on_revoked(
-    sender: Any = None,
-    request: Any = None,
+    sender: Task | None = None,
+    request: WorkerRequest | None = None,
     terminated: bool = False,
     expired: bool = False,
-    **_: Any,
+    **_: object,
 ) -> None:
     """A run revoked by someone (Flower, ``celery control revoke``) is closed
     as ``failed``, not left open to be declared lost and retried; an expired
     message is a skip (:mod:`celery_routines.worker.expiry`).
     A run beat replaced was closed before beat revoked it: left as it is."""
     routine = None if request is None else routine_of_request(request)
-    if sender is None or routine is None:
+    if sender is None or request is None or routine is None:
         return
     if expired:
         try:
@@ -386,7 +394,7 @@ def _on_revoked(
         logger.warning("run %s %s: closed as failed, not retried", request.id, error)
 
 
-def on_worker_init(sender: Any = None, **_: Any) -> None:
+def on_worker_init(sender: object = None, **_: object) -> None:
     app = getattr(sender, "app", None)
     if app is None:
         return
@@ -398,7 +406,7 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
     logger.debug("run claim installed on %d task class(es)", count)
 
 
-def after_fork(**_: Any) -> None:
+def after_fork(**_: object) -> None:
     forget_inherited_connections()
     heartbeat.forget_all()
     counting.forget_all()

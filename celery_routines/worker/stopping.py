@@ -36,10 +36,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
+from billiard.process import BaseProcess
 from celery import signals
 from celery.bootsteps import RUN
+from celery.worker import WorkController
 from celery.worker import state as worker_state
 
 logger = logging.getLogger("celery_routines.worker")
@@ -77,7 +78,7 @@ def connect() -> None:
     _connected = True
 
 
-def runs_our_beat(worker: Any) -> bool:
+def runs_our_beat(worker: object) -> bool:
     """Whether this worker embeds celery-routines' beat (``-B`` with our
     scheduler): a worker with Celery's own beat is left as Celery made it."""
     if getattr(worker, "beat", None) is None:
@@ -88,7 +89,7 @@ def runs_our_beat(worker: Any) -> bool:
     return scheduler == "routines" or scheduler.startswith("celery_routines")
 
 
-def watch_embedded_beat(sender: Any = None, **_: Any) -> None:
+def watch_embedded_beat(sender: object = None, **_: object) -> None:
     """``worker_ready``: watch the embedded beat process, if it is ours."""
     worker = getattr(sender, "controller", None)
     beat = getattr(worker, "beat", None)
@@ -104,7 +105,7 @@ def watch_embedded_beat(sender: Any = None, **_: Any) -> None:
     ).start()
 
 
-def _stopping(worker: Any) -> bool:
+def _stopping(worker: object) -> bool:
     blueprint = getattr(worker, "blueprint", None)
     # Celery's own test: a warm shutdown's status is 0, which is falsy.
     return (
@@ -119,7 +120,7 @@ def _set(flag: object) -> bool:
     return flag is not None and flag is not False
 
 
-def _watch_beat(worker: Any, beat: Any) -> None:
+def _watch_beat(worker: WorkController, beat: BaseProcess) -> None:
     while True:
         status = beat.exitcode  # polls the child (WNOHANG), never blocks
         if _stopping(worker):
@@ -141,7 +142,7 @@ def _watch_beat(worker: Any, beat: Any) -> None:
     worker_state.should_stop = 1
 
 
-def watch_exit(sender: Any = None, **_: Any) -> None:
+def watch_exit(sender: WorkController | None = None, **_: object) -> None:
     """``worker_shutdown``: the worker has stopped; from here the process only
     exits. Watch that it does (in a worker that embeds our beat)."""
     if not runs_our_beat(sender):
@@ -153,7 +154,7 @@ def watch_exit(sender: Any = None, **_: Any) -> None:
 _exit_watch_started = threading.Lock()
 
 
-def _start_exit_watch(worker: Any, exitcode: int | None) -> None:
+def _start_exit_watch(worker: WorkController, exitcode: int | None) -> None:
     """One watcher per process, from ``worker_ready`` (or, when the worker
     never got ready, from ``worker_shutdown``)."""
     if not _exit_watch_started.acquire(blocking=False):
@@ -166,7 +167,7 @@ def _start_exit_watch(worker: Any, exitcode: int | None) -> None:
     ).start()
 
 
-def _exit_status(worker: Any) -> int:
+def _exit_status(worker: WorkController) -> int:
     """The status the worker exits with: its own, else the one its signal
     handler chose (warm shutdown: 0 for SIGTERM, 1 for SIGINT)."""
     for value in (getattr(worker, "exitcode", None), worker_state.should_stop):
@@ -175,7 +176,7 @@ def _exit_status(worker: Any) -> int:
     return 0
 
 
-def _watch_exit(main: threading.Thread, worker: Any, exitcode: int | None) -> None:
+def _watch_exit(main: threading.Thread, worker: WorkController, exitcode: int | None) -> None:
     stuck_since: float | None = None
     stop_began: float | None = None
     pool = PoolProcesses(worker)
@@ -235,10 +236,10 @@ class PoolProcesses:
     stop; one killed with the stop's signal does. An ended process is let go
     once looked at, so a pool that recycles its processes keeps nothing."""
 
-    def __init__(self, worker: Any, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, worker: WorkController, clock: Callable[[], float] = time.monotonic) -> None:
         self._worker = worker
         self._clock = clock
-        self._live: dict[int, Any] = {}
+        self._live: dict[int, BaseProcess] = {}
         # Ended, but still in the pool's list until the pool joins them.
         self._ended: set[int] = set()
         self._last_killed_at: float | None = None
@@ -266,7 +267,7 @@ class PoolProcesses:
         return killed is not None and killed >= stop_began - SIGNAL_GRACE_SECONDS
 
 
-def _exit_code(process: Any) -> int | None:
+def _exit_code(process: BaseProcess) -> int | None:
     with contextlib.suppress(Exception):
         code = process.exitcode
         return code if isinstance(code, int) else None

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from celery.app.task import Task
+from celery.app.task import Context, Task
 
 from celery_routines.sending.publish import RUN_TIMEOUT_HEADER
 
 
-def run_timeout_of(request: Any, configured: float) -> float:
+def run_timeout_of(request: Context, configured: float) -> float:
     """The routine's own ``run_timeout`` (a message header beat sets), else
     ``configured`` (``routines_run_timeout``): how long the run may show no sign of life."""
     headers = getattr(request, "headers", None) or {}
@@ -23,7 +21,7 @@ def run_timeout_of(request: Any, configured: float) -> float:
     return configured
 
 
-def hard_time_limit(task: Task, request: Any) -> float | None:
+def hard_time_limit(task: Task, request: Context) -> float | None:
     limits = getattr(request, "timelimit", None) or (None, None)
     hard = limits[0] if isinstance(limits, list | tuple) and limits else None
     return hard or task.time_limit or task.app.conf.task_time_limit

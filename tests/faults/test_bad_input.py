@@ -11,26 +11,31 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 from sqlalchemy import inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from celery_routines import InvalidRoutine, Scheduler, register
 from celery_routines.errors import RoutinesError
-from celery_routines.operator import commands
 from celery_routines.operator.admin import Routines
-from celery_routines.operator.cli import routines
 from celery_routines.store import Store
 from celery_routines.store.dialects import is_mysql
 from tests.conftest import FakeClock
-from tests.harness import filesystem_app, insert_routine, published, runs_for, runs_of
-from tests.operators import add_routine, cli_context, make_app
+from tests.harness import (
+    filesystem_app,
+    insert_routine,
+    migrated_store,
+    published,
+    runs_for,
+    runs_of,
+)
+from tests.operators import Invoke, add_routine, cli_invoker, make_app
 
 INJECTION = "x'; DROP TABLE routines; --"
 LONG_NAME = "n" * 10_000
@@ -276,15 +281,10 @@ def test_an_unknown_task_name_is_sent_and_becomes_lost_then_retried_within_its_p
 
 # -- the operator's doors: the CLI and the admin API -------------------------------
 
-Invoke = Callable[..., Result]
-
 
 @pytest.fixture
 def operator_store(database_url: str) -> Iterator[Store]:
-    store = Store.from_url(database_url)
-    store.migrate()
-    yield store
-    store.dispose()
+    yield from migrated_store(database_url)
 
 
 @pytest.fixture
@@ -295,15 +295,7 @@ def invoke(
     clock: FakeClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Invoke:
-    app = make_app(tmp_path / "broker", database_url)
-    monkeypatch.setattr(commands, "CLOCK", clock)
-
-    def run(*args: str) -> Result:
-        return CliRunner().invoke(
-            routines, list(args), obj=cli_context(app), catch_exceptions=False
-        )
-
-    return run
+    return cli_invoker(make_app(tmp_path / "broker", database_url), clock, monkeypatch)
 
 
 def one_line_error(result: Result, *fragments: str) -> str:

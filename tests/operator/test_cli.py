@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,10 +19,9 @@ from celery_routines.store import Store
 from tests.conftest import FakeClock
 from tests.e2e import processes
 from tests.harness import published
-from tests.operators import add_routine, add_run, cli_context, make_app
+from tests.operators import Invoke, add_routine, add_run, cli_context, cli_invoker, make_app, ok
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-Invoke = Callable[..., Result]
 
 
 @pytest.fixture
@@ -40,21 +38,7 @@ def invoke(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Invoke:
     """Run a ``celery routines`` command as Celery would, with the app in ctx.obj."""
-    app = make_app(broker_folder, database_url)
-    monkeypatch.setattr(commands, "CLOCK", clock)
-
-    def run(*args: str) -> Result:
-        # catch_exceptions=False: anything but a clean ClickException fails the test.
-        return CliRunner().invoke(
-            routines, list(args), obj=cli_context(app), catch_exceptions=False
-        )
-
-    return run
-
-
-def ok(result: Result) -> str:
-    assert result.exit_code == 0, result.output
-    return result.stdout
+    return cli_invoker(make_app(broker_folder, database_url), clock, monkeypatch)
 
 
 def fails_with(result: Result, *fragments: str) -> str:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
-
-from sqlalchemy import update
 
 from celery_routines.store import Store
 from tests.operator import test_cli
-from tests.store.test_beats import pulse
+from tests.store.test_beats import two_beats
 
 # The command runner of tests/operator/test_cli.py (fixtures).
 invoke, broker_folder = test_cli.invoke, test_cli.broker_folder
@@ -21,16 +18,7 @@ def test_beats_lists_live_and_stale_beats_and_prints_json(
     store: Store,
 ) -> None:
     assert invoke("beats").output.strip() == "no beat ticked in the last hour"
-    now = datetime.now(UTC)
-    store.beats.beat(pulse("host-a:101:live"), now)
-    store.beats.beat(pulse("host-b:202:dead", host="host-b", pid=202), now)
-    table = store.beats.table
-    with store.engine.begin() as conn:
-        conn.execute(
-            update(table)
-            .where(table.c.beat_id == "host-b:202:dead")
-            .values(last_tick_at=now - timedelta(seconds=45))
-        )
+    two_beats(store)
     lines = invoke("beats").output.splitlines()
     assert lines[0].split()[:3] == ["STATE", "HOST", "PID"]
     by_host = {host: line for line in lines[1:] for host in ("host-a", "host-b") if host in line}

@@ -8,41 +8,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 from sqlalchemy import update
 
 from celery_routines import register
-from celery_routines.operator import commands
-from celery_routines.operator.cli import routines
 from celery_routines.store import Store
 from celery_routines.store.models import ROUTINES
 from tests.conftest import FakeClock
-from tests.operators import add_routine, add_run, cli_context, make_app
+from tests.operators import add_routine, add_run, cli_invoker, make_app, ok, one_error
 
 
 @pytest.fixture
 def invoke(store: Store, database_url: str, tmp_path: Path, clock: FakeClock, monkeypatch):
-    app = make_app(tmp_path / "broker", database_url)
-    monkeypatch.setattr(commands, "CLOCK", clock)
-
-    def run(*args: str) -> Result:
-        return CliRunner().invoke(
-            routines, list(args), obj=cli_context(app), catch_exceptions=False
-        )
-
-    return run
-
-
-def ok(result: Result) -> str:
-    assert result.exit_code == 0, result.output
-    return result.stdout
-
-
-def one_error(result: Result) -> str:
-    assert result.exit_code != 0, result.output
-    (line,) = result.stderr.strip().splitlines()
-    assert "Traceback" not in result.output
-    return line
+    return cli_invoker(make_app(tmp_path / "broker", database_url), clock, monkeypatch)
 
 
 def test_add_edit_disable_enable_delete_and_history(invoke, store: Store) -> None:

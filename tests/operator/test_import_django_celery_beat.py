@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 from celery_routines import Scheduler
 from celery_routines.config import Settings
@@ -21,7 +21,7 @@ from celery_routines.operator.cli import routines
 from tests.conftest import FakeClock
 from tests.harness import published, recorded_changes
 from tests.operator.dcb import DCB
-from tests.operators import add_routine, cli_context, make_app
+from tests.operators import add_routine, cli_context, cli_invoker, make_app, ok, one_error
 
 NOW = datetime(2026, 10, 24, 12, 0, tzinfo=UTC)
 
@@ -44,27 +44,7 @@ def admin(routines_url: str, clock: FakeClock) -> Iterator[Routines]:
 
 @pytest.fixture
 def invoke(routines_url: str, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
-    app = make_app(tmp_path / "broker", routines_url)
-    monkeypatch.setattr(commands, "CLOCK", clock)
-
-    def run(*args: str) -> Result:
-        return CliRunner().invoke(
-            routines, list(args), obj=cli_context(app), catch_exceptions=False
-        )
-
-    return run
-
-
-def ok(result: Result) -> str:
-    assert result.exit_code == 0, result.output
-    return result.stdout
-
-
-def one_error(result: Result) -> str:
-    assert result.exit_code != 0, result.output
-    assert "Traceback" not in result.output
-    (line,) = result.stderr.strip().splitlines()
-    return line
+    return cli_invoker(make_app(tmp_path / "broker", routines_url), clock, monkeypatch)
 
 
 def utc(*args: int) -> datetime:

@@ -11,17 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 from sqlalchemy import select
 
 from celery_routines.config import Settings
-from celery_routines.operator import commands
 from celery_routines.operator.admin import Routines
-from celery_routines.operator.cli import routines
 from celery_routines.store.models import ROUTINES
 from tests.conftest import FakeClock
 from tests.harness import recorded_changes
-from tests.operators import add_routine, cli_context, make_app
+from tests.operators import add_routine, cli_invoker, make_app, ok, one_error
 
 
 @pytest.fixture
@@ -32,27 +29,7 @@ def admin(store, database_url: str, clock: FakeClock) -> Iterator[Routines]:
 
 @pytest.fixture
 def invoke(store, database_url: str, tmp_path: Path, clock: FakeClock, monkeypatch):
-    app = make_app(tmp_path / "broker", database_url)
-    monkeypatch.setattr(commands, "CLOCK", clock)
-
-    def run(*args: str) -> Result:
-        return CliRunner().invoke(
-            routines, list(args), obj=cli_context(app), catch_exceptions=False
-        )
-
-    return run
-
-
-def ok(result: Result) -> str:
-    assert result.exit_code == 0, result.output
-    return result.stdout
-
-
-def one_error(result: Result) -> str:
-    assert result.exit_code != 0, result.output
-    assert "Traceback" not in result.output
-    (line,) = result.stderr.strip().splitlines()
-    return line
+    return cli_invoker(make_app(tmp_path / "broker", database_url), clock, monkeypatch)
 
 
 def every_kind(admin: Routines) -> None:

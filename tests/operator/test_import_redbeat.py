@@ -12,14 +12,11 @@ from zoneinfo import ZoneInfo
 import pytest
 from celery import Celery
 from celery.schedules import crontab, schedule
-from click.testing import CliRunner, Result
 
 from celery_routines.config import Settings
-from celery_routines.operator import commands
 from celery_routines.operator.admin import Routines
-from celery_routines.operator.cli import routines
 from tests.conftest import FakeClock
-from tests.operators import cli_context, make_app
+from tests.operators import cli_invoker, make_app, ok
 
 redbeat = pytest.importorskip("redbeat")
 
@@ -51,20 +48,9 @@ def admin(routines_url: str, clock: FakeClock) -> Iterator[Routines]:
 
 @pytest.fixture
 def invoke(routines_url: str, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
-    app = make_app(tmp_path / "broker", routines_url, timezone="Europe/Rome")
-    monkeypatch.setattr(commands, "CLOCK", clock)
-
-    def run(*args: str) -> Result:
-        return CliRunner().invoke(
-            routines, list(args), obj=cli_context(app), catch_exceptions=False
-        )
-
-    return run
-
-
-def ok(result: Result) -> str:
-    assert result.exit_code == 0, result.output
-    return result.stdout
+    return cli_invoker(
+        make_app(tmp_path / "broker", routines_url, timezone="Europe/Rome"), clock, monkeypatch
+    )
 
 
 def save(app: Celery, name: str, task: str, every: object, **fields: object) -> None:

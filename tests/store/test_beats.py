@@ -32,6 +32,22 @@ def pulse(beat_id: str = "host-a:101:abcd", **changes: Any) -> BeatPulse:
     return BeatPulse(**values)
 
 
+def two_beats(store: Store) -> None:
+    """A live beat on host-a, and one on host-b silent for 45 s (over its 30 s)."""
+    now = datetime.now(UTC)
+    store.beats.beat(pulse("host-a:101:live"), now)
+    store.beats.beat(pulse("host-b:202:dead", host="host-b", pid=202), now)
+    table = store.beats.table
+    with store.engine.begin() as conn:
+        conn.execute(
+            update(table)
+            .where(table.c.beat_id == "host-b:202:dead")
+            .values(
+                last_tick_at=now - timedelta(seconds=45), beat_clock_at=now - timedelta(seconds=45)
+            )
+        )
+
+
 def statements_of(store: Store, call: Any) -> list[str]:
     seen: list[str] = []
 

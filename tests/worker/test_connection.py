@@ -22,15 +22,13 @@ from celery_routines.clock import utc_now
 from celery_routines.store import Store
 from celery_routines.worker import hooks as worker
 from celery_routines.worker.connection import KeptConnection
+from tests.harness import migrated_store
 from tests.worker.runs import cut, kept_backend_pid, routine_task, sent_run
 
 
 @pytest.fixture
 def pg_store(postgres_url: str) -> Iterator[Store]:
-    store = Store.from_url(postgres_url)
-    store.migrate()
-    yield store
-    store.dispose()
+    yield from migrated_store(postgres_url)
 
 
 @pytest.fixture

@@ -110,25 +110,26 @@ def database_url_of(entry: Mapping[str, Any], alias: str = "default") -> str:
 
 def _postgres_driver() -> str:
     """psycopg 3 when installed (Django prefers it too), else psycopg2."""
-    import importlib.util
-
-    if importlib.util.find_spec("psycopg") is not None:
-        return "psycopg"
-    if importlib.util.find_spec("psycopg2") is not None:
-        return "psycopg2"
-    raise ConfigurationError(
-        "a PostgreSQL database needs psycopg: pip install 'celery-routines[postgres]'"
+    return _first_installed(
+        (("psycopg", "psycopg"), ("psycopg2", "psycopg2")),
+        "a PostgreSQL database needs psycopg: pip install 'celery-routines[postgres]'",
     )
 
 
 def _mysql_driver() -> str:
     """PyMySQL (the mysql extra), else mysqlclient, which Django itself uses."""
+    return _first_installed(
+        (("pymysql", "pymysql"), ("MySQLdb", "mysqldb")),
+        "a MySQL/MariaDB database needs a driver: pip install 'celery-routines[mysql]'",
+    )
+
+
+def _first_installed(drivers: tuple[tuple[str, str], ...], missing: str) -> str:
+    """The SQLAlchemy driver name of the first (module, driver) whose module
+    is installed, in the order of preference; else ConfigurationError(missing)."""
     import importlib.util
 
-    if importlib.util.find_spec("pymysql") is not None:
-        return "pymysql"
-    if importlib.util.find_spec("MySQLdb") is not None:
-        return "mysqldb"
-    raise ConfigurationError(
-        "a MySQL/MariaDB database needs a driver: pip install 'celery-routines[mysql]'"
-    )
+    for module, driver in drivers:
+        if importlib.util.find_spec(module) is not None:
+            return driver
+    raise ConfigurationError(missing)

@@ -19,13 +19,14 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -34,10 +35,18 @@ from celery_routines.contrib.django import django_database_url
 from celery_routines.contrib.django.models import Routine, RoutineRun
 from celery_routines.errors import RoutinesError
 
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from celery_routines.operator.admin import Routines
+    from celery_routines.operator.lifecycle_views import ChangeResult
+    from celery_routines.operator.views import RoutineSummary
+    from celery_routines.store import Store
+
 # The summaries of the changelist being drawn (list_display callables get
 # only the row): one admin-API read per page, per thread.
 _page = threading.local()
-_stores: dict[str, Any] = {}
+_stores: dict[str, Store] = {}
 _stores_lock = threading.Lock()
 
 
@@ -45,7 +54,7 @@ def database_alias() -> str:
     return str(getattr(settings, "CELERY_ROUTINES_DATABASE", "default"))
 
 
-def celery_app() -> Any:
+def celery_app() -> Celery:
     path = getattr(settings, "CELERY_ROUTINES_APP", None)
     if path:
         module, _, attribute = str(path).partition(":")
@@ -56,7 +65,7 @@ def celery_app() -> Any:
 
 
 @contextmanager
-def routines_api() -> Iterator[Any]:
+def routines_api() -> Iterator[Routines]:
     """Our admin API on the alias's database (one engine per process)."""
     from celery_routines.operator.admin import Routines
     from celery_routines.store import Store
@@ -81,7 +90,7 @@ def _act(
     request: HttpRequest,
     queryset: QuerySet[Routine],
     verb: str,
-    call: Callable[[Any, str, str], str | None],
+    call: Callable[[Routines, str, str], str | None],
 ) -> None:
     """Run ``call(api, name, by)`` for each selected routine; one message each."""
     by = who(request)
@@ -96,7 +105,7 @@ def _act(
 
 
 @admin.action(description="Pause the selected routines", permissions=["change"])
-def pause(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Routine]) -> None:
+def pause(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Routine]) -> None:
     _act(
         request,
         queryset,
@@ -106,8 +115,8 @@ def pause(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Routine]) ->
 
 
 @admin.action(description="Resume the selected routines", permissions=["change"])
-def resume(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Routine]) -> None:
-    def call(api: Any, name: str, by: str) -> str | None:
+def resume(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Routine]) -> None:
+    def call(api: Routines, name: str, by: str) -> str | None:
         result = api.resume(name, by=by)
         if not result.changed:
             return f"{name}: was not paused"
@@ -118,8 +127,10 @@ def resume(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Routine]) -
 
 
 @admin.action(description="Trigger the selected routines now", permissions=["change"])
-def trigger(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Routine]) -> None:
-    def call(api: Any, name: str, by: str) -> str:
+def trigger(
+    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Routine]
+) -> None:
+    def call(api: Routines, name: str, by: str) -> str:
         result = api.trigger(name, by=by)
         if result.outcome != "sent":
             raise RoutinesError(result.error or result.outcome)
@@ -129,16 +140,18 @@ def trigger(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Routine]) 
 
 
 @admin.action(description="Enable the selected routines", permissions=["change"])
-def enable(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Routine]) -> None:
+def enable(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Routine]) -> None:
     _act(request, queryset, "enabled", lambda api, name, by: _changed(api.enable(name, by=by)))
 
 
 @admin.action(description="Disable the selected routines", permissions=["change"])
-def disable(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Routine]) -> None:
+def disable(
+    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Routine]
+) -> None:
     _act(request, queryset, "disabled", lambda api, name, by: _changed(api.disable(name, by=by)))
 
 
-def _changed(result: Any) -> str:
+def _changed(result: ChangeResult) -> str:
     if not result.changed:
         return f"{result.routine}: already {result.action}"
     return f"{result.routine}: {result.action}"
@@ -153,16 +166,16 @@ class ReadOnly(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
         return [f.name for f in self.model._meta.fields] + list(self.readonly_fields)
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+    def get_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
         return self.get_readonly_fields(request, obj)
 
-    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: Model, form: ModelForm, change: bool) -> None:
         raise PermissionDenied("celery-routines' tables are changed through its API")
 
 
@@ -174,7 +187,9 @@ class RoutineAdmin(ReadOnly):
     actions = (pause, resume, trigger, enable, disable)
     readonly_fields = ("runs_and_skips", "history")
 
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, object] | None = None
+    ) -> HttpResponse:
         with routines_api() as api:
             _page.summaries = {s.name: s for s in api.list()}
         try:
@@ -186,7 +201,11 @@ class RoutineAdmin(ReadOnly):
             _page.summaries = {}
 
     def change_view(
-        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, object] | None = None,
     ) -> HttpResponse:
         if request.method == "POST":
             raise PermissionDenied("use the actions of the routines list")
@@ -199,7 +218,7 @@ class RoutineAdmin(ReadOnly):
         }
         return super().change_view(request, object_id, form_url, context)
 
-    def _summary(self, obj: Routine) -> Any:
+    def _summary(self, obj: Routine) -> RoutineSummary | None:
         return getattr(_page, "summaries", {}).get(obj.name)
 
     @admin.display(description="schedule")
@@ -267,5 +286,5 @@ class RoutineRunAdmin(ReadOnly):
     search_fields = ("routine__name", "idempotency_key")
     list_select_related = ("routine",)
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False  # runs are read: replay is `celery routines replay RUN_ID`

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from sqlalchemy import (
@@ -39,7 +39,7 @@ from sqlalchemy.types import TypeEngine
 
 from celery_routines.errors import RoutinesError, ScheduleError
 from celery_routines.operator.importers.plan import ImportPlan, Planned, Unmappable
-from celery_routines.policy.routine import define
+from celery_routines.policy.routine import Routine, define
 from celery_routines.schedules.base import first_window
 from celery_routines.schedules.parse import crontab_to_cron, schedule_of
 from celery_routines.schedules.solar import SolarSchedule
@@ -258,7 +258,7 @@ def _schedule(
     row: Any,
     schedules: Mapping[str, Mapping[int, Any]],
     aware: Callable[[datetime | None, str], datetime | None],
-) -> tuple[Any, str | None, datetime | None]:
+) -> tuple[str | timedelta | SolarSchedule | None, str | None, datetime | None]:
     """(the schedule, its zone, a one-off's instant) of a task row."""
     kinds = [k for k in ("crontab", "interval", "solar", "clocked") if getattr(row, f"{k}_id")]
     if len(kinds) != 1:
@@ -295,18 +295,18 @@ def _schedule(
     return None, None, aware(found.clocked_time, "clocked_time")
 
 
-def _crontab_text(fields: Mapping[str, Any]) -> str:
+def _crontab_text(fields: Mapping[str, object]) -> str:
     """A crontab row's fields as django-celery-beat's admin names them."""
     return "(" + ", ".join(f"{key} {value!r}" for key, value in fields.items()) + ")"
 
 
 def _one_window(
-    definition: Any,
+    definition: Routine,
     given: dict[str, Any],
-    schedule: Any,
+    schedule: str | timedelta | SolarSchedule | None,
     last_run_at: datetime | None,
     now: datetime,
-) -> Any:
+) -> Routine:
     """A ``one_off`` task on a repeating schedule fires its next window only:
     the schedule ends there (django-celery-beat disables it after one run)."""
     zone = definition.timezone or "UTC"
@@ -332,7 +332,7 @@ def _json(raw: str | None, empty: Any, kind: type, label: str) -> Any:
     return value
 
 
-def _aware_in(zone: Any) -> Callable[[datetime | None, str], datetime | None]:
+def _aware_in(zone: tzinfo) -> Callable[[datetime | None, str], datetime | None]:
     def aware(value: datetime | None, column: str) -> datetime | None:
         if value is None:
             return None

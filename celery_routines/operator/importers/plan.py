@@ -74,14 +74,14 @@ class ImportResult:
         return [line for line in self.lines if line.action == "not imported"]
 
 
-def same_column(key: str, stored: Any, new: Any) -> bool:
+def same_column(key: str, stored: object, new: object) -> bool:
     """Whether a stored column already holds ``new`` (JSON compared parsed)."""
     if key in JSON_COLUMNS:
         return _parsed(stored) == _parsed(new)
     return bool(stored == new)
 
 
-def shown(key: str, value: Any) -> Any:
+def shown(key: str, value: object) -> Any:
     """A column value as the change history and ``--json`` show it."""
     if isinstance(value, datetime):
         return value.isoformat()
@@ -90,7 +90,7 @@ def shown(key: str, value: Any) -> Any:
     return value
 
 
-def _parsed(value: Any) -> Any:
+def _parsed(value: object) -> Any:
     if not isinstance(value, str) or not value:
         return value
     try:

@@ -14,8 +14,8 @@ which our beat imports itself: they are left alone.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta, timezone
-from typing import Any, Literal
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from typing import TYPE_CHECKING, Any, Literal
 
 from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.operator.importers.django_celery_beat import ImportSourceError
@@ -23,6 +23,9 @@ from celery_routines.operator.importers.plan import ImportPlan, Planned, Unmappa
 from celery_routines.policy.routine import define
 from celery_routines.schedules.parse import crontab_to_cron
 from celery_routines.schedules.zones import load_zone
+
+if TYPE_CHECKING:
+    from redis import Redis  # an optional extra: imported where it is used
 
 SOURCE = "redbeat"
 OWNER = f"import:{SOURCE}"
@@ -90,7 +93,7 @@ def read(url: str, *, key_prefix: str, zone: str, catch_up: str = "latest") -> I
     return plan
 
 
-def _json_object(raw: Any, label: str) -> dict[str, Any]:
+def _json_object(raw: str | bytes, label: str) -> dict[str, Any]:
     """A RedBeat JSON field decoded, or a ScheduleError naming the raw value."""
     try:
         value = json.loads(raw, object_hook=_decoded)
@@ -105,7 +108,7 @@ def _json_object(raw: Any, label: str) -> dict[str, Any]:
     return value
 
 
-def _raw(value: Any, limit: int = 120) -> str:
+def _raw(value: object, limit: int = 120) -> str:
     """A stored value as an error line quotes it: shortened, on one line."""
     text = value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
     return repr(text if len(text) <= limit else text[:limit] + "...")
@@ -117,7 +120,7 @@ def _problem(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _client(url: str) -> Any:
+def _client(url: str) -> Redis:
     try:
         import redis
     except ModuleNotFoundError:
@@ -130,7 +133,7 @@ def _client(url: str) -> Any:
         raise ImportSourceError(f"{url!r} is not a Redis URL: {exc}") from None
 
 
-def _prefix(client: Any, given: str) -> str:
+def _prefix(client: Redis, given: str) -> str:
     """RedBeat's key prefix, as written (``redbeat:``) or without its colon."""
     for prefix in (given, f"{given}:"):
         if client.exists(f"{prefix}:schedule"):
@@ -166,7 +169,7 @@ def _planned(
     return Planned(definition, last_run_at.astimezone(UTC) if last_run_at else None)
 
 
-def _field(entry: dict[str, Any], key: str, kind: Any, empty: Any) -> Any:
+def _field(entry: dict[str, Any], key: str, kind: type | tuple[type, ...], empty: object) -> Any:
     value = entry.get(key)
     if value is None:
         return empty
@@ -175,11 +178,11 @@ def _field(entry: dict[str, Any], key: str, kind: Any, empty: Any) -> Any:
     return value
 
 
-def _kind_name(kind: Any) -> str:
+def _kind_name(kind: type | tuple[type, ...]) -> str:
     return "object" if kind is dict else "array"
 
 
-def _schedule(value: Any, zone: str) -> tuple[Any, str | None]:
+def _schedule(value: object, zone: str) -> tuple[str | timedelta, str | None]:
     """(the schedule, its zone) of a decoded RedBeat schedule."""
     if not isinstance(value, dict) or "__type__" not in value:
         raise ScheduleError(f"its schedule does not read: {value!r}")
@@ -269,13 +272,13 @@ def _instant(timestamp: float, offset_minutes: float) -> datetime:
     return datetime.fromtimestamp(timestamp, tz=timezone(timedelta(minutes=offset_minutes or 0)))
 
 
-def _decoded(obj: dict[str, Any]) -> Any:
+def _decoded(obj: dict[str, Any]) -> object:
     """RedBeat's ``__type__`` objects that are values, not schedules."""
     kind = obj.get("__type__")
     if kind == "datetime":
         fields = {k: v for k, v in obj.items() if k not in ("__type__", "timezone")}
         zone = obj.get("timezone", "UTC")
-        tz: Any = (
+        tz: tzinfo = (
             timezone(timedelta(seconds=zone)) if isinstance(zone, int | float) else load_zone(zone)
         )
         return datetime(tzinfo=tz, **fields)
@@ -286,7 +289,7 @@ def _decoded(obj: dict[str, Any]) -> Any:
     return obj
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 

@@ -12,7 +12,7 @@ Every action records who did it (``web:<user>``). Errors are
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -25,7 +25,8 @@ from celery_routines.operator.web.context import HANDLED, jsonable_error, panel_
 from celery_routines.operator.web.openapi import OPENAPI
 from celery_routines.operator.web.stats import routine_stats
 
-Handler = Callable[[Request], Any]
+# A handler's value is answered through jsonable (a dataclass, a dict, a list...).
+Handler = Callable[[Request], object]
 
 
 def answer(handler: Handler) -> Callable[[Request], Response]:
@@ -66,7 +67,7 @@ def body(request: Request) -> dict[str, Any]:
     return data
 
 
-def flag(data: dict[str, Any], name: str) -> bool:
+def flag(data: Mapping[str, object], name: str) -> bool:
     value = data.get(name, False)
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be true or false, got {value!r}")
@@ -80,7 +81,7 @@ def who(request: Request) -> str:
 # -- reads -----------------------------------------------------------------------
 
 
-def list_routines(request: Request) -> Any:
+def list_routines(request: Request) -> object:
     q = request.query_params
     page = panel_of(request).admin.page(
         state=q.get("state") or None,
@@ -98,22 +99,22 @@ def list_routines(request: Request) -> Any:
     }
 
 
-def show_routine(request: Request) -> Any:
+def show_routine(request: Request) -> object:
     admin = panel_of(request).admin
     name = request.path_params["name"]
     detail = admin.show(name, windows=number(request, "windows", 10))
     return {**jsonable(detail), "owner": admin.owner(name)}
 
 
-def routine_runs(request: Request) -> Any:
+def routine_runs(request: Request) -> object:
     return _runs(request, request.path_params["name"])
 
 
-def all_runs(request: Request) -> Any:
+def all_runs(request: Request) -> object:
     return _runs(request, request.query_params.get("routine") or None)
 
 
-def _runs(request: Request, name: str | None) -> Any:
+def _runs(request: Request, name: str | None) -> object:
     q = request.query_params
     return panel_of(request).admin.runs(
         name,
@@ -124,21 +125,21 @@ def _runs(request: Request, name: str | None) -> Any:
     )
 
 
-def skips(request: Request) -> Any:
+def skips(request: Request) -> object:
     q = request.query_params
     return panel_of(request).admin.skips(
         since=q.get("since") or None, limit=number(request, "limit", 1000)
     )
 
 
-def openapi(request: Request) -> Any:
+def openapi(request: Request) -> object:
     return OPENAPI
 
 
 # -- actions ---------------------------------------------------------------------
 
 
-def pause(request: Request) -> Any:
+def pause(request: Request) -> object:
     """``{"reason": "..."}`` (optional here, required by a bulk pause)."""
     reason = body(request).get("reason")
     name = request.path_params["name"]
@@ -149,7 +150,7 @@ BULK_FIELDS = ("names", "filter", "reason")
 FILTER_FIELDS = ("state", "name")
 
 
-def bulk(request: Request) -> Any:
+def bulk(request: Request) -> object:
     """``POST /api/routines/bulk/{action}`` with ``{"names": [...]}`` or
     ``{"filter": {"state": ..., "name": ...}}`` (the list's filters; ``{}``
     is every routine), plus ``"reason"`` for a pause."""
@@ -185,32 +186,32 @@ def bulk(request: Request) -> Any:
     }
 
 
-def resume(request: Request) -> Any:
+def resume(request: Request) -> object:
     catch_up = flag(body(request), "catch_up")
     return panel_of(request).admin.resume(
         request.path_params["name"], catch_up=catch_up, by=who(request)
     )
 
 
-def enable(request: Request) -> Any:
+def enable(request: Request) -> object:
     return panel_of(request).admin.enable(request.path_params["name"], by=who(request))
 
 
-def disable(request: Request) -> Any:
+def disable(request: Request) -> object:
     return panel_of(request).admin.disable(request.path_params["name"], by=who(request))
 
 
-def delete(request: Request) -> Any:
+def delete(request: Request) -> object:
     return panel_of(request).admin.delete(request.path_params["name"], by=who(request))
 
 
-def trigger(request: Request) -> Any:
+def trigger(request: Request) -> object:
     panel = panel_of(request)
     force = flag(body(request), "force")
     return panel.admin.trigger(request.path_params["name"], force=force, by=who(request))
 
 
-def backfill(request: Request) -> Any:
+def backfill(request: Request) -> object:
     """``{"from": ..., "to": ..., "max": 1000, "force": false, "preview": false,
     "overlap": null}``; with ``preview`` it only counts the windows; ``overlap``
     (default: the routine's) is the overlap policy the backfill follows."""
@@ -235,13 +236,13 @@ def backfill(request: Request) -> Any:
         )  # fmt: skip
 
 
-def replay(request: Request) -> Any:
+def replay(request: Request) -> object:
     panel = panel_of(request)
     force = flag(body(request), "force")
     return panel.admin.replay(request.path_params["run_id"], force=force, by=who(request))
 
 
-def with_body(handler: Handler, *, locks: bool = True) -> Callable[[Request], Any]:
+def with_body(handler: Handler, *, locks: bool = True) -> Callable[[Request], Awaitable[Response]]:
     """A POST endpoint: the body is read here (async), the action runs in
     a worker thread (the admin API blocks), one action at a time (they
     share the publisher and the events connection); ``locks=False`` for a
@@ -295,7 +296,7 @@ def routine_path(request: Request) -> tuple[str, str | None]:
     return unquote(rest), None
 
 
-def routine_endpoint() -> Callable[[Request], Any]:
+def routine_endpoint() -> Callable[[Request], Awaitable[Response]]:
     reads = {what: answer(handler) for what, handler in ROUTINE_READS.items()}
     actions = {
         what: with_body(handler, locks=handler is not backfill)

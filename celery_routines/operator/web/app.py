@@ -12,7 +12,6 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from celery import Celery
 from starlette.applications import Starlette
@@ -194,9 +193,9 @@ def create_app(
     flower_url: str | None = None,
     refresh_seconds: int = REFRESH_SECONDS,
     bind_host: str | None = None,
-    allowed_hosts: Any = None,
-    trusted_origins: Any = None,
-    forwarded_allow_ips: Any = None,
+    allowed_hosts: object = None,
+    trusted_origins: object = None,
+    forwarded_allow_ips: object = None,
     max_body: int = MAX_BODY_BYTES,
 ) -> Starlette:
     """The panel for ``celery_app``'s routines, as an ASGI application.

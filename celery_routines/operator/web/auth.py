@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from celery_routines.errors import ConfigurationError
 from celery_routines.operator.web.attempts import FailedLogins
@@ -111,7 +111,7 @@ class WebAuth:
         return bool(self.users) or self.token is not None
 
 
-def parse_web_auth(value: Any, environ: Mapping[str, str] | None = None) -> WebAuth:
+def parse_web_auth(value: object, environ: Mapping[str, str] | None = None) -> WebAuth:
     """``routines_web_auth`` as a :class:`WebAuth`; a clear error naming the
     bad entry otherwise."""
     env = os.environ if environ is None else environ

@@ -11,7 +11,7 @@ read-only, saying so and where, with "Clone as a new routine".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
@@ -192,7 +192,7 @@ def redirect(request: Request, name: str, message: str) -> Response:
     return RedirectResponse(target, status_code=303)
 
 
-def page(handler: Callable[[Request], Response]) -> Callable[[Request], Any]:
+def page(handler: Callable[[Request], Response]) -> Callable[[Request], Awaitable[Response]]:
     def run(request: Request) -> Response:
         try:
             return handler(request)

@@ -30,7 +30,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-def names(value: Any, setting: str) -> list[str]:
+def names(value: object, setting: str) -> list[str]:
     """A setting holding names: a list, or a string split on commas and spaces."""
     if value is None or value == "":
         return []
@@ -77,7 +77,7 @@ def normal_origin(origin: str, setting: str = "routines_web_trusted_origins") ->
     return origin_of(parts.scheme, parts.netloc)
 
 
-def networks(value: Any) -> tuple[IpNetwork, ...] | None:
+def networks(value: object) -> tuple[IpNetwork, ...] | None:
     """``--forwarded-allow-ips``: addresses or networks; ``*`` trusts every
     peer (None); empty trusts none."""
     found: list[IpNetwork] = []
@@ -122,11 +122,11 @@ class Hosts:
     @classmethod
     def configure(
         cls,
-        allowed_hosts: Any = None,
+        allowed_hosts: object = None,
         *,
         bind_host: str | None = None,
-        trusted_origins: Any = None,
-        forwarded_allow_ips: Any = None,
+        trusted_origins: object = None,
+        forwarded_allow_ips: object = None,
     ) -> Hosts:
         """The default allow-list is the loopback names plus ``bind_host``;
         a set ``allowed_hosts`` replaces it. A trusted origin's host is

@@ -5,8 +5,6 @@ page, both from :class:`celery_routines.operator.routine_stats.RoutineRecords`
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 
 from celery_routines.operator.listing import SORT_DAYS, RoutineRow
@@ -15,11 +13,11 @@ from celery_routines.operator.web.context import panel_of
 from celery_routines.policy.run_stats import RoutineStats, Spread
 
 
-def spread_json(spread: Spread) -> dict[str, Any]:
+def spread_json(spread: Spread) -> dict[str, object]:
     return {"p50_seconds": spread.p50, "p95_seconds": spread.p95, "count": spread.count}
 
 
-def stats_json(stats: RoutineStats) -> dict[str, Any]:
+def stats_json(stats: RoutineStats) -> dict[str, object]:
     """The record as the API answers it: field names say their unit."""
     return {
         "routine": stats.routine,
@@ -47,7 +45,7 @@ def stats_json(stats: RoutineStats) -> dict[str, Any]:
     }
 
 
-def routine_stats(request: Request) -> Any:
+def routine_stats(request: Request) -> dict[str, object]:
     """``GET /api/routines/{name}/stats?days=7`` (days 1..90)."""
     name = request.path_params["name"]
     stats = panel_of(request).admin.stats.of(name, request.query_params.get("days"))

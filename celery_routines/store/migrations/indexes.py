@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from alembic import op
+from sqlalchemy import TextClause
 
 from celery_routines.store.dialects import MYSQL_INDEX_COLUMNS, is_mysql
 
@@ -23,7 +24,7 @@ def create_index(name: str, table: str, columns: list[str], where: Any = None) -
         op.create_index(name, table, columns, postgresql_where=where, sqlite_where=where)
 
 
-def text_default(literal: str) -> Any:
+def text_default(literal: str) -> TextClause:
     """A server default for a TEXT column: MySQL 8 accepts one only as an
     expression in parentheses (MariaDB, PostgreSQL and SQLite take both)."""
     import sqlalchemy as sa

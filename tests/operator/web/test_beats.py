@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import update
-
 from celery_routines.operator.admin import Routines
 from celery_routines.operator.web.auth import WebAuth
 from celery_routines.store import Store
 from tests.operator.web.conftest import BEARER, TOKEN, client_for
-from tests.store.test_beats import pulse
+from tests.store.test_beats import two_beats
 
 FIELDS = {
     "beat_id",
@@ -31,22 +29,6 @@ FIELDS = {
     "publish_processes",
     "version",
 }
-
-
-def two_beats(store: Store) -> None:
-    """A live beat on host-a, and one on host-b silent for 45 s (over its 30 s)."""
-    now = datetime.now(UTC)
-    store.beats.beat(pulse("host-a:101:live"), now)
-    store.beats.beat(pulse("host-b:202:dead", host="host-b", pid=202), now)
-    table = store.beats.table
-    with store.engine.begin() as conn:
-        conn.execute(
-            update(table)
-            .where(table.c.beat_id == "host-b:202:dead")
-            .values(
-                last_tick_at=now - timedelta(seconds=45), beat_clock_at=now - timedelta(seconds=45)
-            )
-        )
 
 
 def test_the_api_lists_every_recent_beat_and_marks_the_silent_one_stale(
