@@ -184,6 +184,8 @@ def test_run_timeout_is_a_field_of_the_api_and_null_clears_it(
     bad = patch(client, "nightly-report", {"run_timeout": 0.5})
     assert bad.status_code == 422 and "at least 1 second" in bad.json()["fields"]["run_timeout"]
     assert row_of(store, "nightly-report")["run_timeout"] == 600.0
+    words = patch(client, "nightly-report", {"run_timeout": "soon"})
+    assert words.status_code == 422 and "'soon'" in words.json()["fields"]["run_timeout"]
     assert patch(client, "nightly-report", {"run_timeout": None}).status_code == 200
     assert row_of(store, "nightly-report")["run_timeout"] is None
     page = client.get("/new", headers=BEARER)
