@@ -83,8 +83,6 @@ class RoutineOption:
     clears: tuple[Any, ...] = ()
     """The values ``edit`` takes as "back to the default" (``--shift none``);
     empty: it cannot be cleared, only changed."""
-    reschedules: bool = False
-    """Changing it changes when the routine fires (its next window is computed again)."""
     shown: Callable[[Any], Any] = same
     """The value as ``show``, the API and the history print it."""
     name: str = ""
