@@ -42,14 +42,14 @@ def given_options(**values: Any) -> dict[str, Any]:
 
 def entered(declared: RoutineOption, value: Any) -> Any:
     if any(value == clear and type(value) is type(clear) for clear in declared.clears):
-        return declared.default
+        return declared.new_default()
     if declared.entry == "duration":
         return duration(value, declared.name).total_seconds()
     if declared.entry == "ceilings":
         return tuple(ceiling(item) for item in value)
     if declared.entry == "lines" and isinstance(value, list | tuple):
         value = [entry for entry in value if entry.strip()]  # `--exclude ''` clears it
-        return value or declared.default
+        return value or declared.new_default()
     return value
 
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from celery_routines.errors import ScheduleError
 from celery_routines.policy.ceilings import Ceiling, one_per_unit
-from celery_routines.policy.options import Stored
+from celery_routines.policy.options import Stored, option
 from celery_routines.policy.states import CatchUp, Overlap, choices
 from celery_routines.schedules.exclusions import exclusion_entries
 from celery_routines.schedules.zones import load_zone
@@ -46,19 +46,19 @@ def json_from(label: str, empty: Any) -> Callable[[Any], Any]:
     return lambda raw: json_column(label, raw, empty)
 
 
-def zone(value: Any) -> Any:
+def known_zone(value: Any) -> Any:
     if value is not None:
         load_zone(value)
     return value
 
 
-def flag(value: Any) -> bool:
+def true_or_false(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ScheduleError(f"enabled must be True or False, got {value!r}")
     return value
 
 
-def args(value: Any) -> tuple[Any, ...]:
+def positional_args(value: Any) -> tuple[Any, ...]:
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         raise ScheduleError(f"args must be a list or tuple, got {value!r}")
     return tuple(value)
@@ -102,6 +102,22 @@ JSON = Stored("json")  # text holding JSON
 SECONDS = Stored("seconds")
 INSTANT = Stored("instant")
 WHOLE = Stored("integer")
+
+
+def choice_option(default: E, name: str, *, label: str, words: str) -> Any:
+    """A Routine field holding one of an enum's values (catch_up, overlap):
+    a short text column defaulting to ``default``, offered as a choice."""
+    kind = type(default)
+    return option(
+        default,
+        stored=Stored("string", 16, f"'{default.value}'"),
+        check=lambda value: member(kind, name, value),
+        to_column=enum_value,
+        entry="choice",
+        choices=tuple(item.value for item in kind),
+        label=label,
+        words=words,
+    )
 
 
 def member(kind: type[E], label: str, value: Any) -> E:

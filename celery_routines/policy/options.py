@@ -87,6 +87,12 @@ class RoutineOption:
     """The value as ``show``, the API and the history print it."""
     name: str = ""
     default: Any = UNSET
+    factory: Callable[[], Any] | None = None
+    """Makes the default when it is mutable (a dict): one for each routine."""
+
+    def new_default(self) -> Any:
+        """The default for one routine (a new dict, not one shared by all)."""
+        return self.default if self.factory is None else self.factory()
 
     @property
     def column_name(self) -> str:
@@ -118,11 +124,13 @@ def declared_options(model: type) -> tuple[RoutineOption, ...]:
         spec = item.metadata.get(OPTION)
         if spec is None:
             continue
+        factory = None
         if item.default is not dataclasses.MISSING:
             default = item.default
         elif item.default_factory is not dataclasses.MISSING:
-            default = item.default_factory()
+            factory = item.default_factory
+            default = factory()
         else:
             default = None
-        found.append(dataclasses.replace(spec, name=item.name, default=default))
+        found.append(dataclasses.replace(spec, name=item.name, default=default, factory=factory))
     return tuple(found)

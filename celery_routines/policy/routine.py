@@ -66,7 +66,7 @@ class Routine:
     # None: the configured routines_timezone, resolved when the routine fires.
     timezone: str | None = option(
         stored=Stored("string", 64),
-        check=values.zone,
+        check=values.known_zone,
         entry="text",
         flag="--tz",
         label="Zone",
@@ -133,7 +133,7 @@ class Routine:
     args: tuple[Any, ...] = option(
         (),
         stored=Stored("json", server_default="'[]'"),
-        check=values.args,
+        check=values.positional_args,
         to_column=values.json_text,
         from_column=values.json_from("args", []),
         entry="json",
@@ -160,13 +160,9 @@ class Routine:
         label="Options",
         words='apply_async options, a JSON object: {"queue": "q"}.',
     )
-    catch_up: CatchUp = option(
+    catch_up: CatchUp = values.choice_option(
         CatchUp.CATCH_UP,
-        stored=Stored("string", 16, "'catch_up'"),
-        check=lambda value: values.member(CatchUp, "catch_up", value),
-        to_column=values.enum_value,
-        entry="choice",
-        choices=tuple(c.value for c in CatchUp),
+        "catch_up",
         label="Catch-up",
         words="What a recovery does with missed windows.",
     )
@@ -186,13 +182,9 @@ class Routine:
         label="Lateness",
         words="Skip a window sent later than this: 10m, 1h.",
     )
-    overlap: Overlap = option(
+    overlap: Overlap = values.choice_option(
         Overlap.SKIP,
-        stored=Stored("string", 16, "'skip'"),
-        check=lambda value: values.member(Overlap, "overlap", value),
-        to_column=values.enum_value,
-        entry="choice",
-        choices=tuple(o.value for o in Overlap),
+        "overlap",
         label="Overlap",
         words="What a window does while the previous run is open.",
     )
@@ -227,7 +219,9 @@ class Routine:
         words="At most LIMIT [UNIT] per PERIOD: 100/day, '2.5 eur/month' (one a line, or "
         "repeat the flag).",
     )
-    enabled: bool = option(True, stored=Stored("boolean", server_default="true"), check=values.flag)
+    enabled: bool = option(
+        True, stored=Stored("boolean", server_default="true"), check=values.true_or_false
+    )
     # Seconds without a sign of life before a run is lost; None: the
     # configured routines_run_timeout.
     run_timeout: float | None = option(
@@ -346,7 +340,10 @@ def define(task_name: str, schedule: Any, **options: Any) -> Routine:
         rule = parsed.rule
     elif isinstance(parsed, OneOffSchedule):
         at = parsed.at  # a one-off schedule object given positionally
-    given = {o.name: options.get(keyword, o.default) for keyword, o in KEYWORDS.items()}
+    given = {
+        o.name: options[keyword] if keyword in options else o.new_default()
+        for keyword, o in KEYWORDS.items()
+    }
     if given["ceilings"] is None:
         given["ceilings"] = ()
     return Routine(

@@ -106,3 +106,9 @@ def test_an_edit_keeps_the_options_it_does_not_name(admin: Routines, store: Stor
 def test_an_unknown_option_of_add_is_named(admin: Routines) -> None:
     with pytest.raises(TypeError, match="unknown routine option 'colour'"):
         admin.add("x", "tasks.x", every="5m", colour="red")
+
+
+def test_a_mutable_default_is_made_for_each_routine() -> None:
+    first, second = define("tasks.a", 60, name="a"), define("tasks.b", 60, name="b")
+    assert first.kwargs == second.kwargs == {}
+    assert first.kwargs is not second.kwargs and first.options is not second.options
