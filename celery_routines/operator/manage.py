@@ -86,13 +86,15 @@ class RoutineEditor:
         rrule: str | None = None,
         solar: str | None = None,
         at: Any = None,
-        **options: Any,
+        **values: Any,
     ) -> ChangeResult:
         """Store a new routine (``source = 'cli'``); beat adopts it within
-        ``routines_refresh_seconds``."""
+        ``routines_refresh_seconds``. ``values``: its options by their
+        ``Routine`` field names (``timezone``, ``ceilings``, ``max_lateness``
+        ...; :data:`celery_routines.policy.routine.OPTIONS`), as the CLI types them."""
         definition = new_definition(
             name, task, self.settings.timezone,
-            cron=cron, every=every, rrule=rrule, solar=solar, at=at, **options,
+            cron=cron, every=every, rrule=rrule, solar=solar, at=at, **values,
         )  # fmt: skip
         by = by or process_user()
         now = self.clock()
@@ -117,7 +119,7 @@ class RoutineEditor:
         rrule: str | None = None,
         solar: str | None = None,
         at: Any = None,
-        **options: Any,
+        **values: Any,
     ) -> ChangeResult:
         """Change a routine added outside the code. A new schedule or zone
         takes effect from now (the stale next window never fires); any other
@@ -127,13 +129,13 @@ class RoutineEditor:
         new_schedule = any(kind is not None for kind in (cron, every, rrule, solar))
         if new_schedule:
             _schedule_of(name, cron, every, rrule, solar)  # one kind only, before anything
-        zone = options.get("timezone") or self.lookup.zone_of(record)
-        bounds = {bound: options.pop(bound, None) for bound in ("starts_at", "ends_at")}
+        zone = values.get("timezone") or self.lookup.zone_of(record)
+        bounds = {bound: values.pop(bound, None) for bound in ("starts_at", "ends_at")}
         at, starts_at, ends_at = instants(name, zone, at=at, **bounds)
         current = current_options(record)
         if new_schedule:
             current.pop("at", None)  # a new repeating schedule replaces a one-off
-        current.update(given_options(at=at, starts_at=starts_at, ends_at=ends_at, **options))
+        current.update(given_options(at=at, starts_at=starts_at, ends_at=ends_at, **values))
         if new_schedule:
             schedule: Any = _schedule_of(name, cron, every, rrule, solar)
         elif "at" in current:
@@ -281,7 +283,7 @@ def new_definition(
     at: Any = None,
     starts_at: Any = None,
     ends_at: Any = None,
-    **options: Any,
+    **values: Any,
 ) -> Routine:
     """A new routine's definition from ``add``'s options, through ``define``
     (no I/O): what ``add`` stores, and what the panel's form checks as the
@@ -290,9 +292,9 @@ def new_definition(
         raise InvalidRoutine(
             name, "give its schedule: --cron EXPR, --every DURATION or --at INSTANT"
         )
-    zone = options.get("timezone") or default_zone
+    zone = values.get("timezone") or default_zone
     at, starts_at, ends_at = instants(name, zone, at=at, starts_at=starts_at, ends_at=ends_at)
-    given = given_options(at=at, starts_at=starts_at, ends_at=ends_at, **options)
+    given = given_options(at=at, starts_at=starts_at, ends_at=ends_at, **values)
     repeating = (cron, every, rrule, solar)
     schedule = (
         None
