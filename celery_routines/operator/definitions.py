@@ -14,14 +14,13 @@ from typing import Any
 from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.operator.texts import ceiling, duration
 from celery_routines.policy.options import RoutineOption
-from celery_routines.policy.routine import OPTIONS
+from celery_routines.policy.routine import JSON_COLUMNS, OPTIONS
 from celery_routines.schedules.oneoff import parse_at
 from celery_routines.store import RoutineRecord
 
 # The options add/edit take (by their field names), and the columns of each.
 EDITABLE = {o.name: o for o in OPTIONS if o.keyword_name}
 BY_COLUMN = {o.column_name: o for o in OPTIONS}
-JSON_FIELDS = tuple(o.column_name for o in OPTIONS if o.stored.kind == "json")
 
 
 def given_options(**values: Any) -> dict[str, Any]:
@@ -94,7 +93,7 @@ def loads(raw: str | None, empty: Any) -> Any:
 
 
 def same_value(key: str, stored: Any, new: Any) -> bool:
-    if key in JSON_FIELDS:
+    if key in JSON_COLUMNS:
         return loads(stored, None) == loads(new, None)
     return bool(stored == new)
 
@@ -103,7 +102,7 @@ def shown_value(key: str, value: Any) -> Any:
     """A column's value as the history and ``add``/``edit``'s answer show it."""
     if isinstance(value, datetime):
         return value.isoformat()
-    if key in JSON_FIELDS and isinstance(value, str):
+    if key in JSON_COLUMNS and isinstance(value, str):
         value = loads(value, None)
     declared = BY_COLUMN.get(key)
-    return value if declared is None or key in JSON_FIELDS else declared.shown(value)
+    return value if declared is None or key in JSON_COLUMNS else declared.shown(value)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from celery_routines.policy.option_values import not_json
-from celery_routines.policy.routine import OPTIONS
+from celery_routines.policy.routine import JSON_COLUMNS, OPTIONS
 from celery_routines.schedules.base import Schedule, is_never
 from celery_routines.schedules.bounds import BoundedSchedule
 from celery_routines.schedules.calendar import CalendarSchedule
@@ -295,7 +295,7 @@ def definition_of(record: RoutineRecord) -> dict[str, Any]:
     shown: dict[str, Any] = {"task": record.task}
     for declared in OPTIONS:
         value = getattr(record, declared.column_name)
-        if declared.stored.kind == "json":
+        if declared.column_name in JSON_COLUMNS:
             value = loads(value)
         elif declared.stored.kind == "instant" and value is not None:
             value = iso_utc(value)

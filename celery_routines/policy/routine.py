@@ -293,6 +293,8 @@ OPTIONS = declared_options(Routine)
 """Every option, declared once (the fields of :class:`Routine`)."""
 OPTION_NAMES = frozenset({"name", *(o.keyword_name for o in OPTIONS if o.keyword_name)})
 KEYWORDS = {o.keyword_name: o for o in OPTIONS if o.keyword_name}
+# The columns holding JSON text (compared and shown parsed).
+JSON_COLUMNS = frozenset(o.column_name for o in OPTIONS if o.stored.kind == "json")
 
 
 # -- the two doors -----------------------------------------------------------------

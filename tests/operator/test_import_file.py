@@ -253,3 +253,24 @@ def test_prune_never_retires_a_routine_whose_entry_does_not_read(
     assert lines[-1] == "file: 0 added, 1 not imported"
     record = admin.store.routines.by_name("poll")
     assert record.retired_at is None and record.interval_seconds == 300
+
+
+def test_an_import_shows_and_records_values_as_show_does(
+    invoke, admin: Routines, tmp_path: Path
+) -> None:
+    """An import's answer and its history mask a notify_url's secret and give
+    exclusions as a list, as add/edit and show do (they printed the URL whole)."""
+    secret = "https://hooks.example.com/services/T1/s3cret"
+    entry = {"task": "tasks.pay", "cron": "0 9 * * *", "notify_url": secret}
+    path = tmp_path / "routines.json"
+    path.write_text(json.dumps({"version": 1, "routines": {"pay": entry}}))
+    out = ok(invoke("import", "file", str(path), "--json"))
+    assert "s3cret" not in out and "https://hooks.example.com/services/***" in out
+    entry["exclude"] = ["2026-12-25"]
+    path.write_text(json.dumps({"version": 1, "routines": {"pay": entry}}))
+    answer = json.loads(ok(invoke("import", "file", str(path), "--json")))
+    assert "'exclude': ['2026-12-25']" in str(answer)
+    history = admin.history("pay")
+    assert [c.action for c in history] == ["reimported", "imported"]
+    assert "s3cret" not in str([c.detail for c in history])
+    assert admin.store.routines.by_name("pay").notify_url == secret

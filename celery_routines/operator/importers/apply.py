@@ -28,13 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from celery_routines.declare import process_user
 from celery_routines.errors import ScheduleError
+from celery_routines.operator.definitions import same_value, shown_value
 from celery_routines.operator.importers.plan import (
     ImportLine,
     ImportPlan,
     ImportResult,
     Planned,
-    same_column,
-    shown,
 )
 from celery_routines.operator.listing import owner_of
 from celery_routines.schedules.base import NEVER, first_window, is_never
@@ -176,7 +175,7 @@ class Importer:
                     "paused": paused,
                 }
             )
-            fields = {k: shown(k, v) for k, v in columns.items() if v is not None}
+            fields = {k: shown_value(k, v) for k, v in columns.items() if v is not None}
             batch.changes.append((name, "imported", {**detail, **fields}))
             if next_run_at is not None:
                 batch.scheduled.append(name)
@@ -184,7 +183,7 @@ class Importer:
         refused = self._refusal(plan, record, columns)
         if refused is not None:
             return refused
-        changed = {k: v for k, v in columns.items() if not same_column(k, getattr(record, k), v)}
+        changed = {k: v for k, v in columns.items() if not same_value(k, getattr(record, k), v)}
         values: dict[str, Any] = dict(changed)
         reschedule = any(k in changed for k in SCHEDULE_COLUMNS) or record.retired_at is not None
         fresh = record.id not in routine_id_has_runs and planned.last_run_at is not None
@@ -198,7 +197,7 @@ class Importer:
             return ImportLine(name, "unchanged", {}, record.next_run_at)
         self.queries.update(record.id, {**values, "updated_at": now})
         fields = {
-            k: shown(k, v)
+            k: shown_value(k, v)
             for k, v in values.items()
             if k not in ("schedule_fingerprint", "last_error")
         }
@@ -212,7 +211,7 @@ class Importer:
     ) -> ImportLine | None:
         name = record.name
         if record.source == "code" and record.retired_at is None:
-            if all(same_column(k, getattr(record, k), v) for k, v in columns.items()):
+            if all(same_value(k, getattr(record, k), v) for k, v in columns.items()):
                 return ImportLine(name, "unchanged", {}, record.next_run_at)
             return ImportLine(
                 name,

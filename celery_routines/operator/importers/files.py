@@ -21,7 +21,7 @@ from celery_routines.errors import RoutinesError, ScheduleError
 from celery_routines.operator.importers.django_celery_beat import ImportSourceError
 from celery_routines.operator.importers.plan import ImportPlan, Planned, Unmappable
 from celery_routines.policy.ceilings import parse_ceilings
-from celery_routines.policy.routine import OPTIONS, define
+from celery_routines.policy.routine import JSON_COLUMNS, OPTIONS, define
 from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.store import RoutineRecord
 
@@ -70,7 +70,6 @@ def _exported(column: str, value: Any) -> Any:
     return value
 
 
-JSON_COLUMNS = frozenset(o.column_name for o in OPTIONS if o.stored.kind == "json")
 # A default routine's values as the file spells them: left out.
 DEFAULTS = {
     column: _exported(column, value)

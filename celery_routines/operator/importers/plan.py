@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from celery_routines.policy.routine import Routine
-
-# The columns of the routine's definition that, when they differ, are shown
-# as JSON (compared as parsed values, not as text).
-JSON_COLUMNS = ("args", "kwargs", "options", "ceiling")
 
 
 @dataclass(frozen=True)
@@ -72,28 +67,3 @@ class ImportResult:
     @property
     def refused(self) -> list[ImportLine]:
         return [line for line in self.lines if line.action == "not imported"]
-
-
-def same_column(key: str, stored: object, new: object) -> bool:
-    """Whether a stored column already holds ``new`` (JSON compared parsed)."""
-    if key in JSON_COLUMNS:
-        return _parsed(stored) == _parsed(new)
-    return bool(stored == new)
-
-
-def shown(key: str, value: object) -> Any:
-    """A column value as the change history and ``--json`` show it."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if key in JSON_COLUMNS and isinstance(value, str):
-        return _parsed(value)
-    return value
-
-
-def _parsed(value: object) -> Any:
-    if not isinstance(value, str) or not value:
-        return value
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value
