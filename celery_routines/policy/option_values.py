@@ -120,6 +120,21 @@ def choice_option(default: E, name: str, *, label: str, words: str) -> Any:
     )
 
 
+def json_object_option(name: str, *, wanted: str, label: str, words: str) -> Any:
+    """A Routine field holding a JSON object (kwargs, options): ``{}`` by
+    default (a new one for each routine), JSON text in its column."""
+    return option(
+        factory=dict,
+        stored=Stored("json", server_default="'{}'"),
+        check=mapping(name, wanted),
+        to_column=json_text,
+        from_column=json_from(name, {}),
+        entry="json",
+        label=label,
+        words=words,
+    )
+
+
 def member(kind: type[E], label: str, value: Any) -> E:
     member = kind._value2member_map_.get(value) if isinstance(value, str) else None
     if member is None:

@@ -140,23 +140,15 @@ class Routine:
         label="Args",
         words='Positional arguments, a JSON list: [1, "a"].',
     )
-    kwargs: Mapping[str, Any] = option(
-        factory=dict,
-        stored=Stored("json", server_default="'{}'"),
-        check=values.mapping("kwargs", "a dict"),
-        to_column=values.json_text,
-        from_column=values.json_from("kwargs", {}),
-        entry="json",
+    kwargs: Mapping[str, Any] = values.json_object_option(
+        "kwargs",
+        wanted="a dict",
         label="Kwargs",
         words='Keyword arguments, a JSON object: {"a": 1}.',
     )
-    options: Mapping[str, Any] = option(
-        factory=dict,
-        stored=Stored("json", server_default="'{}'"),
-        check=values.mapping("options", "a dict of apply_async options"),
-        to_column=values.json_text,
-        from_column=values.json_from("options", {}),
-        entry="json",
+    options: Mapping[str, Any] = values.json_object_option(
+        "options",
+        wanted="a dict of apply_async options",
         label="Options",
         words='apply_async options, a JSON object: {"queue": "q"}.',
     )
