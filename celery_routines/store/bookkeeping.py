@@ -29,7 +29,9 @@ from .routines import Advance
 # takeover wait for each other instead of deadlocking.
 RECORD_PUBLISHED = text(
     "WITH marked AS ("
-    " UPDATE routine_runs AS r SET state = 'sent', sent_at = u.sent_at, deadline_at = u.deadline"
+    " UPDATE routine_runs AS r SET state = 'sent', sent_at = u.sent_at,"
+    # A deadline is never moved back (see RunQueries' mark-sent).
+    " deadline_at = GREATEST(r.deadline_at, u.deadline)"
     " FROM unnest(CAST(:ids AS varchar[]), CAST(:sent_ats AS timestamp[]),"
     " CAST(:deadlines AS timestamp[])) AS u(id, sent_at, deadline)"
     # The ANY() makes it a primary-key probe per run whatever the estimates.

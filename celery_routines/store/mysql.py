@@ -51,7 +51,9 @@ MARK_SENT = text(
 )
 MARK_SENT_WITH_DEADLINE = text(
     f"UPDATE {IDS} STRAIGHT_JOIN routine_runs r FORCE INDEX (PRIMARY) ON r.id = j.id"
-    " SET r.state = 'sent', r.sent_at = :now, r.deadline_at = :deadline"
+    " SET r.state = 'sent', r.sent_at = :now,"
+    # Never back (see RunQueries' mark-sent): NULL > x is not true.
+    " r.deadline_at = IF(r.deadline_at > :deadline, r.deadline_at, :deadline)"
     " WHERE r.state = 'pending'"
 )
 _WINDOWS = (

@@ -19,6 +19,7 @@ from sqlalchemy import (
     String,
     any_,
     bindparam,
+    case,
     func,
     select,
     text,
@@ -40,6 +41,7 @@ from .records import (
     RunRecord,
 )
 from .run_retries import RECORD_COLUMNS, RETRYING, run_record
+from .types import UTCDateTime
 
 table = ROUTINE_RUNS
 c = table.c
@@ -83,8 +85,15 @@ class RunQueries:
         )
         sent = update(table).where(ids, c.state == "pending")
         self._mark_sent = sent.values(state="sent", sent_at=bindparam("now"))
+        # Marking never moves a deadline back: the send instant is the beat's
+        # clock plus an offset measured at the tick's start, an hour early if
+        # NTP stepped the clock back since; the deadline written with the row
+        # (run_timeout after it was written) then stands.
+        deadline = bindparam("deadline", type_=UTCDateTime())
         self._mark_sent_with_deadline = sent.values(
-            state="sent", sent_at=bindparam("now"), deadline_at=bindparam("deadline")
+            state="sent",
+            sent_at=bindparam("now"),
+            deadline_at=case((c.deadline_at > deadline, c.deadline_at), else_=deadline),
         )
         self._open_runs = self.open_runs_select(bindparam("ids", expanding=True))
         if self._postgres:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import json
@@ -114,7 +115,7 @@ class Cluster:
                 text(
                     "SELECT t.name, t.interval_seconds, t.next_run_at, r.idempotency_key, "
                     "r.state, r.scheduled_for, r.skipped_count, r.skipped_first, "
-                    "r.skipped_last, r.id "
+                    "r.skipped_last, r.id, r.attempt, r.reason, r.created_at "
                     "FROM routine_runs r JOIN routines t ON t.id = r.routine_id"
                 )
             ).all()
@@ -137,7 +138,17 @@ def check_every_window_once(cluster: Cluster, until: datetime) -> dict[str, int]
     for row in cluster.run_rows():
         by_routine.setdefault(row.name, []).append(row)
     keys = [(row.name, row.idempotency_key) for rows in by_routine.values() for row in rows]
-    assert len(keys) == len(set(keys)), "a window has two run rows"
+    twice = {key for key, count in collections.Counter(keys).items() if count > 1}
+    if twice:
+        rows_twice = [
+            str(tuple(row)) for rows in by_routine.values() for row in rows
+            if (row.name, row.idempotency_key) in twice
+        ]
+        said = [
+            line for process in cluster.processes for line in process.output().splitlines()
+            if any(key in line for _, key in twice)
+        ]
+        raise AssertionError("a window has two run rows:\n" + "\n".join(rows_twice + said))
     sent = covered = 0
     for name, rows in by_routine.items():
         if rows[0].interval_seconds is None:

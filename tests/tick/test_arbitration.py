@@ -74,6 +74,45 @@ def test_a_beat_clock_jump_longer_than_the_timeout_declares_no_run_lost(
         beat.close()
 
 
+def test_a_clock_stepped_back_mid_tick_declares_no_run_lost(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    """NTP steps the beat's clock back an hour between writing a tick's rows
+    and publishing them. The tick measured the database's clock against the
+    beat's before the step, so the send instant it reads after the step is an
+    hour early on the database's clock: marking the run sent must not move
+    its lost deadline back by that hour (the run would be declared lost at
+    once and sent again as attempt 2: a window twice)."""
+    db = clock
+    beat, fast = beat_ten_minutes_fast(tmp_path, database_url, db)
+    try:
+        beat.tick()
+        fast.advance(hours=1)
+        db.advance(hours=1)
+        publisher = beat.engine.publisher
+        begin = publisher.begin_publish_many
+
+        def stepped_back_then_published(runs):  # type: ignore[no-untyped-def]
+            fast.advance(hours=-1)
+            return begin(runs)
+
+        publisher.begin_publish_many = stepped_back_then_published  # type: ignore[method-assign]
+        beat.tick()
+        publisher.begin_publish_many = begin  # type: ignore[method-assign]
+        [row] = runs_of(beat.store, "poll")
+        run = beat.store.runs.get(row["id"])
+        assert run.state == "sent"
+        assert run.deadline_at == db.now + timedelta(seconds=TIMEOUT)
+        db.advance(seconds=10)
+        fast.advance(hours=1, seconds=10)
+        beat.engine.sweeps._last_lost_sweep = None
+        beat.tick()
+        assert [r["attempt"] for r in runs_of(beat.store, "poll")] == [1]
+        assert runs_of(beat.store, "poll")[0]["state"] == "sent"
+    finally:
+        beat.close()
+
+
 def test_in_production_the_idle_probe_reads_the_database_clock_itself(
     tmp_path: Path, database_url: str
 ) -> None:
