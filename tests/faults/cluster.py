@@ -141,11 +141,15 @@ def check_every_window_once(cluster: Cluster, until: datetime) -> dict[str, int]
     twice = {key for key, count in collections.Counter(keys).items() if count > 1}
     if twice:
         rows_twice = [
-            str(tuple(row)) for rows in by_routine.values() for row in rows
+            str(tuple(row))
+            for rows in by_routine.values()
+            for row in rows
             if (row.name, row.idempotency_key) in twice
         ]
         said = [
-            line for process in cluster.processes for line in process.output().splitlines()
+            line
+            for process in cluster.processes
+            for line in process.output().splitlines()
             if any(key in line for _, key in twice)
         ]
         raise AssertionError("a window has two run rows:\n" + "\n".join(rows_twice + said))
