@@ -43,6 +43,14 @@ from .types import UTCDateTime
 
 table = ROUTINE_RUNS
 c = table.c
+
+
+def deadline_no_earlier_than(value: ColumnElement[datetime]) -> ColumnElement[datetime]:
+    """``deadline_at`` set to ``value`` unless it is already later: a lost
+    deadline is pushed on, never back (a heartbeat; a run marked sent)."""
+    return case((c.deadline_at > value, c.deadline_at), else_=value)
+
+
 routines = ROUTINES
 STARTABLE_STATES = ("pending", "sent")
 
@@ -176,7 +184,7 @@ class RunOutcomeQueries:
         stmt = (
             update(table)
             .where(c.id == run_id, c.state == "running")
-            .values(deadline_at=case((c.deadline_at > new, c.deadline_at), else_=new))
+            .values(deadline_at=deadline_no_earlier_than(new))
         )
         with self.db.write() as conn:
             return conn.execute(stmt).rowcount == 1

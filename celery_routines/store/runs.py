@@ -19,7 +19,6 @@ from sqlalchemy import (
     String,
     any_,
     bindparam,
-    case,
     func,
     select,
     text,
@@ -40,6 +39,7 @@ from .records import (
     OpenRun,
     RunRecord,
 )
+from .run_outcomes import deadline_no_earlier_than
 from .run_retries import RECORD_COLUMNS, RETRYING, run_record
 from .types import UTCDateTime
 
@@ -93,7 +93,7 @@ class RunQueries:
         self._mark_sent_with_deadline = sent.values(
             state="sent",
             sent_at=bindparam("now"),
-            deadline_at=case((c.deadline_at > deadline, c.deadline_at), else_=deadline),
+            deadline_at=deadline_no_earlier_than(deadline),
         )
         self._open_runs = self.open_runs_select(bindparam("ids", expanding=True))
         if self._postgres:

@@ -5,10 +5,14 @@ libfaketime is in tests/faults/test_clock_arbitration_real.py."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from celery_routines import Scheduler, register
+from celery_routines.sending.publish import OutgoingRun, PendingErrors
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app, published, runs_of
 
@@ -75,7 +79,7 @@ def test_a_beat_clock_jump_longer_than_the_timeout_declares_no_run_lost(
 
 
 def test_a_clock_stepped_back_mid_tick_declares_no_run_lost(
-    tmp_path: Path, database_url: str, clock: FakeClock
+    tmp_path: Path, database_url: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """NTP steps the beat's clock back an hour between writing a tick's rows
     and publishing them. The tick measured the database's clock against the
@@ -92,13 +96,13 @@ def test_a_clock_stepped_back_mid_tick_declares_no_run_lost(
         publisher = beat.engine.publisher
         begin = publisher.begin_publish_many
 
-        def stepped_back_then_published(runs):  # type: ignore[no-untyped-def]
+        def stepped_back_then_published(runs: Sequence[OutgoingRun]) -> PendingErrors:
             fast.advance(hours=-1)
             return begin(runs)
 
-        publisher.begin_publish_many = stepped_back_then_published  # type: ignore[method-assign]
-        beat.tick()
-        publisher.begin_publish_many = begin  # type: ignore[method-assign]
+        with monkeypatch.context() as patched:
+            patched.setattr(publisher, "begin_publish_many", stepped_back_then_published)
+            beat.tick()
         [row] = runs_of(beat.store, "poll")
         run = beat.store.runs.get(row["id"])
         assert run.state == "sent"
