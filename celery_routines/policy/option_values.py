@@ -135,6 +135,14 @@ def json_object_option(name: str, *, wanted: str, label: str, words: str) -> Any
     )
 
 
+def instant_bound_option(name: str, *, label: str, words: str) -> Any:
+    """A Routine field bounding its windows in time (starts_at, ends_at): an
+    aware instant or None, entered as an instant."""
+    return option(
+        None, stored=INSTANT, check=aware(name), entry="instant", label=label, words=words
+    )
+
+
 def member(kind: type[E], label: str, value: Any) -> E:
     member = kind._value2member_map_.get(value) if isinstance(value, str) else None
     if member is None:

@@ -78,19 +78,11 @@ class Routine:
     """A solar schedule as ``"<event> <lat> <lon>"``."""
     rrule: str | None = option(None, stored=values.TEXT, keyword=None)
     """An RFC 5545 rule with a local ``DTSTART``, read in ``timezone``."""
-    starts_at: datetime | None = option(
-        None,
-        stored=values.INSTANT,
-        check=values.aware("starts_at"),
-        entry="instant",
-        label="Starts at",
-        words="No window before this time (read in the zone).",
+    starts_at: datetime | None = values.instant_bound_option(
+        "starts_at", label="Starts at", words="No window before this time (read in the zone)."
     )
-    ends_at: datetime | None = option(
-        None,
-        stored=values.INSTANT,
-        check=values.aware("ends_at"),
-        entry="instant",
+    ends_at: datetime | None = values.instant_bound_option(
+        "ends_at",
         label="Ends at",
         words="No window after this time (read in the zone); then it is done.",
     )
