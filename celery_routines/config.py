@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Celery
@@ -53,6 +54,14 @@ class Settings:
     # Beat's /livez and /readyz (observe/health.py); None: not served.
     health_port: int | None = None
     health_address: str = "127.0.0.1"
+    # How long a worker keeps trying a claim, heartbeat or outcome that cannot
+    # reach the database (a failover, a pooler restart) before it hands the
+    # delivery back to the broker or keeps the outcome to write later.
+    database_patience: float = 30.0
+    # Where a worker keeps outcomes the database did not take yet, so a
+    # restart writes them when it is back (worker/pending.py); "" keeps them
+    # in memory only.
+    outcome_spool: str = field(default_factory=lambda: default_outcome_spool())
 
     def __post_init__(self) -> None:
         if self.publish not in PUBLISH_PATHS:
@@ -86,6 +95,7 @@ class Settings:
             )
         _require_positive("routines_lock_ttl", self.lock_ttl)
         _require_positive("routines_run_timeout", self.run_timeout)
+        _require_positive("routines_database_patience", self.database_patience)
         _require_positive("routines_batch_size", self.batch_size)
         if not (isinstance(self.catch_up_per_tick, int) and self.catch_up_per_tick >= 1):
             raise ConfigurationError(
@@ -169,7 +179,24 @@ def settings_from(app: Celery | None) -> Settings:
             "routines_health_port", _lookup(app, "routines_health_port"), None, int
         ),
         health_address=_lookup(app, "routines_health_address") or "127.0.0.1",
+        database_patience=_number(
+            "routines_database_patience", _lookup(app, "routines_database_patience"), 30.0, float
+        ),
+        outcome_spool=_spool_setting(_lookup(app, "routines_outcome_spool")),
     )
+
+
+def default_outcome_spool() -> str:
+    """A file per user in the system's temporary folder: it outlives a worker
+    restart on the same host, which is what it is for."""
+    user = getattr(os, "getuid", lambda: "user")()
+    return os.path.join(tempfile.gettempdir(), f"celery-routines-outcomes-{user}.sqlite3")
+
+
+def _spool_setting(raw: Any) -> str:
+    if raw is None:
+        return default_outcome_spool()
+    return str(raw)
 
 
 def _broker_master_name(app: Celery | None) -> str | None:

@@ -47,6 +47,15 @@ RUN_TIMEOUT_HEADER = "routine_run_timeout"
 ZONE_HEADER = "routine_zone"
 KIND_HEADER = "routine_kind"
 WINDOW_AT_HEADER = "routine_window_at"
+ROUTINE_HEADERS = (
+    ROUTINE_HEADER,
+    WINDOW_HEADER,
+    ATTEMPT_HEADER,
+    RUN_TIMEOUT_HEADER,
+    ZONE_HEADER,
+    KIND_HEADER,
+    WINDOW_AT_HEADER,
+)
 
 # Bounded: a broker outage must not stall the tick for long per message.
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5}

@@ -115,7 +115,13 @@ def redis_client(url: str, sentinel_master: str | None = None) -> Any:
 
     found = parse_sentinel_url(url)
     asking = {"socket_timeout": REDIS_TIMEOUT, "socket_connect_timeout": REDIS_TIMEOUT}
-    group = Sentinel(list(found.sentinels), sentinel_kwargs=asking, **options)
+    group = Sentinel(
+        list(found.sentinels),
+        sentinel_kwargs=asking,
+        socket_timeout=REDIS_TIMEOUT,
+        socket_connect_timeout=REDIS_TIMEOUT,
+        retry=Retry(NoBackoff(), REDIS_RETRIES),
+    )
     return group.master_for(
         sentinel_master, db=found.db, username=found.username, password=found.password
     )

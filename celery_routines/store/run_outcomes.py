@@ -11,6 +11,7 @@ reads whether the routine has a ceiling to check, on PostgreSQL and SQLite).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -82,6 +83,7 @@ class RunOutcomeQueries:
         deadline_at: datetime | None = None,
         lost_after: float | None = None,
         celery_retries: int = 0,
+        released: Sequence[tuple[str, datetime]] | None = None,
         on: Connection | None = None,
     ) -> bool:
         """``pending``/``sent`` -> ``running``; False means someone else has it.
@@ -94,6 +96,12 @@ class RunOutcomeQueries:
         the database's clock, computed by the same UPDATE (claims and run
         deadlines are compared on that clock; see :meth:`Store.db_now`).
 
+        ``released``: the ``(worker, started_at)`` of earlier claims of this
+        delivery whose answer never came back (its connection was cut, or the
+        delivery was handed back to the broker before its body ran): a
+        ``running`` row one of them may have left is taken over, since that
+        body never started. Without it, such a row refuses the claim.
+
         ``on``: an autocommit connection to run it on (the worker's kept one)
         instead of one checked out for it.
         """
@@ -104,6 +112,18 @@ class RunOutcomeQueries:
             "retries": celery_retries,
         }
         on_db_clock = lost_after is not None and deadline_at is None
+        if released:
+            # The rare path (after an outage): built for the call, not compiled.
+            new_deadline = (
+                deadline_at if deadline_at is not None else self.db_clock_plus(lost_after or 0)
+            )
+            if isinstance(new_deadline, datetime):
+                new_deadline = literal(new_deadline, UTCDateTime())
+            stmt = self._claim_start_statement(new_deadline, released=len(released))
+            for n, (by, at) in enumerate(released):
+                params[f"released_worker_{n}"], params[f"released_at_{n}"] = by, at
+            with self._one_statement(on) as conn:
+                return conn.execute(stmt, params).rowcount == 1
         if on_db_clock and self._postgres:
             params["lost_after"] = float(lost_after)  # type: ignore[arg-type]
             params["now"] = naive_utc(now)
@@ -139,18 +159,25 @@ class RunOutcomeQueries:
     def _claim_start_with_deadline(self) -> Update:
         return self._claim_start_statement(bindparam("new_deadline", type_=UTCDateTime()))
 
-    def _claim_start_statement(self, deadline: ColumnElement[datetime] | datetime) -> Update:
-        """The claim's UPDATE (parameters: run_id, now, by_worker, retries)."""
+    def _claim_start_statement(
+        self, deadline: ColumnElement[datetime] | datetime, *, released: int = 0
+    ) -> Update:
+        """The claim's UPDATE (parameters: run_id, now, by_worker, retries;
+        and released_worker_N, released_at_N for N below ``released``)."""
         retries: BindParameter[Any] = bindparam("retries")
+        claimable = [
+            *(c.state == state for state in STARTABLE_STATES),
+            (c.state == "running") & (c.celery_retries < retries),
+        ]
+        claimable.extend(
+            (c.state == "running")
+            & (c.worker == bindparam(f"released_worker_{n}"))
+            & (c.started_at == bindparam(f"released_at_{n}", type_=UTCDateTime()))
+            for n in range(released)
+        )
         return (
             update(table)
-            .where(
-                c.id == bindparam("run_id"),
-                or_(
-                    or_(*(c.state == state for state in STARTABLE_STATES)),
-                    (c.state == "running") & (c.celery_retries < retries),
-                ),
-            )
+            .where(c.id == bindparam("run_id"), or_(*claimable))
             .values(
                 state="running",
                 started_at=bindparam("now", type_=UTCDateTime()),

@@ -1,6 +1,7 @@
 """The worker's database connection: kept between runs, pinged only after it
-sat idle, and a statement cut by a connection that died meanwhile tried once
-more."""
+sat idle; a statement cut by a connection that died meanwhile is tried once
+more at once, and one that cannot reach the database is tried again for
+``routines_database_patience`` (:mod:`celery_routines.worker.outage`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from celery_routines.store import Store
+from celery_routines.worker.outage import Attempts, patiently
 
 logger = logging.getLogger("celery_routines.worker")
 T = TypeVar("T")
@@ -169,10 +171,24 @@ def close_kept(store: Store) -> None:
         kept.close()
 
 
-def run_statement(store: Store, statement: Callable[[Connection | None], T]) -> T:
+def run_statement(
+    store: Store,
+    statement: Callable[[Connection | None, Attempts], T],
+    *,
+    what: str,
+    patience: float,
+) -> T:
     """Run one of the worker's per-run statements: on the kept connection
-    where there is one, else on a connection the store checks out (``None``)."""
+    where there is one, else on a connection the store checks out (``None``);
+    through a database that cannot be reached for up to ``patience`` seconds
+    (then :class:`~celery_routines.worker.outage.DatabaseUnreachable`).
+    ``statement`` is told the attempts so far: after an uncertain one it
+    must allow for that attempt having landed."""
     kept = kept_for(store)
-    if kept is None:
-        return once_more_if_cut(lambda: statement(None))
-    return kept.run(statement)
+
+    def once(attempts: Attempts) -> T:
+        if kept is None:
+            return once_more_if_cut(lambda: statement(None, attempts))
+        return kept.run(lambda conn: statement(conn, attempts))
+
+    return patiently(once, what=what, patience=patience)
