@@ -23,33 +23,29 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import partial
 
 from celery import Celery, signals
 from celery.app.task import Context, Task
-from celery.exceptions import Ignore, Retry, WorkerLostError
+from celery.exceptions import Ignore, WorkerLostError
 from celery.worker.request import Request as WorkerRequest  # task_revoked's, not a Context
 from sqlalchemy import Connection
 
 from celery_routines.clock import Clock, utc_now
-from celery_routines.observe.final_failures import after_final_failure
-from celery_routines.observe.notify import Notifies, notifier_for
 from celery_routines.observe.notify import forget_all as forget_notifiers
 from celery_routines.policy.runs import (
-    after_failure,
     celery_retry_wait,
     lost_after,
     lost_deadline,
-    policy_of,
 )
-from celery_routines.policy.states import OPEN_STATES, Reason, RunState
-from celery_routines.sending.publish import ROUTINE_HEADER, ROUTINE_HEADERS
+from celery_routines.policy.states import OPEN_STATES, RunState
+from celery_routines.sending.publish import ROUTINE_HEADER
 from celery_routines.store import Store
-from celery_routines.worker import counting, heartbeat
-from celery_routines.worker.ceiling import check_after_run
+from celery_routines.worker import counting, heartbeat, outcomes
 from celery_routines.worker.connection import run_statement
 from celery_routines.worker.expiry import record_expired
+from celery_routines.worker.hand_back import hand_back, released_claims_of
 from celery_routines.worker.outage import (
     Attempts,
     DatabaseUnreachable,
@@ -57,10 +53,7 @@ from celery_routines.worker.outage import (
     is_connection_fault,
 )
 from celery_routines.worker.pending import (
-    OutcomeSpool,
     PendingOutcome,
-    PendingOutcomes,
-    database_key,
 )
 from celery_routines.worker.spend import begin_run, end_run
 from celery_routines.worker.stores import (
@@ -77,13 +70,6 @@ logger = logging.getLogger("celery_routines.worker")
 clock: Clock = utc_now
 
 HOOK_MARK = "_celery_routines_claim"
-# A delivery handed back to the broker because its claim could not reach the
-# database carries the claims it tried (worker and start instant): whichever
-# of them landed unseen is taken over by the next delivery, whose body is the
-# first to run.
-RELEASED_HEADER = "routine_released_claims"
-# How long a handed-back delivery waits in the broker before it comes again.
-HAND_BACK_AFTER = 5.0
 
 _refused_lock = threading.Lock()
 _connected = False
@@ -219,126 +205,10 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
     raise Ignore(f"run {task_id} of {name} is already {state}")
 
 
-def released_claims_of(request: object) -> list[tuple[str, datetime]]:
-    """The claims an earlier delivery of this run tried before it was handed
-    back (see :data:`RELEASED_HEADER`)."""
-    raw = _header(request, RELEASED_HEADER)
-    claims: list[tuple[str, datetime]] = []
-    for item in raw if isinstance(raw, list) else []:
-        try:
-            worker, at = item
-            claims.append((str(worker), datetime.fromisoformat(at)))
-        except (TypeError, ValueError):
-            continue  # not ours to read: this delivery claims as any other
-    return claims
-
-
-def _header(request: object, name: str) -> object:
-    headers = getattr(request, "headers", None) or {}
-    if isinstance(headers, dict) and name in headers:
-        return headers[name]
-    return getattr(request, name, None)
-
-
-def hand_back(
-    task: Task,
-    request: Context,
-    claims: list[tuple[str, datetime]],
-    unreachable: DatabaseUnreachable,
-) -> None:
-    """Give the delivery back to the broker: the same run id and message,
-    due again in :data:`HAND_BACK_AFTER` seconds. Raises Celery's ``Retry``,
-    so the task shows RETRY (not FAILURE) in Flower and the result backend,
-    and the body does not run. Not Celery's own ``self.retry()``: that would
-    count against the task's ``max_retries``."""
-    headers = {name: value for name in ROUTINE_HEADERS if (value := _header(request, name))}
-    headers.update({key: value for key, value in (getattr(request, "headers", None) or {}).items()})
-    headers[RELEASED_HEADER] = [[worker, at.isoformat()] for worker, at in claims[-8:]]
-    request._routines_handed_back = True
-    try:
-        task.signature_from_request(
-            request, request.args, request.kwargs, countdown=HAND_BACK_AFTER, headers=headers
-        ).apply_async()
-    except Exception:
-        logger.exception(
-            "could not hand run %s back to the broker either; it stays sent and is retried "
-            "when its deadline passes",
-            request.id,
-        )
-        raise unreachable from None
-    logger.warning(
-        "run %s of %s handed back to the broker, due again in %.0f s: %s",
-        request.id,
-        routine_of_request(request),
-        HAND_BACK_AFTER,
-        unreachable,
-    )
-    raise Retry(f"the database is unreachable: {unreachable}", when=HAND_BACK_AFTER)
-
-
 def arbitration_clock(store: Store) -> Clock:
     """The clock run deadlines are written on: the database's (beat compares
     them on it), or the injected clock of a test that replaced :data:`clock`."""
     return store.db_now if clock is utc_now else clock
-
-
-# -- outcomes --------------------------------------------------------------------
-
-
-def record_failure(
-    store: Store, run_id: str, error: str, now: datetime, *,
-    lost: bool, notifier: Notifies | None = None, spend: dict[str, float] | None = None,
-) -> None:  # fmt: skip
-    """``running`` -> ``retrying`` (with ``retry_at``) or ``failed``/``lost``;
-    a final one is notified and may pause the routine (pause_after_failures).
-    ``spend``: the run's ledger (:func:`~celery_routines.worker.spend.end_run`)."""
-    run = store.runs.get(run_id)
-    if run is None:
-        return
-    routine = store.routines.by_id(run.routine_id)
-    if routine is None:
-        return
-    decision = after_failure(
-        run.attempt,
-        policy_of(routine),
-        now,
-        final_state=RunState.LOST if lost else RunState.FAILED,
-        reason=Reason.LOST if lost else None,
-    )
-    moved = store.runs.settle(
-        run_id,
-        from_states=(RunState.RUNNING,),
-        state=decision.state,
-        now=now,
-        retry_at=decision.retry_at,
-        reason=decision.reason,
-        error=error,
-        spend=spend,
-    )
-    if moved:
-        logger.info(
-            "run %s of %s (attempt %d) %s: %s; %s",
-            run_id,
-            routine.name,
-            run.attempt,
-            "lost its worker" if lost else "failed",
-            error,
-            decision.why,
-        )
-        if decision.retry_at is None:
-            after_final_failure(
-                store, routine_id=routine.id, routine=routine.name,
-                pause_after=routine.pause_after_failures, run_id=run_id,
-                window=run.scheduled_for, state=decision.state, error=error, now=now,
-                notifier=notifier,
-            )  # fmt: skip
-    else:
-        logger.warning(
-            "outcome of run %s of %s arrived when it was already %s; left as it is",
-            run_id,
-            routine.name,
-            run.state,
-        )
 
 
 def _on_prerun(
@@ -374,7 +244,7 @@ def _on_success(sender: Task | None = None, result: object = None, **_: object) 
         request.id, routine_of_request(request) or "", succeeded=True, finished_at=clock(),
         spend=end_run(),
     )  # fmt: skip
-    _write_or_keep(sender.app, outcome)
+    outcomes.write_or_keep(sender.app, outcome)
 
 
 def _on_failure(
@@ -393,92 +263,7 @@ def _on_failure(
         error=f"{type(exception).__name__}: {exception}" if exception is not None else "unknown",
         lost=isinstance(exception, WorkerLostError), spend=end_run(),
     )  # fmt: skip
-    _write_or_keep(sender.app, outcome)
-
-
-def _write_or_keep(app: Celery, outcome: PendingOutcome) -> None:
-    """Write a body's outcome, riding out a short outage; kept for later
-    (never dropped) when the database stays away longer."""
-    try:
-        store, settings = store_for(app), settings_for(app)
-        write_outcome(app, store, outcome, patience=settings.database_patience)
-    except DatabaseUnreachable:
-        pending_for(app).keep(outcome)
-    except Exception:
-        logger.exception("could not record the outcome of run %s", outcome.run_id)
-
-
-def write_outcome(app: Celery, store: Store, outcome: PendingOutcome, *, patience: float) -> None:
-    """One outcome to the database (a success: one statement; a failure: the
-    retry decision too), then the ceiling check it calls for."""
-    if outcome.succeeded:
-
-        def succeed(on: Connection | None, attempts: Attempts) -> bool:
-            finished = store.outcomes.succeed(
-                outcome.run_id, outcome.finished_at, spend=outcome.spend, on=on
-            )
-            if finished.done:
-                return finished.check_ceiling
-            if attempts.uncertain:
-                run = store.runs.get(outcome.run_id)
-                if run is not None and run.state == RunState.SUCCEEDED:
-                    return True  # the cut try did land: check the ceiling as it would have
-            logger.warning(
-                "run %s succeeded after it was declared lost or replaced", outcome.run_id
-            )
-            return False
-
-        check = run_statement(
-            store, succeed, what=f"record the success of run {outcome.run_id}", patience=patience
-        )
-        if check:
-            _check_ceilings(app, outcome.run_id)
-        return
-
-    def fail(on: Connection | None, attempts: Attempts) -> None:
-        notifier = notifier_for(app, store.streaks.notify_url)
-        record_failure(
-            store, outcome.run_id, outcome.error or "unknown", outcome.finished_at,
-            lost=outcome.lost, notifier=notifier, spend=outcome.spend,
-        )  # fmt: skip
-
-    run_statement(
-        store, fail, what=f"record the failure of run {outcome.run_id}", patience=patience
-    )
-    _check_ceilings(app, outcome.run_id)
-
-
-_pending: dict[str, PendingOutcomes] = {}
-_pending_lock = threading.Lock()
-
-
-def pending_for(app: Celery) -> PendingOutcomes:
-    """This process's outcomes waiting for ``app``'s database."""
-    settings = settings_for(app)
-    with _pending_lock:
-        pending = _pending.get(settings.database_url)
-        if pending is None:
-
-            def write(outcome: PendingOutcome) -> None:
-                # One try each time round: the keeper's own loop waits.
-                write_outcome(app, store_for(app), outcome, patience=0.001)
-
-            pending = _pending[settings.database_url] = PendingOutcomes(
-                database_key(settings.database_url), OutcomeSpool(settings.outcome_spool), write
-            )
-        return pending
-
-
-def _check_ceilings(app: Celery, run_id: str) -> None:
-    try:
-        store = store_for(app)
-
-        def suspended(routine: str, until: datetime, reason: str) -> None:
-            counting.suspended(app, store, run_id, routine, until, reason)
-
-        check_after_run(store, run_id, clock(), settings_for(app).timezone, suspended)
-    except Exception:
-        logger.exception("could not check the ceilings after run %s", run_id)
+    outcomes.write_or_keep(sender.app, outcome)
 
 
 def _on_retry(
@@ -576,14 +361,13 @@ def on_worker_ready(sender: object = None, **_: object) -> None:
     if app is None:
         return
     try:
-        pending_for(app).recover()
+        outcomes.pending_for(app).recover()
     except Exception:
         logger.exception("could not read the outcomes kept by a previous worker")
 
 
 def after_fork(**_: object) -> None:
-    with _pending_lock:
-        _pending.clear()  # the parent's: their writer thread did not survive the fork
+    outcomes.forget_pending()
     forget_inherited_connections()
     heartbeat.forget_all()
     counting.forget_all()

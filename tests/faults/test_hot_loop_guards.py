@@ -20,7 +20,7 @@ from sqlalchemy import text
 
 from celery_routines import Scheduler, register
 from celery_routines.store import Store
-from celery_routines.worker import hooks as worker
+from celery_routines.worker import outcomes
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app, insert_routine, runs_for, runs_of
 
@@ -38,7 +38,7 @@ def fail_every_sent_run(store: Store, now: datetime) -> int:
         ids = list(ids)
     for run_id in ids:
         assert store.outcomes.claim_start(run_id, "worker-1", now)
-        worker.record_failure(store, run_id, "RuntimeError: always fails", now, lost=False)
+        outcomes.record_failure(store, run_id, "RuntimeError: always fails", now, lost=False)
     return len(ids)
 
 

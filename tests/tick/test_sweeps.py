@@ -2,7 +2,7 @@
 injected clock: retries from ``retry_at``, lost runs, overlap policies.
 
 The worker's part is played through the same store calls the worker makes
-(``claim_start``, ``worker.record_failure``); tests/e2e/test_lifecycle.py runs
+(``claim_start``, ``outcomes.record_failure``); tests/e2e/test_lifecycle.py runs
 the same paths with real workers.
 """
 
@@ -18,7 +18,7 @@ from sqlalchemy import text
 
 from celery_routines import Scheduler, register
 from celery_routines.store import RunRecord, Store
-from celery_routines.worker import hooks as worker
+from celery_routines.worker import outcomes
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app, published, runs_for
 
@@ -54,7 +54,7 @@ def set_paused(store: Store, name: str, paused: bool) -> None:
 def fail(store: Store, run_id: str, now: datetime, error: str = "RuntimeError: boom") -> None:
     """What the worker does for a body that raised."""
     assert store.outcomes.claim_start(run_id, "worker-1", now)
-    worker.record_failure(store, run_id, error, now, lost=False)
+    outcomes.record_failure(store, run_id, error, now, lost=False)
 
 
 def test_failed_attempts_are_retried_after_1_2_4_minutes_across_a_beat_restart(

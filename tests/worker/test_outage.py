@@ -26,6 +26,8 @@ from sqlalchemy import Engine, event
 
 from celery_routines.store import Store
 from celery_routines.worker import hooks as worker
+from celery_routines.worker import outcomes
+from celery_routines.worker.hand_back import RELEASED_HEADER
 from celery_routines.worker.pending import (
     OutcomeSpool,
     PendingOutcome,
@@ -178,9 +180,7 @@ def test_a_claim_that_cannot_reach_the_database_hands_the_delivery_back_and_it_r
 
     # The database is back; the handed-back message comes again.
     cut.pop().times = 0
-    again = job.apply(
-        task_id=run_id, headers={k: headers[k] for k in ("routine", worker.RELEASED_HEADER)}
-    )
+    again = job.apply(task_id=run_id, headers={k: headers[k] for k in ("routine", RELEASED_HEADER)})
     assert (calls, again.state) == (["job"], "SUCCESS")
     run = store.runs.get(run_id)
     assert (run.state, run.duplicates) == ("succeeded", 0)
@@ -198,7 +198,7 @@ def test_a_duplicate_delivery_still_refuses_a_run_another_delivery_holds(
     run_id = make_run(store, "job")
     assert store.outcomes.claim_start(run_id, "other-worker", store.db_now())
     foreign = [["this-worker", "2026-11-30T12:00:00+00:00"]]
-    result = job.apply(task_id=run_id, headers={"routine": "job", worker.RELEASED_HEADER: foreign})
+    result = job.apply(task_id=run_id, headers={"routine": "job", RELEASED_HEADER: foreign})
     assert (calls, result.state) == ([], "IGNORED")
     assert store.runs.get(run_id).state == "running"
 
@@ -241,7 +241,7 @@ def test_an_outcome_the_database_does_not_take_is_kept_and_written_when_it_is_ba
     deliver(job, run_id, "job")
     assert calls == ["job"]
     assert store.runs.get(run_id).state == "running"  # the outcome waits
-    kept = worker.pending_for(outage_app)
+    kept = outcomes.pending_for(outage_app)
     assert [o.run_id for o in kept.waiting] == [run_id]
 
     # A worker restarted meanwhile finds the outcome in the host's spool.
