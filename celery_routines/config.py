@@ -34,6 +34,9 @@ class Settings:
     lock_ttl: float = 60.0
     batch_size: int = 1000
     run_timeout: float = 3600.0
+    # Seconds a sent run may wait for a worker's claim before it is declared
+    # lost (policy/runs.py unstarted_timeout): a lost message frees its routine.
+    start_timeout: float = 300.0
     timezone: str = "UTC"
     # The app whose code routines this process declares (and may retire).
     owner: str = "default"
@@ -95,6 +98,7 @@ class Settings:
             )
         _require_positive("routines_lock_ttl", self.lock_ttl)
         _require_positive("routines_run_timeout", self.run_timeout)
+        _require_positive("routines_start_timeout", self.start_timeout)
         _require_positive("routines_database_patience", self.database_patience)
         _require_positive("routines_batch_size", self.batch_size)
         if not (isinstance(self.catch_up_per_tick, int) and self.catch_up_per_tick >= 1):
@@ -153,6 +157,9 @@ def settings_from(app: Celery | None) -> Settings:
         batch_size=_number("routines_batch_size", _lookup(app, "routines_batch_size"), 1000, int),
         run_timeout=_number(
             "routines_run_timeout", _lookup(app, "routines_run_timeout"), 3600.0, float
+        ),
+        start_timeout=_number(
+            "routines_start_timeout", _lookup(app, "routines_start_timeout"), 300.0, float
         ),
         timezone=_lookup(app, "routines_timezone") or app_timezone or "UTC",
         owner=str(

@@ -378,6 +378,7 @@ class OperatorSends:
             runs,
             self.clock,
             self.settings.run_timeout,
+            self.settings.start_timeout,
             kind=how,
         )
         if self.events is not None:

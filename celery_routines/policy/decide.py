@@ -57,6 +57,7 @@ from celery_routines.policy.runs import (
     NewRun,
     in_progress,
     overlap_action,
+    unstarted_timeout,
 )
 from celery_routines.policy.states import Overlap, Reason, RunState
 from celery_routines.schedules.keys import skip_key, window_key
@@ -175,11 +176,14 @@ def decide(
     now: datetime,
     *,
     run_timeout: float,
+    start_timeout: float | None = None,
     new_id: IdFactory = random_id,
     answers: SharedAnswers | None = None,
 ) -> Decision[Row]:
     """What the tick does with ``claimed``; ``planned`` is :func:`plan`'s
-    answer (None for a routine that was invalid and reads again)."""
+    answer (None for a routine that was invalid and reads again).
+    ``run_timeout``, ``start_timeout``: the configured defaults; a row it
+    writes is lost if no worker claims it within :func:`unstarted_timeout`."""
     answers = answers or SharedAnswers(most=0)
     if planned is None or claimed.record.last_error is not None:
         window = claimed.schedule.next_after(now - claimed.offset)
@@ -203,7 +207,8 @@ def decide(
     if claimed.offset:
         planned = replace(planned, next_run_at=claimed.send_at(planned.next_run_at))
     record, name, timezone = claimed.record, claimed.routine.name, claimed.timezone
-    deadline = answers.lost_deadline(now, facts.offset, claimed.routine.run_timeout or run_timeout)
+    waits = unstarted_timeout(claimed.routine.run_timeout or run_timeout, start_timeout)
+    deadline = answers.lost_deadline(now, facts.offset, waits)
     sends = [
         NewRun(
             id=new_id(),

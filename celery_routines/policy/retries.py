@@ -41,6 +41,7 @@ from celery_routines.policy.runs import (
     lost_deadline,
     policy_of,
     settled_state,
+    unstarted_timeout,
 )
 from celery_routines.policy.states import Overlap, Reason, RunState, no_retry
 
@@ -117,6 +118,7 @@ def decide_retry(
     offset: timedelta,
     run_timeout: float,
     timezone: str,
+    start_timeout: float | None = None,
     used: Mapping[str, float] | None = None,
     new_id: IdFactory = random_id,
 ) -> RetryDecision:
@@ -179,7 +181,9 @@ def decide_retry(
         idempotency_key=run.idempotency_key,
         attempt=attempt,
         scheduled_for=run.scheduled_for,
-        deadline_at=lost_deadline(now + offset, model.run_timeout or run_timeout),
+        deadline_at=lost_deadline(
+            now + offset, unstarted_timeout(model.run_timeout or run_timeout, start_timeout)
+        ),
     )
     return RetryDecision(RetryVerdict.SEND, settled, next_run, suspension=suspension, routine=model)
 

@@ -162,6 +162,17 @@ def lost_deadline(
     return started_at + timedelta(seconds=lost_after(run_timeout, time_limit))
 
 
+def unstarted_timeout(run_timeout: float, start_timeout: float | None) -> float:
+    """Seconds a sent run may wait for a worker's claim before it is
+    declared lost: ``routines_start_timeout``, or the run timeout if that is
+    shorter (None: the run timeout). A message lost by a broker restart thus
+    holds its routine behind ``overlap="skip"`` this long, not an hour; the
+    claim then gives the run its run timeout from its start."""
+    if start_timeout is None:
+        return run_timeout
+    return min(run_timeout, start_timeout)
+
+
 def celery_retry_wait(when: object, now: datetime) -> timedelta:
     """How long until the redelivery of Celery's own ``self.retry()``: its
     ``when`` (seconds or an aware instant; anything else: at once)."""

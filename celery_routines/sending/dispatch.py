@@ -19,7 +19,7 @@ from enum import StrEnum
 
 from celery_routines.clock import Clock
 from celery_routines.policy.routine_rows import from_columns
-from celery_routines.policy.runs import lost_deadline
+from celery_routines.policy.runs import lost_deadline, unstarted_timeout
 from celery_routines.policy.states import Reason, RunKind
 from celery_routines.sending.publish import Publisher
 from celery_routines.sending.sender import MarkSentNow, Outbound, Sender, outgoing_run
@@ -59,6 +59,7 @@ def dispatch(
     new_runs: Sequence[NewRun],
     clock: Clock,
     run_timeout: float,
+    start_timeout: float | None,
     kind: str = RunKind.SCHEDULED,
 ) -> list[Dispatched]:
     """Write, send and mark ``new_runs`` of ``record``, oldest first;
@@ -69,7 +70,8 @@ def dispatch(
     now = clock()
     # A row left pending (this process dies before publishing) is found by
     # the lost sweep at its deadline, exactly like one of beat's.
-    rows = [dataclasses.replace(r, deadline_at=lost_deadline(now, run_timeout)) for r in new_runs]
+    waits = unstarted_timeout(run_timeout, start_timeout)
+    rows = [dataclasses.replace(r, deadline_at=lost_deadline(now, waits)) for r in new_runs]
     inserted = store.runs.insert_new(rows, now)
     existing = {
         (row.idempotency_key, row.attempt): row
@@ -82,7 +84,9 @@ def dispatch(
     # batched where the transport allows, and once the broker fails (after
     # its retries) the rest fail at once instead of each waiting out its own.
     outbound = [Outbound(outgoing_run(routine, run, kind=kind), record) for run in fresh]
-    done = Sender(store, publisher, clock).send(outbound, MarkSentNow(store, run_timeout))
+    done = Sender(store, publisher, clock).send(
+        outbound, MarkSentNow(store, run_timeout, start_timeout)
+    )
     results: list[Dispatched] = []
     for run in rows:
         if run.id not in inserted:

@@ -24,7 +24,12 @@ from typing import Protocol
 
 from celery_routines.clock import Clock
 from celery_routines.policy.routine import Routine
-from celery_routines.policy.runs import after_failure, lost_deadline, policy_of
+from celery_routines.policy.runs import (
+    after_failure,
+    lost_deadline,
+    policy_of,
+    unstarted_timeout,
+)
 from celery_routines.policy.states import Reason, RunKind
 from celery_routines.schedules.jitter import send_instant
 from celery_routines.sending.publish import NotSent, OutgoingRun, Publisher
@@ -72,11 +77,13 @@ class Marker(Protocol):
 
 class MarkSentNow:
     """An operator's sends: marked ``sent`` at once, each with its lost
-    deadline (the routine's run_timeout, else ``run_timeout``)."""
+    deadline (the routine's run_timeout, else ``run_timeout``, or
+    ``start_timeout`` if shorter: :func:`unstarted_timeout`)."""
 
-    def __init__(self, store: Store, run_timeout: float) -> None:
+    def __init__(self, store: Store, run_timeout: float, start_timeout: float | None) -> None:
         self.store = store
         self.run_timeout = run_timeout
+        self.start_timeout = start_timeout
 
     def published(
         self, run_ids: Sequence[str], sent_at: datetime, timeouts: Sequence[float | None] = ()
@@ -85,7 +92,8 @@ class MarkSentNow:
         for run_id, timeout in zip(run_ids, timeouts or [None] * len(run_ids), strict=True):
             by_timeout.setdefault(timeout, []).append(run_id)
         for timeout, ids in by_timeout.items():
-            deadline = lost_deadline(sent_at, timeout or self.run_timeout)
+            waits = unstarted_timeout(timeout or self.run_timeout, self.start_timeout)
+            deadline = lost_deadline(sent_at, waits)
             self.store.runs.mark_sent(ids, sent_at, deadline_at=deadline)
 
 

@@ -168,6 +168,11 @@ class RunOutcomeQueries:
         claimable = [
             *(c.state == state for state in STARTABLE_STATES),
             (c.state == "running") & (c.celery_retries < retries),
+            # Declared lost because no worker claimed it in time (a long
+            # queue) while its retry has not gone out: this late message runs
+            # the window, and the retry, conditional on ``retrying``, never
+            # goes out. Once it has, this row is ``lost`` and refuses.
+            (c.state == "retrying") & (c.reason == "lost") & c.started_at.is_(None),
         ]
         claimable.extend(
             (c.state == "running")
@@ -178,12 +183,19 @@ class RunOutcomeQueries:
         return (
             update(table)
             .where(c.id == bindparam("run_id"), or_(*claimable))
-            .values(
-                state="running",
-                started_at=bindparam("now", type_=UTCDateTime()),
-                worker=bindparam("by_worker"),
-                deadline_at=deadline,
-                celery_retries=retries,
+            # In this order: MySQL's SET reads the columns already set to
+            # its left, so what the lost sweep wrote on a row claimed late
+            # is cleared before ``state`` changes.
+            .ordered_values(
+                (c.reason, case((c.state == "retrying", None), else_=c.reason)),
+                (c.error, case((c.state == "retrying", None), else_=c.error)),
+                (c.retry_at, None),
+                (c.finished_at, None),
+                (c.state, "running"),
+                (c.started_at, bindparam("now", type_=UTCDateTime())),
+                (c.worker, bindparam("by_worker")),
+                (c.deadline_at, deadline),
+                (c.celery_retries, retries),
             )
         )
 

@@ -411,6 +411,7 @@ class TickEngine:
                         facts,
                         now,
                         run_timeout=self.settings.run_timeout,
+                        start_timeout=self.settings.start_timeout,
                         answers=self.answers,
                     )
                 )

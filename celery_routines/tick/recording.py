@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from celery_routines.clock import Clock
 from celery_routines.config import Settings
-from celery_routines.policy.runs import lost_deadline
+from celery_routines.policy.runs import lost_deadline, unstarted_timeout
 from celery_routines.store import Published, Store
 from celery_routines.tick.ledger import PublishLedger, SentBatch
 
@@ -125,4 +125,5 @@ class Bookkeeper:
     def _sent_deadline(self, sent_at: datetime, timeout: float | None) -> datetime:
         """A sent run's lost deadline, on the database's clock (``timeout``:
         the routine's own ``run_timeout``, else ``routines_run_timeout``)."""
-        return lost_deadline(sent_at + self.offset, timeout or self.settings.run_timeout)
+        waits = unstarted_timeout(timeout or self.settings.run_timeout, self.settings.start_timeout)
+        return lost_deadline(sent_at + self.offset, waits)

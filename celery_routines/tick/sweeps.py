@@ -101,6 +101,12 @@ class Sweeps:
             )
             if run.state == RunState.PENDING:
                 error = "never sent: the beat that wrote it stopped before sending it"
+            elif run.state == RunState.SENT:
+                error = (
+                    f"not started by {run.deadline_at:%Y-%m-%d %H:%M:%S} UTC: no worker claimed "
+                    "it within routines_start_timeout (its message lost, or waiting in a long "
+                    "queue; a late message still runs it while its retry has not gone out)"
+                )
             moved = self.store.runs.settle(
                 run.id,
                 from_states=OPEN_STATES,
@@ -194,6 +200,7 @@ class Sweeps:
             now,
             offset=self.offset,
             run_timeout=self.settings.run_timeout,
+            start_timeout=self.settings.start_timeout,
             timezone=self.settings.timezone,
         )
         decision = decide()

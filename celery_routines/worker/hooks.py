@@ -38,6 +38,7 @@ from celery_routines.policy.runs import (
     celery_retry_wait,
     lost_after,
     lost_deadline,
+    unstarted_timeout,
 )
 from celery_routines.policy.states import OPEN_STATES, RunState
 from celery_routines.sending.publish import ROUTINE_HEADER
@@ -279,9 +280,10 @@ def _on_retry(
     end_run()
     now = clock()
     wait = celery_retry_wait(getattr(reason, "when", None), now)
-    deadline = lost_deadline(
-        now + wait, run_timeout_of(request, settings_for(sender.app).run_timeout)
-    )
+    settings = settings_for(sender.app)
+    # Back to sent: the redelivery must be claimed within the start timeout.
+    waits = unstarted_timeout(run_timeout_of(request, settings.run_timeout), settings.start_timeout)
+    deadline = lost_deadline(now + wait, waits)
     try:
         store_for(sender.app).outcomes.requeue(
             request.id, celery_retries=int(request.retries or 0), deadline_at=deadline

@@ -32,8 +32,12 @@ def test_new_rows_are_sent_and_a_stored_window_is_not_sent_again(
     record = add_routine(store, "report")
     publisher = CeleryPublisher(filesystem_app(tmp_path, database_url))
     try:
-        first = dispatch(store, publisher, record, [run(record.id, "report@a", "r1")], clock, 60)
-        again = dispatch(store, publisher, record, [run(record.id, "report@a", "r2")], clock, 60)
+        first = dispatch(
+            store, publisher, record, [run(record.id, "report@a", "r1")], clock, 60, None
+        )
+        again = dispatch(
+            store, publisher, record, [run(record.id, "report@a", "r2")], clock, 60, None
+        )
     finally:
         publisher.close()
     assert [d.outcome for d in first] == [SENT]
@@ -64,7 +68,7 @@ def test_a_broker_that_fails_fails_the_rest_at_once_and_each_is_recorded(
 
     record = add_routine(store, "report")
     rows = [run(record.id, f"report@{i}", f"r{i}") for i in range(3)]
-    results = dispatch(store, Down(), record, rows, clock, 60)
+    results = dispatch(store, Down(), record, rows, clock, 60, None)
     assert calls == [["r0", "r1", "r2"]]  # one publish call for the batch
     assert [d.outcome for d in results] == [SEND_FAILED] * 3
     assert all("broker down" in (d.error or "") for d in results)
@@ -76,5 +80,5 @@ def test_an_invalid_row_writes_and_sends_nothing(store: Store, clock: FakeClock)
     set_columns(store, "report", catch_up_cap=0)
     record = store.routines.by_id(record.id)
     with pytest.raises(InvalidRoutine, match="catch_up_cap"):
-        dispatch(store, None, record, [run(record.id, "report@a", "r1")], clock, 60)  # type: ignore[arg-type]
+        dispatch(store, None, record, [run(record.id, "report@a", "r1")], clock, 60, None)  # type: ignore[arg-type]
     assert store.runs.get("r1") is None

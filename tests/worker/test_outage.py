@@ -40,8 +40,8 @@ from tests.worker.test_hooks import calls, deliver, make_run, register_task
 
 # What a statement of each kind holds, spaces and quotes left out.
 CLAIM = ("UPDATEroutine_runs", "started_at=")
-SUCCESS = ("UPDATEroutine_runs", "finished_at=", "routine_runs.reason=")
-FAILURE = ("UPDATEroutine_runs", "finished_at=", "routine_runs.stateIN")
+SUCCESS = ("UPDATEroutine_runs", "spend=", "routine_runs.reason=")
+FAILURE = ("UPDATEroutine_runs", "spend=", "routine_runs.stateIN")
 
 
 class Cut:
