@@ -11,7 +11,8 @@ pool's invalidation and the server's rollback are the real ones.
 first statement that starts with ``prefix`` once armed: ``before``, the
 statement never reaches the server; ``after``, the server ran it (and, for a
 COMMIT or an autocommitted statement, made it durable) and the answer is
-lost with the connection, which the client reports as libpq does.
+lost with the connection (the driver's own error, from its next round trip
+on the reset socket).
 """
 
 from __future__ import annotations
@@ -69,11 +70,13 @@ class ConnectionCut:
 
     def _after(self, _conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if self.mode == "after" and self._take(statement):
-            shut_down_socket(cursor.connection)
-            # The server has answered; a reset before the answer was read
-            # gives the client libpq's words for it.
-            raise psycopg.OperationalError(
-                "consuming input failed: server closed the connection unexpectedly\n"
-                "\tThis probably means the server terminated abnormally\n"
-                "\tbefore or while processing the request."
-            )
+            driver = cursor.connection
+            shut_down_socket(driver)
+            # The server has answered; the answer is lost with the connection.
+            # The driver's next round trip meets the reset, and that real error
+            # (its words, the connection marked broken) is what the beat sees.
+            try:
+                driver.execute("SELECT 1")
+            except psycopg.OperationalError as exc:
+                raise exc from None
+            raise AssertionError("a statement on a shut-down socket did not fail")
