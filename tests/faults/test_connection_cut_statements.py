@@ -77,8 +77,6 @@ def test_a_connection_cut_at_any_statement_sends_each_window_once(
                     beat.tick()
                 clock.advance(seconds=5)
         assert cut.cut is not None, f"no statement started with {STATEMENTS[kind]!r}"
-        said = [r.getMessage()[:160] for r in caplog.records if "tick" in r.getMessage()]
-        print(f"cut {mode} {cut.cut!r}: {said}")
         failures = [r for r in caplog.records if r.getMessage().startswith("beat tick failed")]
         assert failures, "the cut failed no tick"
         assert all(r.levelno == logging.WARNING and r.exc_info is None for r in failures)
