@@ -189,9 +189,8 @@ class Scheduler(CeleryScheduler):
             if self.metrics is not None:
                 self.metrics.observe_tick_error()
             ledger = self._engine.ledger if self._engine is not None else None
-            deadline = ledger_deadline(bool(ledger), self.settings.lock_ttl)
-            unrecorded = ledger.describe() if ledger else None
-            return self._backoff.failed(exc, min(self.max_interval, deadline), unrecorded)
+            longest = min(self.max_interval, ledger_deadline(bool(ledger), self.settings.lock_ttl))
+            return self._backoff.failed(exc, longest, ledger.describe() if ledger else None)
         self._in_tick = False
         if self.health is not None:
             self.health.tick_finished(ok=True)
