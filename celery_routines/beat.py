@@ -188,9 +188,9 @@ class Scheduler(CeleryScheduler):
             self._stop_if_requested()
             if self.metrics is not None:
                 self.metrics.observe_tick_error()
-            holding = self._engine is not None and bool(self._engine.ledger)
-            ledger = ledger_deadline(holding, self.settings.lock_ttl)
-            return self._backoff.failed(exc, min(self.max_interval, ledger))
+            ledger = self._engine.ledger if self._engine is not None else None
+            longest = min(self.max_interval, ledger_deadline(bool(ledger), self.settings.lock_ttl))
+            return self._backoff.failed(exc, longest, ledger.describe() if ledger else None)
         self._in_tick = False
         if self.health is not None:
             self.health.tick_finished(ok=True)

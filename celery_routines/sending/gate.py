@@ -21,11 +21,16 @@ KEY_PREFIX = "celery_routines:window:"
 # Every key of a tick in one command: a pipeline of a thousand SETs cost the
 # beat more to pack and parse than Redis took to run them (41 ms against 6-12
 # ms per 1,000 keys here). The script is atomic, and each key keeps its own
-# SET NX answer: 1 if this beat set it, 0 if another holder has it.
+# SET NX answer: 1 if this beat holds it, 0 if another holder has it. A key
+# already holding this beat's id is this beat's: the answer of a command
+# that ran was lost with its connection and redis-py sent it again, or a
+# tick failed after the gate and before its rows; refused, this beat's own
+# key held the window back from every beat until it expired.
 ACQUIRE_SCRIPT = """
 local answers = {}
 for i, key in ipairs(KEYS) do
-  answers[i] = redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
+  local set = redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2])
+  answers[i] = (set or redis.call('GET', key) == ARGV[1]) and 1 or 0
 end
 return answers
 """
@@ -109,6 +114,6 @@ class RedisGate:
 
 
 def _said(exc: Exception) -> str:
-    """``exc`` in a few words: redis-py's MasterNotFoundError appends the
+    """``exc`` in a few words, after its class: redis-py's MasterNotFoundError appends the
     repr of every Sentinel client it asked (kilobytes per line)."""
-    return str(exc).split(" : <redis", 1)[0][:300]
+    return f"{type(exc).__name__}: " + str(exc).split(" : <redis", 1)[0][:300]
