@@ -19,8 +19,18 @@ from celery_routines import Scheduler
 from celery_routines.store import RunRecord, Store
 
 
+def unclaimed_runs_wait_their_run_timeout(conf: dict[str, Any]) -> dict[str, Any]:
+    """Beats in these tests mostly run with no worker to claim what they send
+    while the injected clock moves on for hours: a sent run waits its run
+    timeout, not the start timeout, unless the test sets
+    ``routines_start_timeout`` itself (tests/tick/test_start_timeout.py)."""
+    conf.setdefault("routines_start_timeout", conf.get("routines_run_timeout", 3600))
+    return conf
+
+
 def filesystem_app(folder: Path, database_url: str, **conf: Any) -> Celery:
     folder.mkdir(parents=True, exist_ok=True)
+    unclaimed_runs_wait_their_run_timeout(conf)
     app = Celery("routines_test", set_as_current=False)
     app.conf.update(
         broker_url="filesystem://",
@@ -35,6 +45,7 @@ def filesystem_app(folder: Path, database_url: str, **conf: Any) -> Celery:
 
 
 def redis_app(broker_url: str, database_url: str, **conf: Any) -> Celery:
+    unclaimed_runs_wait_their_run_timeout(conf)
     app = Celery("routines_test", set_as_current=False)
     app.conf.update(
         broker_url=broker_url,

@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from celery_routines.store.faults import connection_cut, database_unreachable
 
 from .send import CLAIM_TRUSTED_SHARE
 
@@ -34,9 +34,6 @@ ERROR_BACKOFF_CAP = 30.0
 DATABASE_BACKOFF_CAP = 2.0
 # While an outage lasts, one line this often says it still does.
 OUTAGE_REMINDER_EVERY = 60.0
-# MySQL client errors that mean the server is away: can't connect (local,
-# TCP), gone away, lost the connection, lost it at the handshake.
-MYSQL_UNREACHABLE = frozenset({2002, 2003, 2006, 2013, 2055})
 
 
 class _Outage:
@@ -147,29 +144,6 @@ def connection_fault(exc: BaseException) -> bool:
     database unreachable or its connection cut, Redis or the broker not
     answering. Not a statement the server refused, nor a bug."""
     return database_unreachable(exc) or _service_unreachable(exc)
-
-
-def connection_cut(exc: BaseException) -> bool:
-    """True when ``exc`` says the connection died (the pool has replaced it)."""
-    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
-
-
-def database_unreachable(exc: BaseException) -> bool:
-    """True when ``exc`` says the database could not be reached or dropped
-    the connection (refused, no server taking writes yet, shutting down),
-    not that it refused a statement (a deadlock is an OperationalError too)."""
-    if connection_cut(exc):
-        return True
-    if not isinstance(exc, (OperationalError, InterfaceError)):
-        return False
-    orig = exc.orig
-    sqlstate = getattr(orig, "sqlstate", None)
-    if sqlstate is not None:  # psycopg: class 08 connection exception, 57P shutting down
-        return str(sqlstate).startswith(("08", "57P"))
-    code = orig.args[0] if orig is not None and orig.args else None
-    if isinstance(code, int):  # PyMySQL
-        return code in MYSQL_UNREACHABLE
-    return True  # a client-side failure to connect (psycopg gives it no SQLSTATE)
 
 
 def _service_unreachable(exc: BaseException) -> bool:

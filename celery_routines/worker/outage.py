@@ -25,6 +25,8 @@ from typing import TypeVar
 
 from sqlalchemy import exc as sa_exc
 
+from celery_routines.store.faults import database_unreachable
+
 logger = logging.getLogger("celery_routines.worker")
 T = TypeVar("T")
 
@@ -37,20 +39,13 @@ MOST_WAIT = 2.0
 
 def is_connection_fault(error: BaseException) -> bool:
     """The statement failed because the database could not be reached or the
-    connection broke (reset, refused, timed out), not because of what it said.
-
-    SQLAlchemy reports those as ``OperationalError``/``InterfaceError`` (a
-    refused connect, "server closed the connection unexpectedly", MySQL's
-    "Lost connection"), or as any ``DBAPIError`` it invalidated the
-    connection for; a pool that could not hand out a connection in time is
-    one too; so is a statement that already gave up on one."""
+    connection broke (reset, refused, timed out), not because of what it
+    said (:mod:`celery_routines.store.faults`); a pool that could not hand
+    out a connection in time is one too, and so is a statement that already
+    gave up on one."""
     if isinstance(error, DatabaseUnreachable):
         return True
-    if isinstance(error, sa_exc.DBAPIError):
-        return bool(error.connection_invalidated) or isinstance(
-            error, sa_exc.OperationalError | sa_exc.InterfaceError
-        )
-    return isinstance(error, sa_exc.TimeoutError | ConnectionError | TimeoutError)
+    return database_unreachable(error) or isinstance(error, sa_exc.TimeoutError)
 
 
 def cause_of(error: BaseException) -> str:

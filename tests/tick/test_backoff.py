@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
+from celery_routines.store.faults import database_unreachable
 from celery_routines.tick.backoff import (
     DATABASE_BACKOFF_CAP,
     ERROR_BACKOFF_CAP,
     TickBackoff,
-    database_unreachable,
 )
 from tests.faults.cluster import free_port
 from tests.faults.connection_cuts import shut_down_socket

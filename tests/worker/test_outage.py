@@ -78,6 +78,8 @@ def lost_connection(conn: Any) -> Exception:
     dbapi = conn.dialect.loaded_dbapi
     if conn.dialect.name == "mysql":
         return dbapi.OperationalError(2013, "Lost connection to MySQL server during query")
+    if conn.dialect.name == "sqlite":  # no connection to lose: another writer holds the file
+        return dbapi.OperationalError("database is locked")
     return dbapi.OperationalError("server closed the connection unexpectedly")
 
 

@@ -1,0 +1,46 @@
+"""Which errors mean the database could not be reached.
+
+A failover, a pooler restart, a dropped NAT entry or a network blip reaches a
+beat or a worker as a statement whose connection was cut, or a connection
+that could not be opened. Those are expected in production and worth trying
+again; a statement the server refused (a constraint, a cancelled query, a
+missing table) or a bug is not, and must not be retried or logged as an
+outage. Beat (``tick/backoff.py``) and the worker (``worker/outage.py``)
+both ask here.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+# MySQL client errors that mean the server is away: can't connect (local,
+# TCP), gone away, lost the connection, lost it at the handshake.
+MYSQL_UNREACHABLE = frozenset({2002, 2003, 2006, 2013, 2055})
+# SQLite has no connection to lose: only a file another process holds (a
+# writer past the busy timeout) or one that cannot be opened is worth waiting out.
+SQLITE_TRANSIENT = ("database is locked", "unable to open database file", "disk i/o error")
+
+
+def connection_cut(exc: BaseException) -> bool:
+    """True when ``exc`` says the connection died (the pool has replaced it)."""
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+def database_unreachable(exc: BaseException) -> bool:
+    """True when ``exc`` says the database could not be reached or dropped
+    the connection (refused, no server taking writes yet, shutting down),
+    not that it refused a statement (a deadlock is an OperationalError too)."""
+    if connection_cut(exc):
+        return True
+    if not isinstance(exc, (OperationalError, InterfaceError)):
+        return False
+    orig = exc.orig
+    if type(orig).__module__.startswith("sqlite3"):
+        return any(words in str(orig).lower() for words in SQLITE_TRANSIENT)
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate is not None:  # psycopg: class 08 connection exception, 57P shutting down
+        return str(sqlstate).startswith(("08", "57P"))
+    code = orig.args[0] if orig is not None and orig.args else None
+    if isinstance(code, int):  # PyMySQL
+        return code in MYSQL_UNREACHABLE
+    return True  # a client-side failure to connect (psycopg gives it no SQLSTATE)
