@@ -1,0 +1,479 @@
+"""Outage soak: two real beats and two real prefork workers through a
+fault-injecting proxy (tests/faults/proxy.py) that resets, stalls and refuses
+connections at random for a fault period, then a calm period.
+
+One target sits behind the proxy at a time (the other servers are dialled
+directly): PostgreSQL, MariaDB, the Redis broker, or the Redis gate
+(``ROUTINES_REDIS_URL``). Sixteen routines every 2 s, inserted by SQL with the
+package's defaults for catch-up and overlap (``overlap="skip"``: a run left
+``sent`` makes every later window of its routine an overlap skip until
+``routines_run_timeout``, an hour by default), plus the e2e app's declared
+``tick``. After the calm period the beats stop, the workers drain, and the
+test counts:
+
+- windows run twice (two runs of one window that both started, or a body
+  that ran twice: every body appends ``ran <run id>`` to a file);
+- windows missing without a row (each routine's grid of windows from its
+  first to the end, covered by a run row or a skip summary);
+- runs left ``sent`` or ``running`` after the drain;
+- for each routine, how long after the last fault its first run started
+  (at most 10 s);
+- the fraction of the fault period's windows that ran, and more figures.
+
+It prints them all (run with ``-s`` to see them; ``scripts/outage_soak.py``
+runs every target for the full 180 + 60 s and prints them as a table). With
+``ROUTINES_SOAK_FIGURES=<file>`` it also appends them to that file as one
+JSON line per target.
+
+Durations: ``ROUTINES_SOAK_FAULT_SECONDS`` (default 60) and
+``ROUTINES_SOAK_CALM_SECONDS`` (default 20); ``ROUTINES_SOAK_SEED`` fixes the
+chaos (default: a fresh seed, printed, so a failure can be replayed).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from celery_routines.store import Store
+from tests import services
+from tests.faults.cluster import wait_for
+from tests.faults.proxy import FaultProxy
+from tests.topology.workers import WorkerCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+FAULT_SECONDS = float(os.environ.get("ROUTINES_SOAK_FAULT_SECONDS", "60"))
+CALM_SECONDS = float(os.environ.get("ROUTINES_SOAK_CALM_SECONDS", "20"))
+ROUTINES = 16
+INTERVAL = 2.0
+# Every routine must start a run this soon after the last fault ended.
+RECOVERY_SECONDS = 10.0
+# What the workers get, once the beats stop, to finish what was sent.
+DRAIN_SECONDS = 8.0
+
+TARGETS = [
+    pytest.param("postgresql", marks=[pytest.mark.postgres, pytest.mark.redis]),
+    pytest.param("mariadb", marks=[pytest.mark.mysql, pytest.mark.redis]),
+    pytest.param("broker", marks=[pytest.mark.postgres, pytest.mark.redis]),
+    pytest.param("gate", marks=[pytest.mark.postgres, pytest.mark.redis]),
+]
+
+
+def utc_now_naive() -> datetime:
+    """Naive UTC, as run rows read back through plain SQL."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def wall_of(monotonic: float) -> datetime:
+    """The naive UTC instant a ``time.monotonic()`` reading stands for."""
+    return utc_now_naive() - timedelta(seconds=time.monotonic() - monotonic)
+
+
+def proxied_database_url(url: str, port: int) -> str:
+    return make_url(url).set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
+
+
+def proxied_redis_url(url: str, port: int) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"127.0.0.1:{port}"))
+
+
+@dataclass
+class Soak:
+    target: str
+    cluster: WorkerCluster
+    proxy: FaultProxy
+    body_log: Path
+
+
+@pytest.fixture(params=TARGETS)
+def soak(
+    request: pytest.FixtureRequest, tmp_path: Path, redis_url: str, migrated_schema: None
+) -> Iterator[Soak]:
+    """A worker cluster whose ``request.param`` server is dialled through a
+    fault proxy. The test's own store connects directly: what it reads is
+    never faulted."""
+    target = request.param
+    database_url = request.getfixturevalue("mariadb_url" if target == "mariadb" else "postgres_url")
+    if target in ("postgresql", "mariadb"):
+        parsed = make_url(database_url)
+        upstream = (
+            parsed.host or "127.0.0.1",
+            parsed.port or (3306 if target == "mariadb" else 5432),
+        )
+    else:
+        upstream = (services.REDIS_HOST, services.REDIS_PORT)
+    proxy = FaultProxy(*upstream, lifetime=FAULT_SECONDS + CALM_SECONDS + 300).start()
+    store = Store.from_url(database_url)
+    store.migrate()
+    process_database = database_url
+    broker = redis_url
+    extra_env: dict[str, str] = {}
+    if target in ("postgresql", "mariadb"):
+        process_database = proxied_database_url(database_url, proxy.port)
+    elif target == "broker":
+        broker = proxied_redis_url(redis_url, proxy.port)
+    else:
+        extra_env["ROUTINES_REDIS_URL"] = proxied_redis_url(redis_url, proxy.port)
+    cluster = WorkerCluster(tmp_path, process_database, broker, store, extra_env=extra_env)
+    try:
+        yield Soak(target, cluster, proxy, tmp_path / "bodies.log")
+    finally:
+        cluster.stop_all()
+        proxy.close()
+        store.dispose()
+
+
+def insert_routines(store: Store, body_log: Path) -> None:
+    """Interval routines by plain SQL, as an operator would; catch-up and
+    overlap left to the package's defaults (Cluster.add_interval_routines
+    sets ``overlap="overlap"`` for beat-only tests, which would hide a run
+    left open)."""
+    rows = [
+        {
+            "name": f"r{i:04d}",
+            "task": "e2e_app.record",
+            "interval_seconds": INTERVAL,
+            "enabled": True,
+            "args": json.dumps([str(body_log)]),
+        }
+        for i in range(ROUTINES)
+    ]
+    names = list(rows[0])
+    with store.engine.begin() as conn:
+        conn.execute(
+            text(
+                f"INSERT INTO routines ({', '.join(names)}) "
+                f"VALUES ({', '.join(':' + n for n in names)})"
+            ),
+            rows,
+        )
+
+
+RUN_COLUMNS = (
+    "t.name, t.interval_seconds, r.id, r.idempotency_key, r.attempt, r.state, r.reason, "
+    "r.scheduled_for, r.skipped_count, r.skipped_first, r.skipped_last, r.created_at, "
+    "r.sent_at, r.started_at, r.finished_at, r.worker, r.duplicates, r.error"
+)
+
+
+def load_runs(store: Store) -> list[Any]:
+    with store.engine.connect() as conn:
+        return list(
+            conn.execute(
+                text(
+                    f"SELECT {RUN_COLUMNS} FROM routine_runs r "
+                    "JOIN routines t ON t.id = r.routine_id ORDER BY r.created_at"
+                )
+            )
+        )
+
+
+def count_open(store: Store) -> int:
+    with store.engine.connect() as conn:
+        return conn.execute(
+            text("SELECT count(*) FROM routine_runs WHERE state IN ('sent', 'running')")
+        ).scalar_one()
+
+
+def routines_started(store: Store) -> int:
+    """Routines with at least one run whose body started."""
+    with store.engine.connect() as conn:
+        return conn.execute(
+            text("SELECT count(DISTINCT routine_id) FROM routine_runs WHERE started_at IS NOT NULL")
+        ).scalar_one()
+
+
+@dataclass
+class Figures:
+    """What a soak measured; the ``*_rows`` and lists name the offenders."""
+
+    routines: int = 0
+    windows: int = 0
+    windows_run: int = 0
+    windows_skipped: int = 0
+    windows_not_run: int = 0
+    skips_by_reason: dict[str, int] = field(default_factory=dict)
+    states: dict[str, int] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    run_twice: list[str] = field(default_factory=list)
+    covered_twice: list[str] = field(default_factory=list)
+    left_open: list[str] = field(default_factory=list)
+    frozen: list[str] = field(default_factory=list)
+    recovery_seconds: dict[str, float | None] = field(default_factory=dict)
+    fault_windows: int = 0
+    fault_windows_run: int = 0
+    fault_windows_skipped: int = 0
+    attempts_after_first: int = 0
+    deliveries_repeated: int = 0
+    duplicates_refused: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        worst = [s for s in self.recovery_seconds.values() if s is not None]
+        return {
+            "routines": self.routines,
+            "windows": self.windows,
+            "windows_run": self.windows_run,
+            "windows_skipped": self.windows_skipped,
+            "windows_not_run": self.windows_not_run,
+            "skips_by_reason": self.skips_by_reason,
+            "states": self.states,
+            "windows_missing": len(self.missing),
+            "windows_run_twice": len(self.run_twice),
+            "windows_covered_twice": len(self.covered_twice),
+            "runs_left_sent_or_running": len(self.left_open),
+            "routines_frozen": len(self.frozen),
+            "worst_recovery_s": round(max(worst), 1) if worst else None,
+            "fault_windows": self.fault_windows,
+            "fault_windows_run": self.fault_windows_run,
+            "fault_windows_skipped": self.fault_windows_skipped,
+            "fault_run_fraction": round(self.fault_windows_run / self.fault_windows, 3)
+            if self.fault_windows
+            else None,
+            "attempts_after_first": self.attempts_after_first,
+            "deliveries_repeated": self.deliveries_repeated,
+            "duplicates_refused": self.duplicates_refused,
+        }
+
+
+def tally(
+    rows: Sequence[Any],
+    ran_lines: Sequence[str],
+    received: Sequence[str],
+    *,
+    fault_start: datetime,
+    fault_end: datetime,
+    until: datetime,
+) -> Figures:
+    """The soak's figures from its run rows (naive UTC instants), the body
+    log and the task ids the workers received. Windows later than
+    ``until - 3 intervals`` are not required (the beats were being stopped).
+
+    Like ``check_every_window_once`` (tests/faults/cluster.py) each routine's
+    windows must form an unbroken grid, but counted, not asserted, and by
+    window rather than by row: a window may hold several attempts here (a
+    send failed, a run declared lost), which that check rightly refuses for
+    its fault-free tests."""
+    figures = Figures()
+    ran = collections.Counter(line.split()[1] for line in ran_lines if line.startswith("ran "))
+    figures.deliveries_repeated = sum(1 for n in collections.Counter(received).values() if n > 1)
+    by_routine: dict[str, list[Any]] = collections.defaultdict(list)
+    for row in rows:
+        if row.interval_seconds is not None:  # Celery's own cron entries are not a grid
+            by_routine[row.name].append(row)
+    figures.routines = len(by_routine)
+    figures.states = dict(collections.Counter(row.state for row in rows))
+    figures.attempts_after_first = sum(1 for row in rows if row.attempt > 1)
+    figures.duplicates_refused = sum(row.duplicates or 0 for row in rows)
+    for name, runs in sorted(by_routine.items()):
+        step = timedelta(seconds=runs[0].interval_seconds)
+        runs_of: dict[datetime, list[Any]] = collections.defaultdict(list)
+        skipped_by: dict[datetime, list[Any]] = collections.defaultdict(list)
+        for row in runs:
+            if row.state == "skipped":
+                for k in range(row.skipped_count or 1):
+                    skipped_by[row.skipped_first + k * step].append(row)
+            else:
+                runs_of[row.scheduled_for].append(row)
+        instants = set(runs_of) | set(skipped_by)
+        first = min(instants)
+        instant = first
+        while instant <= until - 3 * step:
+            if instant not in instants:
+                figures.missing.append(f"{name} {instant.isoformat()}")
+            instant += step
+        for instant in sorted(instants):
+            if instant > until:
+                continue
+            figures.windows += 1
+            started = [r for r in runs_of.get(instant, []) if r.started_at is not None]
+            bodies = sum(ran[r.id] for r in runs_of.get(instant, []))
+            has_run = bool(started) or bodies > 0
+            if len(started) > 1 or bodies > 1:
+                figures.run_twice.append(f"{name} {instant.isoformat()}")
+            if (runs_of.get(instant) and skipped_by.get(instant)) or len(skipped_by[instant]) > 1:
+                figures.covered_twice.append(f"{name} {instant.isoformat()}")
+            if has_run:
+                figures.windows_run += 1
+            elif instant in skipped_by:
+                figures.windows_skipped += 1
+                reason = skipped_by[instant][0].reason or "?"
+                figures.skips_by_reason[reason] = figures.skips_by_reason.get(reason, 0) + 1
+            else:
+                figures.windows_not_run += 1
+            if fault_start <= instant <= fault_end:
+                figures.fault_windows += 1
+                figures.fault_windows_run += has_run
+                figures.fault_windows_skipped += not has_run and instant in skipped_by
+        figures.left_open += [row.id for row in runs if row.state in ("sent", "running")]
+        after = [
+            r.started_at for r in runs if r.started_at is not None and r.started_at > fault_end
+        ]
+        recovery = (min(after) - fault_end).total_seconds() if after else None
+        figures.recovery_seconds[name] = None if recovery is None else round(recovery, 2)
+        if recovery is None or recovery > RECOVERY_SECONDS:
+            figures.frozen.append(name)
+    return figures
+
+
+def relevant_lines(cluster: WorkerCluster, needles: Sequence[str], limit: int = 80) -> str:
+    """The processes' log lines that name any of ``needles`` (run ids,
+    routine names), plus their errors, at most ``limit`` of each."""
+    named: list[str] = []
+    errors: list[str] = []
+    for process in cluster.processes:
+        for line in process.output().splitlines():
+            if needles and any(needle in line for needle in needles):
+                named.append(f"{process.log.name}: {line}")
+            elif "ERROR" in line or "Traceback" in line or "WARNING" in line:
+                errors.append(f"{process.log.name}: {line}")
+    return (
+        f"--- log lines naming them ({len(named)}, first {limit}):\n"
+        + "\n".join(named[:limit])
+        + f"\n--- errors and warnings ({len(errors)}, last {limit}):\n"
+        + "\n".join(errors[-limit:])
+    )
+
+
+def offending_rows(rows: Sequence[Any], keep: Any) -> list[str]:
+    return [str(tuple(row)) for row in rows if keep(row)]
+
+
+def test_beats_and_workers_ride_out_an_outage_of_one_server(soak: Soak) -> None:
+    cluster, proxy = soak.cluster, soak.proxy
+    seed = int(os.environ.get("ROUTINES_SOAK_SEED", "0")) or random.randrange(1, 2**31)
+    insert_routines(cluster.store, soak.body_log)
+    cluster.start_worker()
+    cluster.start_worker()
+    cluster.start_beat("beat-a")
+    cluster.start_beat("beat-b")
+    # Everything up and running through the proxy before the first fault:
+    # every routine (and the app's declared one) has had a body start.
+    wait_for(
+        cluster,
+        lambda: routines_started(cluster.store) >= ROUTINES + 1,
+        90,
+        "every routine to run once before the faults",
+    )
+    fault_started = time.monotonic()
+    proxy.chaos(FAULT_SECONDS, seed)
+    wait_for(cluster, lambda: not proxy.chaos_running(), FAULT_SECONDS + 15, "the chaos to end")
+    proxy.wait_chaos(5)
+    last_fault = proxy.last_fault_end() or fault_started
+    calm_until = time.monotonic() + CALM_SECONDS
+    wait_for(cluster, lambda: time.monotonic() >= calm_until, CALM_SECONDS + 5, "the calm period")
+    until = utc_now_naive()
+    for process in cluster.processes:
+        if process not in cluster.workers:
+            process.stop()
+    # A bounded drain: what is still open after it stays open (counted).
+    drain_until = time.monotonic() + DRAIN_SECONDS
+    while count_open(cluster.store) and time.monotonic() < drain_until:
+        cluster.assert_alive()
+        time.sleep(0.2)
+    received = cluster.broker_task_ids()
+    cluster.stop_all()
+
+    rows = load_runs(cluster.store)
+    ran_lines = soak.body_log.read_text().splitlines() if soak.body_log.exists() else []
+    fault_end = wall_of(last_fault)
+    figures = tally(
+        rows,
+        ran_lines,
+        received,
+        fault_start=wall_of(fault_started),
+        fault_end=fault_end,
+        until=until,
+    )
+    faults = collections.Counter(fault.kind for fault in proxy.faults)
+    summary = {
+        "target": soak.target,
+        "seed": seed,
+        "fault_seconds": FAULT_SECONDS,
+        "calm_seconds": CALM_SECONDS,
+        "faults": dict(faults),
+        "connections_accepted": proxy.connections_accepted,
+        "connections_refused": proxy.connections_refused,
+        **figures.summary(),
+    }
+    timeline = "\n".join(
+        f"{fault.kind} at +{fault.started - fault_started:.1f} s for "
+        f"{fault.ended - fault.started:.1f} s ({fault.detail})"
+        for fault in proxy.faults
+    )
+    print(f"\noutage soak faults:\n{timeline}\noutage soak figures: {json.dumps(summary)}")
+    if os.environ.get("ROUTINES_SOAK_FIGURES"):
+        with open(os.environ["ROUTINES_SOAK_FIGURES"], "a") as out:
+            out.write(json.dumps({**summary, "recovery": figures.recovery_seconds}) + "\n")
+
+    failures: list[str] = []
+    needles: list[str] = []
+    if figures.run_twice:
+        windows = set(figures.run_twice)
+        failures.append(
+            f"{len(windows)} window(s) run twice:\n"
+            + "\n".join(
+                offending_rows(
+                    rows,
+                    lambda r: (
+                        f"{r.name} {r.scheduled_for.isoformat()}" in windows
+                        and r.state != "skipped"
+                    ),
+                )
+            )
+        )
+        needles += [r.id for r in rows if f"{r.name} {r.scheduled_for.isoformat()}" in windows]
+    if figures.missing:
+        failures.append(
+            f"{len(figures.missing)} window(s) without a row:\n" + "\n".join(figures.missing[:60])
+        )
+        needles += sorted({entry.split()[0] + " " for entry in figures.missing})
+    if figures.left_open:
+        left = set(figures.left_open)
+        failures.append(
+            f"{len(left)} run(s) left sent/running after a {DRAIN_SECONDS} s drain:\n"
+            + "\n".join(offending_rows(rows, lambda r: r.id in left))
+        )
+        needles += sorted(left)
+    if figures.frozen:
+        frozen = set(figures.frozen)
+        late = {name: figures.recovery_seconds[name] for name in figures.frozen}
+        failures.append(
+            f"{len(frozen)} routine(s) did not start a run within {RECOVERY_SECONDS} s of the "
+            f"last fault (seconds, None = never): {late}\n"
+            + "\n".join(
+                offending_rows(
+                    rows,
+                    lambda r: (
+                        r.name in frozen
+                        and (r.state in ("sent", "running") or r.created_at >= fault_end)
+                    ),
+                )[-60:]
+            )
+        )
+        needles += [r.id for r in rows if r.name in frozen and r.state in ("sent", "running")]
+    if failures:
+        raise AssertionError(
+            f"outage soak through the {soak.target} proxy (seed {seed}): "
+            + json.dumps(figures.summary())
+            + "\n\n"
+            + "\n\n".join(failures)
+            + "\n\n--- faults injected:\n"
+            + timeline
+            + "\n"
+            + relevant_lines(cluster, needles)
+        )
