@@ -46,6 +46,17 @@ REFUSE_SECONDS = (1.0, 4.0)
 GAP_SECONDS = (2.0, 5.0)
 
 
+@dataclass
+class _Cut:
+    """An armed :meth:`FaultProxy.cut_when`: every pattern in one chunk."""
+
+    patterns: tuple[bytes, ...]
+    before: bool
+    left: int
+    refuse_for: float
+    fired: asyncio.Event
+
+
 @dataclass(frozen=True)
 class Fault:
     """One fault the proxy injected: ``started``/``ended`` are
@@ -157,7 +168,7 @@ class FaultProxy:
         self._stalled = False
         self._stall_until = 0.0
         self._refuse_until = 0.0
-        self._cuts: list[tuple[bytes, bool, list[int]]] = []
+        self._cuts: list[_Cut] = []
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._chaos: asyncio.Task[None] | None = None
@@ -248,13 +259,23 @@ class FaultProxy:
     def _cut_hook(self, pair: _Pair, data: bytes, *, before: bool) -> bool:
         """Reset ``pair`` if ``data`` carries a statement a test asked to cut
         at this moment; True if it was cut before being forwarded."""
-        for pattern, cut_before, left in self._cuts:
-            if cut_before == before and left[0] > 0 and pattern in data:
-                left[0] -= 1
-                now = time.monotonic()
-                self.faults.append(Fault("cut", now, now, pattern.decode(errors="replace")))
-                pair.reset()
-                return True
+        for cut in self._cuts:
+            if cut.before != before or cut.left <= 0:
+                continue
+            if not all(pattern in data for pattern in cut.patterns):
+                continue
+            cut.left -= 1
+            if cut.left == 0:
+                self._cuts.remove(cut)
+            cut.fired.set()
+            now = time.monotonic()
+            said = b" ".join(cut.patterns).decode(errors="replace")
+            pair.reset()
+            if cut.refuse_for > 0:
+                self._refuse(cut.refuse_for, reset_existing=True)
+                said += f", then {cut.refuse_for:.2f} s refused"
+            self.faults.append(Fault("cut", now, now + cut.refuse_for, said))
+            return True
         return False
 
     # -- controls, from any thread ------------------------------------------
@@ -301,28 +322,42 @@ class FaultProxy:
 
         return self._call(work)
 
-    def cut_when(self, pattern: bytes, *, before: bool = False, times: int = 1) -> None:
-        """Reset the next ``times`` connection(s) whose client sends bytes
-        containing ``pattern``: ``before`` the bytes reach the server (the
-        statement never ran), or right after (it may have run; its answer is
-        lost)."""
+    def cut_when(
+        self,
+        *patterns: bytes,
+        before: bool = False,
+        times: int = 1,
+        refuse_for: float = 0.0,
+    ) -> None:
+        """Reset the next ``times`` connection(s) whose client sends a chunk
+        holding every one of ``patterns`` (a statement's words): ``before``
+        the bytes reach the server (the statement never ran), or right after
+        (it may have run; its answer is lost). With ``refuse_for``, every
+        other connection is reset too and new ones are refused that long: a
+        failover while that statement is in flight."""
 
         async def work() -> None:
-            self._cuts.append((pattern, before, [times]))
+            self._cuts.append(_Cut(patterns, before, times, refuse_for, asyncio.Event()))
 
         self._call(work)
 
-    def chaos(self, duration: float, seed: int) -> None:
+    def chaos(self, duration: float, seed: int, aim: tuple[bytes, ...] = ()) -> None:
         """Start injecting faults at random for ``duration`` seconds (returns
         at once): resets of one or all connections, stalls of 0.5-3 s,
         refusals of 1-4 s (half of them resetting the open connections too),
-        2-5 s apart. No fault outlasts ``duration``; :meth:`wait_chaos` waits
-        for the end and :attr:`faults` says what was done, and when."""
+        2-5 s apart. With ``aim`` (a statement's words, as for
+        :meth:`cut_when`) some refusals wait (up to 3 s) for that statement
+        to be in flight and start there: a fault at a random instant rarely
+        lands inside a statement that takes a millisecond. No fault outlasts
+        ``duration``; :meth:`wait_chaos` waits for the end and :attr:`faults`
+        says what was done, and when."""
 
         async def work() -> None:
             if self._chaos is not None and not self._chaos.done():
                 raise RuntimeError("chaos is already running")
-            self._chaos = self._loop.create_task(self._run_chaos(duration, random.Random(seed)))
+            self._chaos = self._loop.create_task(
+                self._run_chaos(duration, random.Random(seed), aim)
+            )
 
         self._call(work)
 
@@ -403,13 +438,27 @@ class FaultProxy:
         self.faults.append(Fault("refuse", now, self._refuse_until, detail))
         return self._refuse_until
 
-    async def _run_chaos(self, duration: float, rng: random.Random) -> None:
+    async def _run_chaos(self, duration: float, rng: random.Random, aim: tuple[bytes, ...]) -> None:
         end = time.monotonic() + duration
+        kinds = ("reset_one", "reset_all", "stall", "refuse", "refuse")
         while True:
             left = end - time.monotonic()
             if left <= 0.5:
                 return
-            kind = rng.choice(("reset_one", "reset_all", "stall", "refuse", "refuse"))
+            kind = rng.choice(kinds + (("aimed",) * 2 if aim else ()))
+            if kind == "aimed" and left > 4:
+                length = rng.uniform(*REFUSE_SECONDS)
+                cut = _Cut(aim, False, 1, length, asyncio.Event())
+                self._cuts.append(cut)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(cut.fired.wait(), min(3.0, left - length - 0.5))
+                if not cut.fired.is_set():
+                    self._cuts.remove(cut)  # the statement did not pass: no fault
+                    continue
+                await asyncio.sleep(min(length + rng.uniform(*GAP_SECONDS), end - time.monotonic()))
+                continue
+            if kind == "aimed":
+                kind = "refuse"
             if kind == "reset_one":
                 self._reset_one(rng)
                 length = 0.0
