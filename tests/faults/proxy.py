@@ -272,7 +272,8 @@ class FaultProxy:
             said = b" ".join(cut.patterns).decode(errors="replace")
             pair.reset()
             if cut.refuse_for > 0:
-                self._refuse(cut.refuse_for, reset_existing=True)
+                said += f", {len(self._pairs)} other connection(s) reset"
+                self._refuse(cut.refuse_for, reset_existing=True, record=False)
                 said += f", then {cut.refuse_for:.2f} s refused"
             self.faults.append(Fault("cut", now, now + cut.refuse_for, said))
             return True
@@ -424,7 +425,7 @@ class FaultProxy:
                 if side.transport is not None and not side.transport.is_closing():
                     side.transport.resume_reading()
 
-    def _refuse(self, seconds: float, reset_existing: bool) -> float:
+    def _refuse(self, seconds: float, reset_existing: bool, record: bool = True) -> float:
         now = time.monotonic()
         self._refuse_until = max(self._refuse_until, now + seconds)
         reset = 0
@@ -435,7 +436,8 @@ class FaultProxy:
         detail = f"{seconds:.2f} s" + (
             f", {reset} open connection(s) reset" if reset_existing else ""
         )
-        self.faults.append(Fault("refuse", now, self._refuse_until, detail))
+        if record:  # an aimed cut records itself, refusal included
+            self.faults.append(Fault("refuse", now, self._refuse_until, detail))
         return self._refuse_until
 
     async def _run_chaos(self, duration: float, rng: random.Random, aim: tuple[bytes, ...]) -> None:

@@ -66,13 +66,14 @@ RECOVERY_SECONDS = 10.0
 DRAIN_SECONDS = 8.0
 
 # The statement each target's aimed faults wait for (FaultProxy.chaos): the
-# worker's claim, beat's publish, a beat's SET NX on the gate. One that fails
-# mid-way is what a fault at a random instant seldom catches.
+# worker's claim, beat's publish, a beat's SET NX of its windows on the gate.
+# One cut mid-way is what a fault at a random instant seldom catches.
 AIM = {
     "postgresql": (b"UPDATE routine_runs SET state=", b"started_at="),
     "mariadb": (b"UPDATE routine_runs SET state=", b"started_at="),
     "broker": (b"LPUSH", b"e2e_app.record"),
-    "gate": (b"\r\nSET\r\n", b"\r\nNX\r\n"),
+    # The gate sets a tick's keys in one EVALSHA of a SET NX script.
+    "gate": (b"celery_routines:window:",),
 }
 
 TARGETS = [
