@@ -1,4 +1,4 @@
-"""The outage soak's accounting (``tally`` in test_outage_soak_real.py) over
+"""The outage soak's accounting (tests/faults/soak_figures.py) over
 run rows made here: each figure the soak asserts on can be non-zero."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from tests.faults.test_outage_soak_real import tally
+from tests.faults.soak_figures import tally
 
 T0 = datetime(2026, 12, 7, 12, 0)  # naive UTC, as run rows read back
 STEP = timedelta(seconds=2)
