@@ -101,6 +101,13 @@ class _Side(asyncio.Protocol):
         self.pair.close()
 
 
+class _Refused(asyncio.Protocol):
+    """A connection accepted during a refusal: reset as soon as it is made."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        _abort(transport)
+
+
 class _Pair:
     """A client connection and its upstream connection."""
 
@@ -169,6 +176,7 @@ class FaultProxy:
         self._stall_until = 0.0
         self._refuse_until = 0.0
         self._cuts: list[_Cut] = []
+        self._dials: set[asyncio.Task[None]] = set()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._chaos: asyncio.Task[None] | None = None
@@ -231,18 +239,15 @@ class FaultProxy:
 
     def _accept(self) -> asyncio.Protocol:
         self.connections_accepted += 1
-        pair = _Pair(self, self.connections_accepted)
         if time.monotonic() < self._refuse_until:
             self.connections_refused += 1
-            pair.closed = True
-
-            class Refused(asyncio.Protocol):
-                def connection_made(self, transport: asyncio.BaseTransport) -> None:
-                    _abort(transport)
-
-            return Refused()
+            return _Refused()
+        pair = _Pair(self, self.connections_accepted)
         self._pairs.add(pair)
-        self._loop.create_task(self._dial(pair))
+        # The loop keeps only a weak reference to a task: hold it until done.
+        dial = self._loop.create_task(self._dial(pair))
+        self._dials.add(dial)
+        dial.add_done_callback(self._dials.discard)
         return pair.client
 
     async def _dial(self, pair: _Pair) -> None:
