@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from celery_routines.worker.outage import cause_of, is_connection_fault
+
 logger = logging.getLogger("celery_routines.worker")
 
 # The thread checks whether its body ended this often (seconds).
@@ -101,10 +103,19 @@ class Heartbeat:
             try:
                 deadline = self._clock() + timedelta(seconds=self.run_timeout)
                 running = self._beat(self.run_id, deadline)
-            except Exception:
+            except Exception as error:
                 # A database hiccup costs one heartbeat, not the body: the
                 # next one (a third of the timeout later) tries again.
-                logger.warning("heartbeat of run %s failed", self.run_id, exc_info=True)
+                if is_connection_fault(error):
+                    logger.warning(
+                        "heartbeat of run %s could not reach the database (%s); the next one "
+                        "in %.0f s tries again",
+                        self.run_id,
+                        cause_of(error),
+                        self.interval,
+                    )
+                else:
+                    logger.warning("heartbeat of run %s failed", self.run_id, exc_info=True)
                 continue
             self.beats += 1
             if not running:

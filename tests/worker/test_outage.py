@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,8 @@ from celery import Celery, signals
 from sqlalchemy import Engine, event
 
 from celery_routines.store import Store
+from celery_routines.worker import heartbeat, outcomes
 from celery_routines.worker import hooks as worker
-from celery_routines.worker import outcomes
 from celery_routines.worker.hand_back import RELEASED_HEADER
 from celery_routines.worker.pending import (
     OutcomeSpool,
@@ -40,6 +41,7 @@ from tests.worker.test_hooks import calls, deliver, make_run, register_task
 
 # What a statement of each kind holds, spaces and quotes left out.
 CLAIM = ("UPDATEroutine_runs", "started_at=")
+HEARTBEAT = ("UPDATEroutine_runs", "SETdeadline_at=")
 SUCCESS = ("UPDATEroutine_runs", "spend=", "routine_runs.reason=")
 FAILURE = ("UPDATEroutine_runs", "spend=", "routine_runs.stateIN")
 
@@ -276,3 +278,28 @@ def test_a_spool_that_cannot_be_written_keeps_outcomes_in_memory(
     with caplog.at_level(logging.WARNING, "celery_routines.worker"):
         pending.spool.add("db", outcome)
     assert "kept in this process only" in caplog.text
+
+
+def test_a_heartbeat_cut_costs_one_beat_and_the_next_pushes_the_deadline(
+    outage_app: Celery,
+    store: Store,
+    cut: list[Cut],
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    worker_store = store_for(outage_app)
+    run_id = make_run(store, "job")
+    assert store.outcomes.claim_start(run_id, "w1", clock.now, deadline_at=clock.now)
+    beats = install(cut, outage_app, HEARTBEAT, times=1)
+    with caplog.at_level(logging.WARNING, "celery_routines.worker"):
+        beating = heartbeat.start(run_id, 0.3, worker_store.outcomes.heartbeat, lambda: clock.now)
+        try:
+            deadline = time.monotonic() + 10
+            while beating.beats < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            heartbeat.stop(run_id)
+    assert beats.cuts == 1 and beating.beats >= 1
+    assert store.runs.get(run_id).deadline_at == clock.now + timedelta(seconds=0.3)
+    assert "could not reach the database" in caplog.text
+    assert "Traceback" not in caplog.text
