@@ -110,6 +110,7 @@ class Scheduler(CeleryScheduler):
         store = Store.from_url(
             self.settings.database_url,
             ping_after_idle=self.settings.refresh_seconds + PING_MARGIN_SECONDS,
+            prepared_statements=self.settings.prepared_statements,
         )
         store.migrate()
         invalid: list[InvalidEntry] = []

@@ -22,6 +22,7 @@ DEFAULT_DATABASE_URL = "sqlite:///routines.db"
 # How runs are published: Celery's send_task (default) or the direct path
 # (celery_routines/sending/direct.py), which builds the same message faster.
 PUBLISH_PATHS = ("send_task", "direct")
+PREPARED_STATEMENTS = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,10 @@ class Settings:
     # How long a worker keeps trying a claim, heartbeat or outcome that cannot
     # reach the database (a failover, a pooler restart) before it hands the
     # delivery back to the broker or keeps the outcome to write later.
+    # PostgreSQL (psycopg 3): server-side prepared statements "auto" (on for
+    # a connection that reaches the server directly, off through a pooler:
+    # store/engine.py prepare_unless_pooled), "on" or "off".
+    prepared_statements: str = "auto"
     database_patience: float = 30.0
     # Where a worker keeps outcomes the database did not take yet, so a
     # restart writes them when it is back (worker/pending.py); "" keeps them
@@ -67,6 +72,11 @@ class Settings:
     outcome_spool: str = field(default_factory=lambda: default_outcome_spool())
 
     def __post_init__(self) -> None:
+        if self.prepared_statements not in PREPARED_STATEMENTS:
+            raise ConfigurationError(
+                "routines_prepared_statements must be one of "
+                f"{', '.join(map(repr, PREPARED_STATEMENTS))}, got {self.prepared_statements!r}"
+            )
         if self.publish not in PUBLISH_PATHS:
             raise ConfigurationError(
                 f"routines_publish must be one of {', '.join(map(repr, PUBLISH_PATHS))},"
@@ -186,6 +196,7 @@ def settings_from(app: Celery | None) -> Settings:
             "routines_health_port", _lookup(app, "routines_health_port"), None, int
         ),
         health_address=_lookup(app, "routines_health_address") or "127.0.0.1",
+        prepared_statements=str(_lookup(app, "routines_prepared_statements") or "auto").lower(),
         database_patience=_number(
             "routines_database_patience", _lookup(app, "routines_database_patience"), 30.0, float
         ),

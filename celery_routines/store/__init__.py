@@ -119,8 +119,14 @@ class Store:
         return select(*columns)
 
     @classmethod
-    def from_url(cls, url: str, *, ping_after_idle: float | None = None) -> Store:
-        return cls(make_engine(url, ping_after_idle=ping_after_idle))
+    def from_url(
+        cls, url: str, *, ping_after_idle: float | None = None, prepared_statements: str = "auto"
+    ) -> Store:
+        return cls(
+            make_engine(
+                url, ping_after_idle=ping_after_idle, prepared_statements=prepared_statements
+            )
+        )
 
     def migrate(self) -> None:
         migrate.upgrade(self.engine)

@@ -4,6 +4,7 @@ is, MySQL/MariaDB in UTC, strict, at READ COMMITTED."""
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import os
 import re
 import sys
@@ -31,13 +32,17 @@ MYSQL_DEFAULT_DRIVER = "pymysql"
 SUPPORTED_BACKENDS = ("sqlite", "postgresql", *sorted(MYSQL_FAMILY))
 
 
-def make_engine(url: str, *, ping_after_idle: float | None = None) -> Engine:
+def make_engine(
+    url: str, *, ping_after_idle: float | None = None, prepared_statements: str = "auto"
+) -> Engine:
     """An engine for ``url``; SQLite gets WAL and a busy timeout so that beat
     and worker processes can share one file.
 
     ``ping_after_idle`` (PostgreSQL): ping a pooled connection at checkout
     only if it sat idle in the pool at least this many seconds, instead of at
-    every checkout (see :func:`_ping_if_idle`).
+    every checkout (see :func:`_ping_if_idle`). ``prepared_statements``
+    (PostgreSQL, psycopg 3): ``auto``, ``on`` or ``off`` (see
+    :func:`prepare_unless_pooled`).
     """
     try:
         parsed = make_url(url)
@@ -73,6 +78,9 @@ def make_engine(url: str, *, ping_after_idle: float | None = None) -> Engine:
         if ping_after_idle is not None:
             _ping_if_idle(engine, ping_after_idle)
         event.listen(engine, "handle_error", _discard_mismatched_session)
+        if driver_url.get_driver_name() == "psycopg" and prepared_statements != "off":
+            choose = _prepare_always if prepared_statements == "on" else prepare_unless_pooled
+            event.listen(engine, "connect", choose)
         return engine
     except ModuleNotFoundError as exc:
         raise ConfigurationError(
@@ -134,8 +142,56 @@ def _discard_mismatched_session(context: ExceptionContext) -> None:
         context.invalidate_pool_on_disconnect = False
 
 
+# psycopg 3's own default: a statement is prepared on its fifth execution.
+PREPARE_THRESHOLD = 5
+
+
+def prepare_unless_pooled(dbapi_connection: DBAPIConnection, _record: object = None) -> None:
+    """Turn psycopg's prepared statements on for a connection whose server is
+    the one dialled, and leave them off for one that goes through a pooler
+    or proxy (PgBouncer, pgcat, RDS Proxy, a TCP forwarder).
+
+    The server says which address and port it took the connection on
+    (``inet_server_addr()``/``inet_server_port()``); libpq says which it
+    dialled. They are the same only when nothing sits between: a pooler
+    dials the server itself, from its own socket, so the server reports its
+    own port and address, not the pooler's. A Unix socket reports none, and
+    is taken as possibly pooled (PgBouncer listens on one too): off, as for
+    anything that does not match. So a bare server gets plans cached per
+    session and a pooled one never sees a statement name it did not prepare.
+    """
+    info = dbapi_connection.info
+    dialled = (getattr(info, "hostaddr", "") or "", getattr(info, "port", None))
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("SELECT host(inet_server_addr()), inet_server_port()")
+        row = cursor.fetchone()
+    finally:
+        cursor.close()
+    dbapi_connection.rollback()  # leave the new connection idle, not in a transaction
+    if row is not None and same_endpoint(dialled, (row[0], row[1])):
+        dbapi_connection.prepare_threshold = PREPARE_THRESHOLD
+
+
+def same_endpoint(dialled: tuple[str, int | None], served: tuple[str | None, int | None]) -> bool:
+    """The address and port dialled are the ones the server took the connection on."""
+    (dialled_host, dialled_port), (served_host, served_port) = dialled, served
+    if not dialled_host or not served_host or dialled_port is None or served_port is None:
+        return False
+    try:
+        same_host = ipaddress.ip_address(dialled_host) == ipaddress.ip_address(served_host)
+    except ValueError:
+        return False
+    return same_host and int(dialled_port) == int(served_port)
+
+
+def _prepare_always(dbapi_connection: DBAPIConnection, _record: object = None) -> None:
+    dbapi_connection.prepare_threshold = PREPARE_THRESHOLD
+
+
 def postgres_connect_args(url: URL) -> dict[str, Any]:
-    """psycopg 3 without server-side prepared statements, always.
+    """psycopg 3 without server-side prepared statements until a connection
+    shows it reaches the server directly (:func:`prepare_unless_pooled`).
 
     psycopg 3 prepares a statement on the server after its fifth execution
     on a connection (``prepare_threshold``) and later sends only its name.
@@ -144,13 +200,12 @@ def postgres_connect_args(url: URL) -> dict[str, Any]:
     ``max_prepared_statements``) the next transaction may run on another
     server connection, where that name is missing or, worse, names another
     statement: "prepared statement "_pg3_7" does not exist", "bind message
-    supplies 7 parameters, but prepared statement "_pg3_7" requires 1"
-    (issue 29). A pooler cannot be detected reliably from the client side,
-    so it is off whatever is in front: on a bare PostgreSQL each statement is
-    planned again: about 1.5 ms on the idle tick's probe and 0.5 ms per run
-    a tick sends, measured on a loaded machine
-    (benchmarks/prepared_statements.py, figures in docs/pgbouncer.md).
-    psycopg2 never prepares.
+    supplies 7 parameters, but prepared statement "_pg3_7" requires 1".
+    So every connection starts with it off; on a bare PostgreSQL, planning
+    each statement again cost about 1.5 ms on the idle tick's probe and
+    0.5 ms per run a tick sends (benchmarks/prepared_statements.py, figures
+    in docs/pgbouncer.md), which is why a connection that reaches the server
+    directly turns it on. psycopg2 never prepares.
     """
     if url.get_driver_name() == "psycopg":
         return {"prepare_threshold": None}

@@ -168,11 +168,13 @@ class RunOutcomeQueries:
         claimable = [
             *(c.state == state for state in STARTABLE_STATES),
             (c.state == "running") & (c.celery_retries < retries),
-            # Declared lost because no worker claimed it in time (a long
-            # queue) while its retry has not gone out: this late message runs
-            # the window, and the retry, conditional on ``retrying``, never
-            # goes out. Once it has, this row is ``lost`` and refuses.
-            (c.state == "retrying") & (c.reason == "lost") & c.started_at.is_(None),
+            # Never started, waiting for its retry: declared lost because no
+            # worker claimed it in time (a long queue), or its send reported
+            # a failure although the message went out (the broker's answer
+            # was lost). Its message is here, so it runs the window, and the
+            # retry, which goes out only from ``retrying``, never does. Once
+            # the retry went out this row is ``lost``/``failed`` and refuses.
+            (c.state == "retrying") & c.started_at.is_(None),
         ]
         claimable.extend(
             (c.state == "running")
