@@ -43,7 +43,6 @@ COLUMNS = (
     "attempts_after_first",
     "deliveries_repeated",
     "duplicates_refused",
-    "faults",
     "seed",
 )
 
@@ -91,10 +90,16 @@ def main() -> int:
             for target in passed
         ]
         print(f"{column:28}" + "".join(f"{cell:>14}" for cell in cells))
-    for target, ok in passed.items():
-        if target in measured and not ok:
-            print(f"{target}: recovery seconds per routine {measured[target].get('recovery')}")
     print(f"{'passed':28}" + "".join(f"{'yes' if ok else 'NO':>14}" for ok in passed.values()))
+    for target, ok in passed.items():
+        if target not in measured:
+            continue
+        figures = measured[target]
+        print(f"\n{target}: faults {json.dumps(figures['faults'])}")
+        print(f"{target}: skips by reason {json.dumps(figures['skips_by_reason'])}")
+        print(f"{target}: run states {json.dumps(figures['states'])}")
+        if not ok:
+            print(f"{target}: recovery seconds per routine {json.dumps(figures['recovery'])}")
     return 0 if all(passed.values()) else 1
 
 
