@@ -1,12 +1,12 @@
-"""What turning psycopg 3's server-side prepared statements off costs (issue 29).
+"""What psycopg 3's server-side prepared statements save on a bare PostgreSQL.
 
     python -m benchmarks.prepared_statements [--routines 200] [--ticks 15] [--rounds 3]
 
-celery-routines opens its PostgreSQL engines with ``prepare_threshold=None``
-(``store/engine.py::postgres_connect_args``) so that it works behind
-PgBouncer in transaction pooling. This measures the price on a bare
-PostgreSQL, in alternating rounds, against psycopg's default (a statement is
-prepared on the server at its fifth execution on a connection):
+celery-routines prepares statements only on a connection that reaches the
+server directly (``routines_prepared_statements = "auto"``,
+``store/engine.py::prepare_unless_pooled``), so that it works behind PgBouncer
+in transaction pooling. This measures, on a bare PostgreSQL, in alternating
+rounds, ``auto`` against ``off`` (what every connection did before):
 
 * ``tick``: a beat's tick sending ``--routines`` due runs (claim, write the
   runs, publish to an in-memory broker, mark them sent, advance), through
@@ -24,25 +24,18 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
-from unittest import mock
 
 from celery import Celery
 from sqlalchemy import text
 
-from celery_routines.store import engine as engine_module
-
 from .common import create_database, drop_database, log, naive_utc
 
 INTERVAL = 60
-MODES: dict[str, Callable[[Any], dict[str, Any]]] = {
-    # Ours: never prepared on the server.
-    "prepare_threshold=None": engine_module.postgres_connect_args,
-    # psycopg 3's default (prepare_threshold=5).
-    "psycopg default (5)": lambda url: {},
-}
+# routines_prepared_statements: "auto" (the default: prepared on a
+# connection that reaches the server directly, as here), and "off" (never,
+# what every connection did before the detection).
+MODES = {"auto (default)": "auto", "off": "off"}
 
 
 class Clock:
@@ -59,53 +52,58 @@ def one_round(mode: str, routines: int, ticks: int) -> dict[str, float]:
 
     name, url = create_database("prepared")
     try:
-        with mock.patch.object(engine_module, "postgres_connect_args", MODES[mode]):
-            t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
-            store = Store.from_url(url)
-            store.migrate()
-            with store.engine.begin() as conn:
-                conn.execute(
-                    text(
-                        "INSERT INTO routines (name, task, interval_seconds, overlap,"
-                        " next_run_at, created_at, updated_at) "
-                        "SELECT 'bench-' || g, 'bench.noop', :interval, 'overlap', :t0, :t0, :t0"
-                        " FROM generate_series(1, :n) AS g"
-                    ),
-                    {"interval": INTERVAL, "t0": naive_utc(t0), "n": routines},
-                )
-            store.dispose()
-            app = Celery("bench_prepared", set_as_current=False)
-            app.conf.update(broker_url="memory://", routines_database_url=url)
-            clock = Clock(t0 + timedelta(seconds=1))
-            scheduler = Scheduler(app, clock=clock)
-            try:
-                scheduler.tick()  # connections opened, routines read once
-                tick_times = []
-                for _ in range(ticks):
-                    clock.now += timedelta(seconds=INTERVAL)
-                    started = time.perf_counter()
-                    scheduler.tick()
-                    tick_times.append(time.perf_counter() - started)
-                store = scheduler.store
-                with store.engine.connect() as conn:
-                    sent = [
-                        row[0]
-                        for row in conn.execute(
-                            text("SELECT id FROM routine_runs WHERE state = 'sent' ORDER BY id")
-                        )
-                    ]
+        t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
+        store = Store.from_url(url, prepared_statements=MODES[mode])
+        store.migrate()
+        with store.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO routines (name, task, interval_seconds, overlap,"
+                    " next_run_at, created_at, updated_at) "
+                    "SELECT 'bench-' || g, 'bench.noop', :interval, 'overlap', :t0, :t0, :t0"
+                    " FROM generate_series(1, :n) AS g"
+                ),
+                {"interval": INTERVAL, "t0": naive_utc(t0), "n": routines},
+            )
+        store.dispose()
+        app = Celery("bench_prepared", set_as_current=False)
+        app.conf.update(
+            broker_url="memory://",
+            routines_database_url=url,
+            routines_prepared_statements=MODES[mode],
+            # No worker claims during the ticks: runs stay sent, not lost.
+            routines_start_timeout=86_400,
+        )
+        clock = Clock(t0 + timedelta(seconds=1))
+        scheduler = Scheduler(app, clock=clock)
+        try:
+            scheduler.tick()  # connections opened, routines read once
+            tick_times = []
+            for _ in range(ticks):
+                clock.now += timedelta(seconds=INTERVAL)
                 started = time.perf_counter()
-                for run_id in sent:
-                    store.outcomes.claim_start(run_id, "w1", clock.now, lost_after=60)
-                    store.outcomes.succeed(run_id, clock.now, spend=None)
-                worker = (time.perf_counter() - started) / max(len(sent), 1)
-                probe_times = []
-                for _ in range(500):
-                    started = time.perf_counter()
-                    scheduler.tick()  # nothing due: the probe alone
-                    probe_times.append(time.perf_counter() - started)
-            finally:
-                scheduler.close()
+                scheduler.tick()
+                tick_times.append(time.perf_counter() - started)
+            store = scheduler.store
+            with store.engine.connect() as conn:
+                sent = [
+                    row[0]
+                    for row in conn.execute(
+                        text("SELECT id FROM routine_runs WHERE state = 'sent' ORDER BY id")
+                    )
+                ]
+            started = time.perf_counter()
+            for run_id in sent:
+                store.outcomes.claim_start(run_id, "w1", clock.now, lost_after=60)
+                store.outcomes.succeed(run_id, clock.now, spend=None)
+            worker = (time.perf_counter() - started) / max(len(sent), 1)
+            probe_times = []
+            for _ in range(500):
+                started = time.perf_counter()
+                scheduler.tick()  # nothing due: the probe alone
+                probe_times.append(time.perf_counter() - started)
+        finally:
+            scheduler.close()
     finally:
         drop_database(name)
     return {
