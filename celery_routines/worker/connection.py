@@ -1,7 +1,7 @@
 """The worker's database connection: kept between runs, pinged only after it
-sat idle; a statement cut by a connection that died meanwhile is tried once
-more at once, and one that cannot reach the database is tried again for
-``routines_database_patience`` (:mod:`celery_routines.worker.outage`)."""
+sat idle; a statement cut by a connection that died meanwhile is tried again
+at once on a fresh one, and one that cannot reach the database is tried again
+for ``routines_database_patience`` (:mod:`celery_routines.worker.outage`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError
 
 from celery_routines.store import Store
 from celery_routines.worker.outage import Attempts, patiently
@@ -30,21 +29,6 @@ PING_AFTER_IDLE = 1.0
 # runs one body at a time; the threads of a threads pool beyond this one
 # check connections out of the pool as before.
 KEEP = 1
-
-
-def once_more_if_cut(statement: Callable[[], T]) -> T:
-    """Run a worker's statement; once more on a fresh connection if its
-    connection turned out to be cut (connections are pinged only after
-    :data:`PING_AFTER_IDLE`). Safe for the claim and the outcome: each is one
-    conditional UPDATE, and a second try of one that did land changes nothing
-    (a claim then refuses: the body does not run twice)."""
-    try:
-        return statement()
-    except DBAPIError as exc:
-        if not exc.connection_invalidated:
-            raise
-        logger.warning("the worker's database connection was cut; trying once more: %s", exc)
-        return statement()
 
 
 class KeptConnection:
@@ -71,14 +55,10 @@ class KeptConnection:
         self._lock = threading.Lock()
 
     def run(self, statement: Callable[[Connection], T]) -> T:
-        """Run one autocommitted statement on the kept connection (once more
-        on a fresh one if it turned out to be cut)."""
-
-        def once() -> T:
-            with self.connection() as conn:
-                return statement(conn)
-
-        return once_more_if_cut(once)
+        """Run one autocommitted statement on the kept connection (a cut one
+        is dropped; :func:`run_statement` tries again on a fresh one)."""
+        with self.connection() as conn:
+            return statement(conn)
 
     @contextmanager
     def connection(self) -> Iterator[Connection]:
@@ -188,7 +168,7 @@ def run_statement(
 
     def once(attempts: Attempts) -> T:
         if kept is None:
-            return once_more_if_cut(lambda: statement(None, attempts))
+            return statement(None, attempts)
         return kept.run(lambda conn: statement(conn, attempts))
 
     return patiently(once, what=what, patience=patience)

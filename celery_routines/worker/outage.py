@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from sqlalchemy import exc as sa_exc
 
-from celery_routines.store.faults import database_unreachable
+from celery_routines.store.faults import connection_cut, database_unreachable
 
 logger = logging.getLogger("celery_routines.worker")
 T = TypeVar("T")
@@ -95,6 +95,7 @@ def patiently(
     attempts = Attempts()
     started = monotonic()
     wait = FIRST_WAIT
+    warned = False
     while True:
         attempts.tries += 1
         try:
@@ -107,7 +108,14 @@ def patiently(
             waited = monotonic() - started
             if waited + wait > patience:
                 raise DatabaseUnreachable(what, waited, attempts, error) from error
-            if attempts.tries == 1:
+            if attempts.tries == 1 and connection_cut(error):
+                # A kept or pooled connection found cut (connections are
+                # pinged only after sitting idle): a fresh one, at once.
+                logger.info("could not %s: its connection was cut (%s); trying again at once",
+                            what, cause_of(error))  # fmt: skip
+                continue
+            if not warned:
+                warned = True
                 logger.warning(
                     "could not %s: the database is unreachable (%s); trying again for up to %.0f s",
                     what,
@@ -117,9 +125,9 @@ def patiently(
             sleep(wait)
             wait = min(wait * 2, MOST_WAIT)
             continue
-        if attempts.tries > 1:
+        if warned:
             logger.info(
-                "%s after %d tries (%.1f s): the database is reachable again",
+                "%s: done after %d tries (%.1f s), the database is reachable again",
                 what,
                 attempts.tries,
                 monotonic() - started,

@@ -26,7 +26,9 @@ runs every target for the full 180 + 60 s and prints them as a table). With
 JSON line per target.
 
 Durations: ``ROUTINES_SOAK_FAULT_SECONDS`` (default 60) and
-``ROUTINES_SOAK_CALM_SECONDS`` (default 20); ``ROUTINES_SOAK_SEED`` fixes the
+``ROUTINES_SOAK_CALM_SECONDS`` (default 20); ``ROUTINES_SOAK_PATIENCE`` sets
+the workers' ``routines_database_patience`` (1: claims hand their deliveries
+back to the broker during refusals); ``ROUTINES_SOAK_SEED`` fixes the
 chaos (default: a fresh seed, printed, so a failure can be replayed).
 """
 
@@ -68,8 +70,8 @@ DRAIN_SECONDS = 8.0
 # worker's claim, beat's publish, a beat's SET NX of its windows on the gate.
 # One cut mid-way is what a fault at a random instant seldom catches.
 AIM = {
-    "postgresql": (b"UPDATE routine_runs SET state=", b"started_at="),
-    "mariadb": (b"UPDATE routine_runs SET state=", b"started_at="),
+    "postgresql": (b"UPDATE routine_runs SET ", b"started_at="),
+    "mariadb": (b"UPDATE routine_runs SET ", b"started_at="),
     "broker": (b"LPUSH", b"e2e_app.record"),
     # The gate sets a tick's keys in one EVALSHA of a SET NX script.
     "gate": (b"celery_routines:window:",),
@@ -139,6 +141,9 @@ def soak(
         broker = proxied_redis_url(redis_url, proxy.port)
     else:
         extra_env["ROUTINES_REDIS_URL"] = proxied_redis_url(redis_url, proxy.port)
+    if os.environ.get("ROUTINES_SOAK_PATIENCE"):
+        # Shorter than the refusals: claims hand their deliveries back.
+        extra_env["ROUTINES_DATABASE_PATIENCE"] = os.environ["ROUTINES_SOAK_PATIENCE"]
     cluster = WorkerCluster(tmp_path, process_database, broker, store, extra_env=extra_env)
     try:
         yield Soak(target, cluster, proxy, tmp_path / "bodies.log")
