@@ -52,6 +52,7 @@ from celery_routines.worker.outage import (
     DatabaseUnreachable,
     cause_of,
     is_connection_fault,
+    log_failure,
 )
 from celery_routines.worker.pending import (
     PendingOutcome,
@@ -193,9 +194,9 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
     counting.refused(store, task_id, now)
     try:
         state = store.outcomes.count_duplicate(task_id)
-    except Exception:
+    except Exception as error:
         state = "unreadable (database error)"
-        logger.exception("could not count the refused delivery of run %s", task_id)
+        log_failure(f"count the refused delivery of run {task_id}", error)
     logger.warning(
         "refused a delivery of run %s of routine %s: the run is already %s; its body does not "
         "run again (duplicate delivery)",
@@ -232,8 +233,8 @@ def _on_prerun(
     begin_run()
     try:
         store_for(task.app).outcomes.claim_start(task_id, task.request.hostname, clock())
-    except Exception:
-        logger.exception("could not mark run %s running", task_id)
+    except Exception as error:
+        log_failure(f"mark run {task_id} running", error)
 
 
 def _on_success(sender: Task | None = None, result: object = None, **_: object) -> None:
@@ -324,8 +325,8 @@ def _on_revoked(
     if expired:
         try:
             record_expired(store_for(sender.app), request.id, routine, clock())
-        except Exception:
-            logger.exception("could not record the expiry of run %s", request.id)
+        except Exception as failure:
+            log_failure(f"record the expiry of run {request.id}", failure)
         return
     reason = "revoked"
     error = "revoked and terminated" if terminated else "revoked before it ran"
@@ -338,8 +339,8 @@ def _on_revoked(
             reason=reason,
             error=error,
         )
-    except Exception:
-        logger.exception("could not record the revocation of run %s", request.id)
+    except Exception as failure:
+        log_failure(f"record the revocation of run {request.id}", failure)
         return
     if closed:
         logger.warning("run %s %s: closed as failed, not retried", request.id, error)
@@ -364,8 +365,8 @@ def on_worker_ready(sender: object = None, **_: object) -> None:
         return
     try:
         outcomes.pending_for(app).recover()
-    except Exception:
-        logger.exception("could not read the outcomes kept by a previous worker")
+    except Exception as error:
+        log_failure("write the outcomes kept by a previous worker", error)
 
 
 def after_fork(**_: object) -> None:

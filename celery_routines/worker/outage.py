@@ -48,6 +48,17 @@ def is_connection_fault(error: BaseException) -> bool:
     return database_unreachable(error) or isinstance(error, sa_exc.TimeoutError)
 
 
+def log_failure(what: str, error: BaseException) -> None:
+    """``could not <what>``: one WARNING line with the cause for a database
+    that could not be reached (expected in production; the traceback at
+    DEBUG), the full traceback at ERROR for anything else (a bug)."""
+    if is_connection_fault(error):
+        logger.warning("could not %s: the database is unreachable (%s)", what, cause_of(error))
+        logger.debug("could not %s", what, exc_info=error)
+    else:
+        logger.error("could not %s", what, exc_info=error)
+
+
 def cause_of(error: BaseException) -> str:
     """One line naming the driver's error, without SQLAlchemy's statement dump."""
     original = getattr(error, "orig", None) or error

@@ -19,7 +19,7 @@ from celery_routines.store import Store
 from celery_routines.worker import counting
 from celery_routines.worker.ceiling import check_after_run
 from celery_routines.worker.connection import run_statement
-from celery_routines.worker.outage import Attempts, DatabaseUnreachable
+from celery_routines.worker.outage import Attempts, DatabaseUnreachable, log_failure
 from celery_routines.worker.pending import (
     OutcomeSpool,
     PendingOutcome,
@@ -95,8 +95,8 @@ def write_or_keep(app: Celery, outcome: PendingOutcome) -> None:
         write_outcome(app, store, outcome, patience=settings.database_patience)
     except DatabaseUnreachable:
         pending_for(app).keep(outcome)
-    except Exception:
-        logger.exception("could not record the outcome of run %s", outcome.run_id)
+    except Exception as error:
+        log_failure(f"record the outcome of run {outcome.run_id}", error)
 
 
 def write_outcome(app: Celery, store: Store, outcome: PendingOutcome, *, patience: float) -> None:
@@ -176,5 +176,5 @@ def check_ceilings(app: Celery, run_id: str, now: datetime) -> None:
             counting.suspended(app, store, run_id, routine, until, reason)
 
         check_after_run(store, run_id, now, settings_for(app).timezone, suspended)
-    except Exception:
-        logger.exception("could not check the ceilings after run %s", run_id)
+    except Exception as error:
+        log_failure(f"check the ceilings after run {run_id}", error)
