@@ -4,7 +4,7 @@
 
 celery-routines prepares statements only on a connection that reaches the
 server directly (``routines_prepared_statements = "auto"``,
-``store/engine.py::prepare_unless_pooled``), so that it works behind PgBouncer
+``store/prepared.py::prepare_unless_pooled``), so that it works behind PgBouncer
 in transaction pooling. This measures, on a bare PostgreSQL, in alternating
 rounds, ``auto`` against ``off`` (what every connection did before):
 

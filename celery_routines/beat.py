@@ -107,10 +107,8 @@ class Scheduler(CeleryScheduler):
         # A path chosen without its extra ends beat here, in one line naming
         # the extra, not later in a background process (a publish, a fork).
         check_extras(self.app, self.settings)
-        store = Store.from_url(
-            self.settings.database_url,
-            ping_after_idle=self.settings.refresh_seconds + PING_MARGIN_SECONDS,
-            prepared_statements=self.settings.prepared_statements,
+        store = Store.from_settings(
+            self.settings, ping_after_idle=self.settings.refresh_seconds + PING_MARGIN_SECONDS
         )
         store.migrate()
         invalid: list[InvalidEntry] = []

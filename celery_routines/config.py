@@ -63,7 +63,7 @@ class Settings:
     # delivery back to the broker or keeps the outcome to write later.
     # PostgreSQL (psycopg 3): server-side prepared statements "auto" (on for
     # a connection that reaches the server directly, off through a pooler:
-    # store/engine.py prepare_unless_pooled), "on" or "off".
+    # store/prepared.py), "on" or "off".
     prepared_statements: str = "auto"
     database_patience: float = 30.0
     # Where a worker keeps outcomes the database did not take yet, so a

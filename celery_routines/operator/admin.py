@@ -124,9 +124,7 @@ class Routines:
             self.settings = settings_from(app_or_settings)
         self.clock = clock
         # Building an engine opens no connection; the first query does.
-        self.store = store or Store.from_url(
-            self.settings.database_url, prepared_statements=self.settings.prepared_statements
-        )
+        self.store = store or Store.from_settings(self.settings)
         self._owns_store = store is None
         # Skips an operator causes (a resume) and manual sends go out as
         # Celery events like beat's own; without an app there is no broker.

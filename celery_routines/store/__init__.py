@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import ColumnElement, Engine, Select, bindparam, func, select, type_coerce
 
@@ -55,6 +55,16 @@ class Probe:
     # Routines changed outside beat since their next window was computed
     # (asked for every routines_refresh_seconds only).
     changed: bool = False
+
+
+class StoreSettings(Protocol):
+    """What a store is built from (``celery_routines.config.Settings``)."""
+
+    @property
+    def database_url(self) -> str: ...
+
+    @property
+    def prepared_statements(self) -> str: ...
 
 
 class Store:
@@ -117,6 +127,18 @@ class Store:
         if refresh:
             columns.append(self.refresh.changed_column())
         return select(*columns)
+
+    @classmethod
+    def from_settings(
+        cls, settings: StoreSettings, *, ping_after_idle: float | None = None
+    ) -> Store:
+        """The store ``settings`` name (``routines_database_url``, and how its
+        PostgreSQL connections prepare statements)."""
+        return cls.from_url(
+            settings.database_url,
+            ping_after_idle=ping_after_idle,
+            prepared_statements=settings.prepared_statements,
+        )
 
     @classmethod
     def from_url(

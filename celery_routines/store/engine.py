@@ -4,7 +4,6 @@ is, MySQL/MariaDB in UTC, strict, at READ COMMITTED."""
 from __future__ import annotations
 
 import importlib.util
-import ipaddress
 import os
 import re
 import sys
@@ -20,6 +19,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from ..errors import ConfigurationError
 from .dialects import MYSQL_FAMILY, is_mysql
+from .prepared import chooser as prepare_chooser
 
 if TYPE_CHECKING:
     import sqlite3
@@ -42,7 +42,7 @@ def make_engine(
     only if it sat idle in the pool at least this many seconds, instead of at
     every checkout (see :func:`_ping_if_idle`). ``prepared_statements``
     (PostgreSQL, psycopg 3): ``auto``, ``on`` or ``off`` (see
-    :func:`prepare_unless_pooled`).
+    :mod:`celery_routines.store.prepared`).
     """
     try:
         parsed = make_url(url)
@@ -79,8 +79,7 @@ def make_engine(
             _ping_if_idle(engine, ping_after_idle)
         event.listen(engine, "handle_error", _discard_mismatched_session)
         if driver_url.get_driver_name() == "psycopg" and prepared_statements != "off":
-            choose = _prepare_always if prepared_statements == "on" else prepare_unless_pooled
-            event.listen(engine, "connect", choose)
+            event.listen(engine, "connect", prepare_chooser(prepared_statements))
         return engine
     except ModuleNotFoundError as exc:
         raise ConfigurationError(
@@ -142,56 +141,9 @@ def _discard_mismatched_session(context: ExceptionContext) -> None:
         context.invalidate_pool_on_disconnect = False
 
 
-# psycopg 3's own default: a statement is prepared on its fifth execution.
-PREPARE_THRESHOLD = 5
-
-
-def prepare_unless_pooled(dbapi_connection: DBAPIConnection, _record: object = None) -> None:
-    """Turn psycopg's prepared statements on for a connection whose server is
-    the one dialled, and leave them off for one that goes through a pooler
-    or proxy (PgBouncer, pgcat, RDS Proxy, a TCP forwarder).
-
-    The server says which address and port it took the connection on
-    (``inet_server_addr()``/``inet_server_port()``); libpq says which it
-    dialled. They are the same only when nothing sits between: a pooler
-    dials the server itself, from its own socket, so the server reports its
-    own port and address, not the pooler's. A Unix socket reports none, and
-    is taken as possibly pooled (PgBouncer listens on one too): off, as for
-    anything that does not match. So a bare server gets plans cached per
-    session and a pooled one never sees a statement name it did not prepare.
-    """
-    info = dbapi_connection.info
-    dialled = (getattr(info, "hostaddr", "") or "", getattr(info, "port", None))
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("SELECT host(inet_server_addr()), inet_server_port()")
-        row = cursor.fetchone()
-    finally:
-        cursor.close()
-    dbapi_connection.rollback()  # leave the new connection idle, not in a transaction
-    if row is not None and same_endpoint(dialled, (row[0], row[1])):
-        dbapi_connection.prepare_threshold = PREPARE_THRESHOLD
-
-
-def same_endpoint(dialled: tuple[str, int | None], served: tuple[str | None, int | None]) -> bool:
-    """The address and port dialled are the ones the server took the connection on."""
-    (dialled_host, dialled_port), (served_host, served_port) = dialled, served
-    if not dialled_host or not served_host or dialled_port is None or served_port is None:
-        return False
-    try:
-        same_host = ipaddress.ip_address(dialled_host) == ipaddress.ip_address(served_host)
-    except ValueError:
-        return False
-    return same_host and int(dialled_port) == int(served_port)
-
-
-def _prepare_always(dbapi_connection: DBAPIConnection, _record: object = None) -> None:
-    dbapi_connection.prepare_threshold = PREPARE_THRESHOLD
-
-
 def postgres_connect_args(url: URL) -> dict[str, Any]:
     """psycopg 3 without server-side prepared statements until a connection
-    shows it reaches the server directly (:func:`prepare_unless_pooled`).
+    shows it reaches the server directly (:mod:`celery_routines.store.prepared`).
 
     psycopg 3 prepares a statement on the server after its fifth execution
     on a connection (``prepare_threshold``) and later sends only its name.
@@ -205,7 +157,8 @@ def postgres_connect_args(url: URL) -> dict[str, Any]:
     each statement again cost about 1.5 ms on the idle tick's probe and
     0.5 ms per run a tick sends (benchmarks/prepared_statements.py, figures
     in docs/pgbouncer.md), which is why a connection that reaches the server
-    directly turns it on. psycopg2 never prepares.
+    directly turns it on (:mod:`celery_routines.store.prepared`). psycopg2
+    never prepares.
     """
     if url.get_driver_name() == "psycopg":
         return {"prepare_threshold": None}

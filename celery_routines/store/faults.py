@@ -44,3 +44,19 @@ def database_unreachable(exc: BaseException) -> bool:
     if isinstance(code, int):  # PyMySQL
         return code in MYSQL_UNREACHABLE
     return True  # a client-side failure to connect (psycopg gives it no SQLSTATE)
+
+
+def cause_of(exc: BaseException) -> str:
+    """``OperationalError: connection failed: ... Connection refused``: the
+    driver's error class and its first line, without SQLAlchemy's dump of
+    the statement and its parameters."""
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip()
+    return f"{type(orig).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def traceback_unless_unreachable(exc: BaseException) -> BaseException | None:
+    """What a log line's ``exc_info`` gets: nothing for a database that could
+    not be reached (expected in production: the line names its cause), the
+    exception for anything else (a bug's traceback)."""
+    return None if database_unreachable(exc) else exc

@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from celery_routines.store.faults import connection_cut, database_unreachable
+from celery_routines.store.faults import cause_of, connection_cut, database_unreachable
 
 from .send import CLAIM_TRUSTED_SHARE
 
@@ -87,7 +87,7 @@ class TickBackoff:
             self.logger.warning(
                 "beat tick failed: %s (%s); %s; %s",
                 what_failed(exc),
-                cause(exc),
+                cause_of(exc),
                 _left(unrecorded),
                 plan,
             )
@@ -100,11 +100,11 @@ class TickBackoff:
                     "(%d failed ticks; last: %s); %s; trying again every %.0f s",
                     now - outage.since,
                     outage.failed_ticks,
-                    cause(exc),
+                    cause_of(exc),
                     _left(unrecorded),
                     DATABASE_BACKOFF_CAP,
                 )
-        self.logger.debug("beat tick failed (%s) in full", cause(exc), exc_info=exc)
+        self.logger.debug("beat tick failed (%s) in full", cause_of(exc), exc_info=exc)
         return wait
 
     def succeeded(self) -> None:
@@ -173,15 +173,3 @@ def what_failed(exc: BaseException) -> str:
     if module == "redis":
         return "Redis is unreachable"
     return "the broker is unreachable"
-
-
-def cause(exc: BaseException) -> str:
-    """``OperationalError: connection failed: ... Connection refused``: the
-    driver's error class and its first line."""
-    orig = getattr(exc, "orig", None) or exc
-    return f"{type(orig).__name__}: {first_line(exc)}"
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -32,6 +32,7 @@ from celery_routines.clock import Clock
 from celery_routines.config import Settings
 from celery_routines.sending.offload import publishing_processes
 from celery_routines.store.beats import BeatPulse, BeatQueries
+from celery_routines.store.faults import cause_of, traceback_unless_unreachable
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -140,8 +141,8 @@ class BeatHeartbeat:
                 logger.warning(
                     "could not write this beat's heartbeat (the panel will show it stale; "
                     "ticks go on): %s",
-                    exc,
-                    exc_info=True,
+                    cause_of(exc),
+                    exc_info=traceback_unless_unreachable(exc),
                 )
             return False
         if self.failing:

@@ -23,6 +23,7 @@ from celery_routines.policy.ceilings import parse_ceilings
 from celery_routines.policy.periods import period_bounds
 from celery_routines.store import Store
 from celery_routines.store.beats import KEEP_BEATS
+from celery_routines.store.faults import cause_of, traceback_unless_unreachable
 
 logger = logging.getLogger("celery_routines.beat")
 
@@ -94,9 +95,11 @@ class Pruner:
             events = self.store.run_metrics.prune_events(now - self.keep, self.batch)
             # Heartbeat rows of beats gone for a day (issue 33).
             self.store.beats.prune(now - KEEP_BEATS)
-        except Exception:
+        except Exception as exc:
             logger.warning(
-                "pruning the run history failed; trying again in a minute", exc_info=True
+                "pruning the run history failed (%s); trying again in a minute",
+                cause_of(exc),
+                exc_info=traceback_unless_unreachable(exc),
             )
             return None
         if deleted:

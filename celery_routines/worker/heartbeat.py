@@ -27,7 +27,8 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from celery_routines.worker.outage import cause_of, is_connection_fault
+from celery_routines.store.faults import cause_of
+from celery_routines.worker.outage import is_connection_fault
 
 logger = logging.getLogger("celery_routines.worker")
 

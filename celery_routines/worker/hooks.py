@@ -43,6 +43,7 @@ from celery_routines.policy.runs import (
 from celery_routines.policy.states import OPEN_STATES, RunState
 from celery_routines.sending.publish import ROUTINE_HEADER
 from celery_routines.store import Store
+from celery_routines.store.faults import cause_of
 from celery_routines.worker import counting, heartbeat, outcomes
 from celery_routines.worker.connection import run_statement
 from celery_routines.worker.expiry import record_expired
@@ -50,7 +51,6 @@ from celery_routines.worker.hand_back import hand_back, released_claims_of
 from celery_routines.worker.outage import (
     Attempts,
     DatabaseUnreachable,
-    cause_of,
     is_connection_fault,
     log_failure,
 )

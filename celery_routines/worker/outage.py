@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from sqlalchemy import exc as sa_exc
 
-from celery_routines.store.faults import connection_cut, database_unreachable
+from celery_routines.store.faults import cause_of, connection_cut, database_unreachable
 
 logger = logging.getLogger("celery_routines.worker")
 T = TypeVar("T")
@@ -57,13 +57,6 @@ def log_failure(what: str, error: BaseException) -> None:
         logger.debug("could not %s", what, exc_info=error)
     else:
         logger.error("could not %s", what, exc_info=error)
-
-
-def cause_of(error: BaseException) -> str:
-    """One line naming the driver's error, without SQLAlchemy's statement dump."""
-    original = getattr(error, "orig", None) or error
-    first = str(original).strip().splitlines()
-    return f"{type(original).__name__}: {first[0] if first else ''}".rstrip(": ")
 
 
 @dataclass

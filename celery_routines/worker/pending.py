@@ -32,7 +32,8 @@ from datetime import datetime
 
 from sqlalchemy.engine import make_url
 
-from celery_routines.worker.outage import cause_of, is_connection_fault
+from celery_routines.store.faults import cause_of
+from celery_routines.worker.outage import is_connection_fault
 
 logger = logging.getLogger("celery_routines.worker")
 

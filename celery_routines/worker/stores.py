@@ -34,11 +34,7 @@ def store_for(app: Celery) -> Store:
         with _stores_lock:
             store = _stores.get(url)
             if store is None:
-                store = Store.from_url(
-                    url,
-                    ping_after_idle=PING_AFTER_IDLE,
-                    prepared_statements=settings_for(app).prepared_statements,
-                )
+                store = Store.from_settings(settings_for(app), ping_after_idle=PING_AFTER_IDLE)
                 _stores[url] = store
     return store
 

@@ -4,7 +4,7 @@ does), never through a pooler, where the next transaction may run on another
 server session that lacks the statement (PgBouncer 1.18 in transaction
 pooling here). The choice is made per connection, at connect, by comparing
 the address and port dialled with the ones the server took the connection on
-(``celery_routines.store.engine.prepare_unless_pooled``).
+(``celery_routines.store.prepared.prepare_unless_pooled``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from celery_routines.store import Store
-from celery_routines.store.engine import same_endpoint
+from celery_routines.store.prepared import same_endpoint
 from tests.faults.pgbouncer import PgBouncer
 
 pytestmark = [pytest.mark.postgres]
