@@ -18,6 +18,8 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 MYSQL_UNREACHABLE = frozenset({2002, 2003, 2006, 2013, 2055})
 # SQLite has no connection to lose: only a file another process holds (a
 # writer past the busy timeout) or one that cannot be opened is worth waiting out.
+# The drivers whose own errors may escape SQLAlchemy's wrapping.
+DRIVER_MODULES = frozenset({"pymysql", "MySQLdb", "psycopg", "psycopg2", "sqlite3"})
 SQLITE_TRANSIENT = ("database is locked", "unable to open database file", "disk i/o error")
 
 
@@ -29,12 +31,25 @@ def connection_cut(exc: BaseException) -> bool:
 def database_unreachable(exc: BaseException) -> bool:
     """True when ``exc`` says the database could not be reached or dropped
     the connection (refused, no server taking writes yet, shutting down),
-    not that it refused a statement (a deadlock is an OperationalError too)."""
+    not that it refused a statement (a deadlock is an OperationalError too).
+
+    Most errors come wrapped by SQLAlchemy; a driver's own error can also
+    escape unwrapped (PyMySQL's, from the rollback or commit that ends a
+    block on a connection that just died), and so can the socket's."""
     if connection_cut(exc):
         return True
-    if not isinstance(exc, (OperationalError, InterfaceError)):
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return _driver_says_unreachable(exc.orig)
+    if isinstance(exc, DBAPIError):
         return False
-    orig = exc.orig
+    if type(exc).__name__ in ("OperationalError", "InterfaceError") and (
+        type(exc).__module__.split(".")[0] in DRIVER_MODULES
+    ):
+        return _driver_says_unreachable(exc)
+    return isinstance(exc, ConnectionError)
+
+
+def _driver_says_unreachable(orig: BaseException | None) -> bool:
     if type(orig).__module__.startswith("sqlite3"):
         return any(words in str(orig).lower() for words in SQLITE_TRANSIENT)
     sqlstate = getattr(orig, "sqlstate", None)

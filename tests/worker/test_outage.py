@@ -304,3 +304,21 @@ def test_a_heartbeat_cut_costs_one_beat_and_the_next_pushes_the_deadline(
     assert store.runs.get(run_id).deadline_at == clock.now + timedelta(seconds=0.3)
     assert "could not reach the database" in caplog.text
     assert "Traceback" not in caplog.text
+
+
+def test_a_drivers_own_error_escaping_sqlalchemy_is_a_connection_fault_only_when_it_is_one() -> (
+    None
+):
+    # PyMySQL's error from the rollback that ends a block on a dead connection
+    # reaches the worker unwrapped (seen in the outage soak on MariaDB).
+    import psycopg
+    import pymysql
+
+    from celery_routines.store.faults import database_unreachable
+
+    assert database_unreachable(pymysql.err.OperationalError(2013, "Lost connection"))
+    assert database_unreachable(pymysql.err.OperationalError(2006, "MySQL server has gone away"))
+    assert not database_unreachable(pymysql.err.OperationalError(1213, "Deadlock found"))
+    assert database_unreachable(psycopg.OperationalError("connection failed"))
+    assert database_unreachable(ConnectionResetError(104, "Connection reset by peer"))
+    assert not database_unreachable(ValueError("not a fault"))
