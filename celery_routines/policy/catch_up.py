@@ -7,9 +7,9 @@ is planned from ``count_windows``/``last_windows`` (arithmetic), so the cost
 depends on ``catch_up_cap``, not on the length of the outage.
 
 :func:`one_at_a_time` then applies the overlap policy among the windows of
-one plan: they are decided in window order, each seeing the run the one
-before it opened, so a recovery under ``skip``, ``queue`` or ``replace``
-never starts two bodies of a routine at once.
+one plan, so a recovery under ``skip``, ``queue`` or ``replace`` never starts
+two bodies of a routine at once: ``skip`` and ``replace`` send the newest
+window, ``queue`` sends them all in window order, one at a time.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class SkippedWindows:
 
     reason: Reason
     """``"catch_up_cap"``, ``"latest"``, ``"skip_to_next"``, ``"late"``, or,
-    from :func:`one_at_a_time`, ``"overlap"`` or ``"replaced"``."""
+    from :func:`one_at_a_time`, ``"latest"`` (under ``skip``) or ``"replaced"``."""
     count: int
     first: datetime
     """The oldest skipped window (UTC)."""
@@ -134,11 +134,13 @@ def plan_due(
 def one_at_a_time(plan: FirePlan, overlap: Overlap) -> FirePlan:
     """The overlap policy among the windows of one plan (a recovery).
 
-    The windows are decided oldest first, each seeing the run the one before
-    it opened (all of them are due now, so that run is still open):
+    All of them are due now, so whichever goes out first is still open when
+    the next would go out:
 
-    - ``skip``: the oldest goes out; the others collide with it and become
-      one ``overlap`` summary, as an overlap skip of a tick always is;
+    - ``skip``: the newest goes out, as Celery beat sends a missed entry
+      once, now; the older ones are passed over for it and become one
+      ``latest`` summary (the reason ``catch_up="latest"`` gives the same
+      windows): one body, and the one that reflects the present;
     - ``queue``: the oldest goes out; the others stay due (``next_run_at`` is
       the next of them) and go out one by one as each run ends;
     - ``replace``: each window would replace the one before it, so only the
@@ -151,8 +153,8 @@ def one_at_a_time(plan: FirePlan, overlap: Overlap) -> FirePlan:
     if len(send) < 2 or overlap == Overlap.OVERLAP:
         return plan
     if overlap == Overlap.SKIP:
-        collided = SkippedWindows(Reason.OVERLAP, len(send) - 1, send[1], send[-1])
-        return replace(plan, send=send[:1], skipped=(*plan.skipped, collided))
+        passed_over = SkippedWindows(Reason.LATEST, len(send) - 1, send[0], send[-2])
+        return replace(plan, send=send[-1:], skipped=(*plan.skipped, passed_over))
     if overlap == Overlap.REPLACE:
         replaced = SkippedWindows(Reason.REPLACED, len(send) - 1, send[0], send[-2])
         return replace(plan, send=send[-1:], skipped=(*plan.skipped, replaced))

@@ -191,7 +191,7 @@ def test_downtime_recovery_writes_one_summary_row_not_one_per_window(
 @pytest.mark.parametrize(
     ("overlap", "sent", "skipped"),
     [
-        ("skip", ["12:50"], [("catch_up_cap", 9), ("overlap", 2)]),
+        ("skip", ["13:00"], [("catch_up_cap", 9), ("latest", 2)]),
         ("queue", ["12:50"], [("catch_up_cap", 9)]),
         ("replace", ["13:00"], [("catch_up_cap", 9), ("replaced", 2)]),
         ("overlap", ["12:50", "12:55", "13:00"], [("catch_up_cap", 9)]),

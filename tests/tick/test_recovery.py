@@ -71,6 +71,44 @@ def test_a_window_written_by_a_dead_beat_is_not_also_summarised_as_skipped(
         survivor.close()
 
 
+def test_ten_minutes_down_the_defaults_send_the_newest_window_once_and_summarise_the_rest(
+    tmp_path: Path, database_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # No catch_up or overlap option: the defaults ("catch_up", "skip").
+    register("tasks.flaky", "* * * * *", name="flaky")
+    beat = make(tmp_path, database_url, clock)
+    other = make(tmp_path, database_url, clock)
+    try:
+        beat.tick()  # adopts at 12:00: first window 12:01
+        clock.advance(minutes=10, seconds=1)  # down until 12:10:01: 12:01 .. 12:10 are due
+        with caplog.at_level("INFO", logger="celery_routines.beat"):
+            beat.tick()
+            other.tick()  # a second beat at the same instant sends nothing more
+        sent = [m["routine_window"] for m in published(tmp_path / "broker")]
+        assert sent == ["flaky@2026-11-30T12:10:00+00:00"]
+        rows = runs(beat, "flaky")
+        [skip] = [r for r in rows if r.state == "skipped"]
+        assert (skip.reason, skip.skipped_count) == ("latest", 9)
+        assert (skip.skipped_first, skip.skipped_last) == (
+            datetime(2026, 11, 30, 12, 1, tzinfo=UTC),
+            datetime(2026, 11, 30, 12, 9, tzinfo=UTC),
+        )
+        assert [(r.scheduled_for.minute, r.state) for r in rows if r.state != "skipped"] == [
+            (10, "sent")
+        ]
+        assert beat.store.routines.by_name("flaky").next_run_at == datetime(
+            2026, 11, 30, 12, 11, tzinfo=UTC
+        )
+        assert (
+            "skipped 9 windows of flaky from 2026-11-30T12:01:00+00:00 to "
+            "2026-11-30T12:09:00+00:00: latest (a recovery under overlap=skip sends only its "
+            "newest window, flaky@2026-11-30T12:10:00+00:00)"
+        ) in caplog.messages
+    finally:
+        beat.close()
+        other.close()
+
+
 class TickingClock(FakeClock):
     """Every read of the clock costs a second: a slow drain, without sleeping."""
 
