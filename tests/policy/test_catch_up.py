@@ -15,6 +15,7 @@ from celery_routines.policy.catch_up import (
     SkippedWindows,
     one_at_a_time,
     plan_due,
+    resume_written,
     this_tick,
 )
 from celery_routines.policy.states import CatchUp, Overlap
@@ -359,6 +360,72 @@ def test_ten_minutes_down_under_the_defaults_sends_the_newest_window_once() -> N
         skipped=(SkippedWindows("latest", 9, at(19, 3), at(19, 11)),),
         next_run_at=at(19, 13),
     )
+
+
+# A recovery under skip at 10:20: 10:20 goes out, 10:00 .. 10:15 are passed over.
+PASSED_OVER = one_at_a_time(plan_due(FIVE_MINUTES, at(10, 0), at(10, 20)), Overlap.SKIP)
+
+
+@pytest.mark.parametrize(
+    ("written", "send", "skipped"),
+    [
+        # A beat that gave the routine up wrote 10:10 (its newest, at 10:10).
+        (
+            [at(10, 10)],
+            at(10, 10),
+            (
+                SkippedWindows("latest", 2, at(10, 0), at(10, 5)),
+                SkippedWindows("overlap", 2, at(10, 15), at(10, 20)),
+            ),
+        ),
+        # ... or 10:05, the window after the oldest: one window stays passed over.
+        (
+            [at(10, 5)],
+            at(10, 5),
+            (
+                SkippedWindows("latest", 1, at(10, 0), at(10, 0)),
+                SkippedWindows("overlap", 3, at(10, 10), at(10, 20)),
+            ),
+        ),
+        # ... or the oldest window itself: nothing is passed over.
+        ([at(10, 0)], at(10, 0), (SkippedWindows("overlap", 4, at(10, 5), at(10, 20)),)),
+        # Of several written windows the newest is taken.
+        (
+            [at(10, 5), at(9, 55), at(10, 10)],
+            at(10, 10),
+            (
+                SkippedWindows("latest", 2, at(10, 0), at(10, 5)),
+                SkippedWindows("overlap", 2, at(10, 15), at(10, 20)),
+            ),
+        ),
+    ],
+)
+def test_a_recovery_under_skip_settles_on_a_window_already_written(
+    written: list[datetime], send: datetime, skipped: tuple[SkippedWindows, ...]
+) -> None:
+    assert PASSED_OVER.send == (at(10, 20),)
+    assert resume_written(PASSED_OVER, written, FIVE_MINUTES) == FirePlan(
+        send=(send,), skipped=skipped, next_run_at=at(10, 25)
+    )
+
+
+def test_a_written_window_the_recovery_did_not_pass_over_changes_nothing() -> None:
+    # Before the recovery, or its newest window (that one's own row settles it).
+    assert resume_written(PASSED_OVER, [at(9, 55), at(10, 20)], FIVE_MINUTES) is PASSED_OVER
+    # The cap's windows are not the recovery's to send.
+    capped = one_at_a_time(
+        plan_due(FIVE_MINUTES, at(10, 0), at(10, 20), catch_up_cap=3), Overlap.SKIP
+    )
+    assert resume_written(capped, [at(10, 5)], FIVE_MINUTES) is capped
+    with_cap = resume_written(capped, [at(10, 10)], FIVE_MINUTES)
+    assert with_cap.send == (at(10, 10),)
+    assert with_cap.skipped == (
+        SkippedWindows("catch_up_cap", 2, at(10, 0), at(10, 5)),
+        SkippedWindows("overlap", 2, at(10, 15), at(10, 20)),
+    )
+    # Nothing passed over (one window): nothing to settle on.
+    single = plan_due(FIVE_MINUTES, at(10, 0), at(10, 0, 30))
+    assert resume_written(single, [at(9, 55)], FIVE_MINUTES) is single
 
 
 @pytest.mark.parametrize("overlap", tuple(Overlap))

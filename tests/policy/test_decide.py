@@ -478,6 +478,35 @@ def test_ten_minutes_down_with_the_default_options_sends_the_newest_window_once(
     assert decision.next_run_at == at(19, 13)
 
 
+@pytest.mark.parametrize(
+    ("overlap", "sent", "skipped"),
+    [
+        # skip settles on the window a beat that gave the routine up wrote.
+        ("skip", (at(10, 45),), (("catch_up_cap", 8), ("latest", 1), ("overlap", 1))),
+        # The other policies send the windows they send anyway (the writer
+        # finds 10:45's row and sends it again under its own id).
+        ("overlap", (at(10, 40), at(10, 45), at(10, 50)), (("catch_up_cap", 8),)),
+        ("queue", (at(10, 40),), (("catch_up_cap", 8),)),
+    ],
+)
+def test_a_recovery_under_skip_sends_again_a_window_a_beat_that_gave_it_up_wrote(
+    overlap: str, sent: tuple[datetime, ...], skipped: tuple[tuple[str, int], ...]
+) -> None:
+    # The beat that held the routine planned at 10:45, wrote 10:45 (its
+    # newest) and stopped before moving the routine on; this beat plans at
+    # 10:50: without settling, it would send 10:50 beside 10:45.
+    case = Case("taken-over", now=at(10, 50), overlap=overlap)
+    item = claimed(case)
+    left = OpenRun("dead-beats-row", 7, f"{NAME}@2026-03-01T10:45:00+00:00", "pending", None)
+    facts = Facts(open_runs=[left])
+    decision = decide(item, plan(item, case.now), facts, case.now, run_timeout=RUN_TIMEOUT)
+    assert tuple(run.scheduled_for for run in decision.sends) == sent
+    assert tuple((run.reason, run.skipped_count) for run in decision.skips) == skipped
+    assert decision.next_run_at == (at(10, 45) if overlap == "queue" else at(10, 55))
+    if overlap == "skip":
+        assert decision.sends[0].idempotency_key == left.idempotency_key
+
+
 def test_ceiling_usage_must_have_been_read() -> None:
     item = claimed(Case("x", ceiling=10))
     with pytest.raises(ValueError, match="usage was not read"):

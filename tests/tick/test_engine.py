@@ -514,9 +514,9 @@ def test_each_skip_is_logged_once_with_its_windows_written_like_keys(
             # The routine's own overlap policy within the recovery: INFO.
             (
                 "INFO",
-                "skipped 2 windows of poll from 2026-11-30T13:55:00+01:00 "
-                "to 2026-11-30T14:00:00+01:00: overlap (a recovery under overlap=skip sends "
-                "only its oldest window, poll@2026-11-30T13:50:00+01:00)",
+                "skipped 2 windows of poll from 2026-11-30T13:50:00+01:00 "
+                "to 2026-11-30T13:55:00+01:00: latest (a recovery under overlap=skip sends "
+                "only its newest window, poll@2026-11-30T14:00:00+01:00)",
             ),
         ]
     finally:

@@ -109,6 +109,36 @@ def test_ten_minutes_down_the_defaults_send_the_newest_window_once_and_summarise
         other.close()
 
 
+def test_a_beat_taking_a_recovery_over_sends_the_window_the_dead_beat_wrote_not_a_newer_one(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    register("tasks.poll", "* * * * *", name="poll")  # the defaults: catch_up, skip
+    dead = make(tmp_path, database_url, clock, routines_lock_ttl=30)
+    survivor = make(tmp_path, database_url, clock, routines_lock_ttl=30)
+    try:
+        dead.tick()  # adopts at 12:00: first window 12:01
+        clock.advance(minutes=5)
+        store = dead.store
+        # Back at 12:05, the dead beat claimed the recovery, wrote its newest
+        # window, 12:05 (perhaps published it), and died before moving on.
+        [record] = store.routines.claim_due(clock.now, dead.holder, 30, 10)
+        key = "poll@2026-11-30T12:05:00+00:00"
+        store.runs.insert_new([NewRun("dead-beat-run", record.id, key, 1, clock.now)], clock.now)
+        clock.advance(minutes=2)  # 12:07: its claim expired; 12:06 and 12:07 fell due
+        survivor.tick()
+        # One body: the dead beat's run again (the worker runs it once), not 12:07 beside it.
+        assert [m["id"] for m in published(tmp_path / "broker")] == ["dead-beat-run"]
+        assert store.runs.get("dead-beat-run").state == "sent"
+        skipped = [(r.reason, r.skipped_count) for r in runs(survivor, "poll") if r.skipped_count]
+        assert skipped == [("latest", 4), ("overlap", 2)]  # 12:01 .. 12:04; 12:06, 12:07
+        assert store.routines.by_name("poll").next_run_at == datetime(
+            2026, 11, 30, 12, 8, tzinfo=UTC
+        )
+    finally:
+        dead.close()
+        survivor.close()
+
+
 class TickingClock(FakeClock):
     """Every read of the clock costs a second: a slow drain, without sleeping."""
 
