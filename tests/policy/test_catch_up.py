@@ -362,6 +362,20 @@ def test_ten_minutes_down_under_the_defaults_sends_the_newest_window_once() -> N
     )
 
 
+def test_a_recovery_under_skip_across_spring_forward_sends_the_newest_window() -> None:
+    # 02:30 in Rome, beat down from the 28th to the 30th of March 2026: the
+    # 29th's 02:30 did not exist and is 03:30 CEST (01:30 UTC), passed over
+    # like any other; the 30th's 02:30 CEST goes out.
+    nightly = CronSchedule("30 2 * * *", "Europe/Rome")
+    due = datetime(2026, 3, 28, 1, 30, tzinfo=UTC)
+    now = datetime(2026, 3, 30, 0, 31, tzinfo=UTC)
+    recovery = one_at_a_time(plan_due(nightly, due, now), Overlap.SKIP)
+    assert recovery.send == (datetime(2026, 3, 30, 0, 30, tzinfo=UTC),)
+    assert recovery.skipped == (
+        SkippedWindows("latest", 2, due, datetime(2026, 3, 29, 1, 30, tzinfo=UTC)),
+    )
+
+
 # A recovery under skip at 10:20: 10:20 goes out, 10:00 .. 10:15 are passed over.
 PASSED_OVER = one_at_a_time(plan_due(FIVE_MINUTES, at(10, 0), at(10, 20)), Overlap.SKIP)
 
