@@ -7,13 +7,14 @@ is planned from ``count_windows``/``last_windows`` (arithmetic), so the cost
 depends on ``catch_up_cap``, not on the length of the outage.
 
 :func:`one_at_a_time` then applies the overlap policy among the windows of
-one plan: they are decided in window order, each seeing the run the one
-before it opened, so a recovery under ``skip``, ``queue`` or ``replace``
-never starts two bodies of a routine at once.
+one plan, so a recovery under ``skip``, ``queue`` or ``replace`` never starts
+two bodies of a routine at once: ``skip`` and ``replace`` send the newest
+window, ``queue`` sends them all in window order, one at a time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -22,7 +23,14 @@ from celery_routines.policy.states import CatchUp, Overlap, Reason
 from celery_routines.schedules.base import Schedule, count_windows, last_windows
 from celery_routines.schedules.zones import aware_utc
 
-__all__ = ["FirePlan", "SkippedWindows", "one_at_a_time", "plan_due", "this_tick"]
+__all__ = [
+    "FirePlan",
+    "SkippedWindows",
+    "one_at_a_time",
+    "plan_due",
+    "resume_written",
+    "this_tick",
+]
 
 
 @dataclass(frozen=True)
@@ -31,7 +39,7 @@ class SkippedWindows:
 
     reason: Reason
     """``"catch_up_cap"``, ``"latest"``, ``"skip_to_next"``, ``"late"``, or,
-    from :func:`one_at_a_time`, ``"overlap"`` or ``"replaced"``."""
+    from :func:`one_at_a_time`, ``"latest"`` (under ``skip``) or ``"replaced"``."""
     count: int
     first: datetime
     """The oldest skipped window (UTC)."""
@@ -134,11 +142,13 @@ def plan_due(
 def one_at_a_time(plan: FirePlan, overlap: Overlap) -> FirePlan:
     """The overlap policy among the windows of one plan (a recovery).
 
-    The windows are decided oldest first, each seeing the run the one before
-    it opened (all of them are due now, so that run is still open):
+    All of them are due now, so whichever goes out first is still open when
+    the next would go out:
 
-    - ``skip``: the oldest goes out; the others collide with it and become
-      one ``overlap`` summary, as an overlap skip of a tick always is;
+    - ``skip``: the newest goes out, as Celery beat sends a missed entry
+      once, now; the older ones are passed over for it and become one
+      ``latest`` summary (the reason ``catch_up="latest"`` gives the same
+      windows): one body, and the one that reflects the present;
     - ``queue``: the oldest goes out; the others stay due (``next_run_at`` is
       the next of them) and go out one by one as each run ends;
     - ``replace``: each window would replace the one before it, so only the
@@ -151,14 +161,58 @@ def one_at_a_time(plan: FirePlan, overlap: Overlap) -> FirePlan:
     if len(send) < 2 or overlap == Overlap.OVERLAP:
         return plan
     if overlap == Overlap.SKIP:
-        collided = SkippedWindows(Reason.OVERLAP, len(send) - 1, send[1], send[-1])
-        return replace(plan, send=send[:1], skipped=(*plan.skipped, collided))
+        passed_over = SkippedWindows(Reason.LATEST, len(send) - 1, send[0], send[-2])
+        return replace(plan, send=send[-1:], skipped=(*plan.skipped, passed_over))
     if overlap == Overlap.REPLACE:
         replaced = SkippedWindows(Reason.REPLACED, len(send) - 1, send[0], send[-2])
         return replace(plan, send=send[-1:], skipped=(*plan.skipped, replaced))
     # queue: the rest stays due; the routine is looked at again once the run
     # sent now has ended (the tick's queue rule holds it meanwhile).
     return replace(plan, send=send[:1], next_run_at=send[1], waiting=len(send) - 1)
+
+
+def resume_written(plan: FirePlan, written: Sequence[datetime], schedule: Schedule) -> FirePlan:
+    """A recovery under ``skip`` that passed over a window whose run row is
+    already written and still ``pending`` sends that window again instead of
+    its newest, and the windows after it collide with it (one ``overlap``
+    summary).
+
+    Such a row is left by a beat that wrote its recovery's newest window and
+    did not move the routine on (it died, or its claim expired mid-tick); it
+    may have published it. The beat taking the routine over plans at its own
+    instant, so its newest window can be a later one: sending both could run
+    two bodies at once. Sending the written window again goes out under that
+    row's own run id (the worker runs a run once), so beats that take a
+    routine over from one another settle on one window. ``written``: the
+    windows (UTC) of the routine's pending rows; the newest one the recovery
+    passed over is taken, and a plan that passed over none of them is
+    returned as it is.
+    """
+    passed = next((s for s in plan.skipped if s.reason == Reason.LATEST), None)
+    if passed is None or len(plan.send) != 1:
+        return plan
+    inside = [w for w in written if passed.first <= w <= passed.last]
+    if not inside:
+        return plan
+    resent, newest = max(inside), plan.send[0]
+    older = []
+    if passed.first < resent:  # the windows before it stay passed over
+        before = resent - _INSTANT
+        count = 1 + count_windows(schedule, passed.first, before)
+        last = last_windows(schedule, passed.first, before, 1) or [passed.first]
+        older.append(SkippedWindows(Reason.LATEST, count, passed.first, last[0]))
+    collided = SkippedWindows(
+        Reason.OVERLAP,
+        count_windows(schedule, resent, newest),
+        aware_utc(schedule.next_after(resent), "next_after"),
+        newest,
+    )
+    others = [s for s in plan.skipped if s is not passed]
+    return replace(plan, send=(resent,), skipped=(*others, *older, collided))
+
+
+# The smallest step of time: a window strictly before another.
+_INSTANT = timedelta(microseconds=1)
 
 
 def this_tick(plan: FirePlan, most: int) -> FirePlan:

@@ -11,7 +11,10 @@ Catch-up, lateness, ceilings, overlap and takeover meet here, in this order:
 1. :func:`plan`: the catch-up planner's windows, the overlap policy applied
    among them (a recovery under ``skip``/``queue``/``replace`` sends one), or,
    for a suspended routine, one ``ceiling`` skip up to the end of its suspension;
-2. :func:`decide`: the before-send ceiling check cuts the windows (and may
+2. :func:`decide`: a recovery under ``skip`` settles on a window that a beat
+   which gave the routine up already wrote, if it passed one over
+   (:func:`~celery_routines.policy.catch_up.resume_written`); then the
+   before-send ceiling check cuts the windows (and may
    suspend the routine; windows an open run holds back under ``skip`` or
    ``queue`` spend nothing and suspend nothing), then the overlap policy
    meets the open runs: skip
@@ -34,6 +37,7 @@ from celery_routines.policy.catch_up import (
     SkippedWindows,
     one_at_a_time,
     plan_due,
+    resume_written,
     this_tick,
 )
 from celery_routines.policy.ceilings import (
@@ -60,7 +64,7 @@ from celery_routines.policy.runs import (
     unstarted_timeout,
 )
 from celery_routines.policy.states import Overlap, Reason, RunState
-from celery_routines.schedules.keys import skip_key, window_key
+from celery_routines.schedules.keys import skip_key, window_in_key, window_key
 
 __all__ = [
     "Claimed",
@@ -188,6 +192,8 @@ def decide(
     if planned is None or claimed.record.last_error is not None:
         window = claimed.schedule.next_after(now - claimed.offset)
         return Decision(claimed, Verdict.RESUMED, claimed.send_at(window))
+    if claimed.routine.overlap == Overlap.SKIP and facts.open_runs:
+        planned = _resume_written(claimed, planned, facts)
     wanted = len(planned.send)
     suspension = None
     if needs_usage(claimed, planned):
@@ -231,6 +237,19 @@ def decide(
             planned=wanted,
         )
     return _overlap(claimed, planned, sends, skips, suspension, wanted, facts, now, new_id)
+
+
+def _resume_written(claimed: Claimed[Row], planned: FirePlan, facts: Facts) -> FirePlan:
+    """A recovery under ``skip`` settles on a window a beat that gave the
+    routine up already wrote (see :func:`resume_written`)."""
+    name = claimed.routine.name
+    pending = [
+        window
+        for run in facts.open_runs
+        if run.state == RunState.PENDING
+        and (window := window_in_key(name, run.idempotency_key)) is not None
+    ]
+    return resume_written(planned, pending, claimed.schedule) if pending else planned
 
 
 def _held_back(

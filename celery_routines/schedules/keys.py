@@ -8,11 +8,11 @@ Writing the offset keeps the two passes of a repeated autumn hour apart
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from celery_routines.schedules.zones import aware_utc, load_zone
 
-__all__ = ["skip_key", "window_key"]
+__all__ = ["skip_key", "window_in_key", "window_key"]
 
 
 def window_key(routine_name: str, window_utc: datetime, timezone: str) -> str:
@@ -30,3 +30,20 @@ def skip_key(routine_name: str, first: datetime, last: datetime, count: int, tim
     if count > 1:
         key += ".." + window_key(routine_name, last, timezone).split("@", 1)[1]
     return key
+
+
+def window_in_key(routine_name: str, key: str) -> datetime | None:
+    """The window (UTC) that ``key`` names for ``routine_name``: the inverse of
+    :func:`window_key`; None for another routine's key, a skip summary's key
+    (``first..last``) or anything else that is not a window key."""
+    prefix = f"{routine_name}@"
+    if not key.startswith(prefix):
+        return None
+    instant = key[len(prefix) :]
+    if ".." in instant:
+        return None
+    try:
+        local = datetime.fromisoformat(instant)
+    except ValueError:
+        return None
+    return local.astimezone(UTC) if local.tzinfo is not None else None

@@ -10,7 +10,7 @@ from datetime import datetime
 from celery_routines.observe.events import Events
 from celery_routines.policy.decide import Decision, Verdict
 from celery_routines.policy.runs import QUEUE_RECHECK
-from celery_routines.policy.states import Overlap, Reason
+from celery_routines.policy.states import CatchUp, Overlap, Reason
 from celery_routines.schedules.keys import window_key
 from celery_routines.store import NewRun
 from celery_routines.tick.report import TickReport
@@ -52,12 +52,14 @@ def _holding(decision: Decision) -> str:
 def skip_note(decision: Decision, run: NewRun) -> str | None:
     """Why a skip row was written, beyond its reason: the open run an
     overlap skip waited on, or the window of the same recovery that went out
-    instead (see ``policy.catch_up.one_at_a_time``)."""
+    instead (see ``policy.catch_up``)."""
     if run.reason == Reason.OVERLAP and decision.holding:
         return f"previous run still open: {_holding(decision)}"
-    if run.reason == Reason.OVERLAP and decision.sends:
-        sent = decision.sends[0].idempotency_key
-        return f"a recovery under overlap=skip sends only its oldest window, {sent}"
+    if run.reason == Reason.LATEST and decision.sends:
+        sent = decision.sends[-1].idempotency_key
+        policy = decision.claimed.routine
+        why = "catch_up=latest" if policy.catch_up == CatchUp.LATEST else "overlap=skip"
+        return f"a recovery under {why} sends only its newest window, {sent}"
     if run.reason == Reason.REPLACED and decision.sends:
         sent = decision.sends[-1].idempotency_key
         return f"a recovery under overlap=replace sends only its newest window, {sent}"

@@ -15,6 +15,7 @@ from celery_routines.policy.catch_up import (
     SkippedWindows,
     one_at_a_time,
     plan_due,
+    resume_written,
     this_tick,
 )
 from celery_routines.policy.states import CatchUp, Overlap
@@ -304,7 +305,7 @@ def test_plan_matches_a_plan_built_from_every_window(
     assert got == expected
 
 
-# -- the overlap policy among a recovery's windows (issue 28) ------------------------
+# -- the overlap policy among a recovery's windows ------------------------------------
 
 RECOVERY = plan_due(FIVE_MINUTES, at(10, 0), at(10, 20), catch_up_cap=3)  # 10:10, 10:15, 10:20
 CAPPED = SkippedWindows("catch_up_cap", 2, at(10, 0), at(10, 5))
@@ -313,11 +314,12 @@ CAPPED = SkippedWindows("catch_up_cap", 2, at(10, 0), at(10, 5))
 @pytest.mark.parametrize(
     ("overlap", "send", "skipped", "next_run_at", "waiting"),
     [
-        # skip: the oldest goes; the others collide with it, one summary row.
+        # skip: the newest goes, as Celery beat sends a missed entry once;
+        # the older ones are passed over for it, one summary row.
         (
             "skip",
-            (at(10, 10),),
-            (CAPPED, SkippedWindows("overlap", 2, at(10, 15), at(10, 20))),
+            (at(10, 20),),
+            (CAPPED, SkippedWindows("latest", 2, at(10, 10), at(10, 15))),
             at(10, 25),
             0,
         ),
@@ -346,6 +348,98 @@ def test_a_recovery_meets_the_overlap_policy_among_its_own_windows(
     assert one_at_a_time(RECOVERY, Overlap(overlap)) == FirePlan(
         send=send, skipped=skipped, next_run_at=next_run_at, waiting=waiting
     )
+
+
+def test_ten_minutes_down_under_the_defaults_sends_the_newest_window_once() -> None:
+    # Beat down from 19:02:30 to 19:12: windows 19:03 .. 19:12 are due at once.
+    every_minute = IntervalSchedule(60)
+    due, now = at(19, 3), at(19, 12, 1)
+    recovery = one_at_a_time(plan_due(every_minute, due, now), Overlap.SKIP)
+    assert recovery == FirePlan(
+        send=(at(19, 12),),
+        skipped=(SkippedWindows("latest", 9, at(19, 3), at(19, 11)),),
+        next_run_at=at(19, 13),
+    )
+
+
+def test_a_recovery_under_skip_across_spring_forward_sends_the_newest_window() -> None:
+    # 02:30 in Rome, beat down from the 28th to the 30th of March 2026: the
+    # 29th's 02:30 did not exist and is 03:30 CEST (01:30 UTC), passed over
+    # like any other; the 30th's 02:30 CEST goes out.
+    nightly = CronSchedule("30 2 * * *", "Europe/Rome")
+    due = datetime(2026, 3, 28, 1, 30, tzinfo=UTC)
+    now = datetime(2026, 3, 30, 0, 31, tzinfo=UTC)
+    recovery = one_at_a_time(plan_due(nightly, due, now), Overlap.SKIP)
+    assert recovery.send == (datetime(2026, 3, 30, 0, 30, tzinfo=UTC),)
+    assert recovery.skipped == (
+        SkippedWindows("latest", 2, due, datetime(2026, 3, 29, 1, 30, tzinfo=UTC)),
+    )
+
+
+# A recovery under skip at 10:20: 10:20 goes out, 10:00 .. 10:15 are passed over.
+PASSED_OVER = one_at_a_time(plan_due(FIVE_MINUTES, at(10, 0), at(10, 20)), Overlap.SKIP)
+
+
+@pytest.mark.parametrize(
+    ("written", "send", "skipped"),
+    [
+        # A beat that gave the routine up wrote 10:10 (its newest, at 10:10).
+        (
+            [at(10, 10)],
+            at(10, 10),
+            (
+                SkippedWindows("latest", 2, at(10, 0), at(10, 5)),
+                SkippedWindows("overlap", 2, at(10, 15), at(10, 20)),
+            ),
+        ),
+        # ... or 10:05, the window after the oldest: one window stays passed over.
+        (
+            [at(10, 5)],
+            at(10, 5),
+            (
+                SkippedWindows("latest", 1, at(10, 0), at(10, 0)),
+                SkippedWindows("overlap", 3, at(10, 10), at(10, 20)),
+            ),
+        ),
+        # ... or the oldest window itself: nothing is passed over.
+        ([at(10, 0)], at(10, 0), (SkippedWindows("overlap", 4, at(10, 5), at(10, 20)),)),
+        # Of several written windows the newest is taken.
+        (
+            [at(10, 5), at(9, 55), at(10, 10)],
+            at(10, 10),
+            (
+                SkippedWindows("latest", 2, at(10, 0), at(10, 5)),
+                SkippedWindows("overlap", 2, at(10, 15), at(10, 20)),
+            ),
+        ),
+    ],
+)
+def test_a_recovery_under_skip_settles_on_a_window_already_written(
+    written: list[datetime], send: datetime, skipped: tuple[SkippedWindows, ...]
+) -> None:
+    assert PASSED_OVER.send == (at(10, 20),)
+    assert resume_written(PASSED_OVER, written, FIVE_MINUTES) == FirePlan(
+        send=(send,), skipped=skipped, next_run_at=at(10, 25)
+    )
+
+
+def test_a_written_window_the_recovery_did_not_pass_over_changes_nothing() -> None:
+    # Before the recovery, or its newest window (that one's own row settles it).
+    assert resume_written(PASSED_OVER, [at(9, 55), at(10, 20)], FIVE_MINUTES) is PASSED_OVER
+    # The cap's windows are not the recovery's to send.
+    capped = one_at_a_time(
+        plan_due(FIVE_MINUTES, at(10, 0), at(10, 20), catch_up_cap=3), Overlap.SKIP
+    )
+    assert resume_written(capped, [at(10, 5)], FIVE_MINUTES) is capped
+    with_cap = resume_written(capped, [at(10, 10)], FIVE_MINUTES)
+    assert with_cap.send == (at(10, 10),)
+    assert with_cap.skipped == (
+        SkippedWindows("catch_up_cap", 2, at(10, 0), at(10, 5)),
+        SkippedWindows("overlap", 2, at(10, 15), at(10, 20)),
+    )
+    # Nothing passed over (one window): nothing to settle on.
+    single = plan_due(FIVE_MINUTES, at(10, 0), at(10, 0, 30))
+    assert resume_written(single, [at(9, 55)], FIVE_MINUTES) is single
 
 
 @pytest.mark.parametrize("overlap", tuple(Overlap))

@@ -43,6 +43,7 @@ def at(hour: int, minute: int, day: int = 1) -> datetime:
 
 
 DUE = at(10, 0)
+MINUTE = timedelta(minutes=1)
 MIDNIGHT = at(0, 0, day=2)
 
 
@@ -128,24 +129,26 @@ CASES = [
         "overlap-skip-recovery",
         now=at(10, 50),
         open_run="sent",
-        skipped=(("catch_up_cap", 8), ("overlap", 3)),
+        # The recovery passes 10:40 and 10:45 over for 10:50, which an open run holds back.
+        skipped=(("catch_up_cap", 8), ("latest", 2), ("overlap", 1)),
         next_run_at=at(10, 55),
     ),
-    # A recovery meets the overlap policy among its own windows (issue 28):
-    # the three kept by the cap (10:40, 10:45, 10:50) are all due at once.
+    # A recovery meets the overlap policy among its own windows: the three
+    # kept by the cap (10:40, 10:45, 10:50) are all due at once, and under
+    # skip the newest goes out, as Celery beat sends a missed entry once.
     Case(
-        "recovery-skip-sends-the-oldest",
+        "recovery-skip-sends-the-newest",
         now=at(10, 50),
-        sent=(at(10, 40),),
-        skipped=(("catch_up_cap", 8), ("overlap", 2)),
+        sent=(at(10, 50),),
+        skipped=(("catch_up_cap", 8), ("latest", 2)),
         next_run_at=at(10, 55),
     ),
     Case(
-        "recovery-skip-after-late-sends-the-oldest-in-time",
+        "recovery-skip-after-late-sends-the-newest",
         now=at(10, 50),
         max_lateness=400,
-        sent=(at(10, 45),),
-        skipped=(("catch_up_cap", 8), ("late", 1), ("overlap", 1)),
+        sent=(at(10, 50),),
+        skipped=(("catch_up_cap", 8), ("late", 1), ("latest", 1)),
         next_run_at=at(10, 55),
     ),
     Case(
@@ -179,8 +182,8 @@ CASES = [
         now=at(10, 50),
         ceiling=10,
         used=8,
-        sent=(at(10, 40),),
-        skipped=(("catch_up_cap", 8), ("overlap", 2)),
+        sent=(at(10, 50),),
+        skipped=(("catch_up_cap", 8), ("latest", 2)),
         next_run_at=at(10, 55),
     ),
     Case(
@@ -449,6 +452,61 @@ def test_a_taken_over_pending_row_goes_out_under_its_own_key() -> None:
     assert decision.skips[0].skipped_first == at(10, 5)
 
 
+def test_ten_minutes_down_with_the_default_options_sends_the_newest_window_once() -> None:
+    # A routine declared with no catch-up or overlap option; beat was down
+    # from 19:02:30 to 19:12, so 19:03 .. 19:12 are due at once.
+    routine = define("tasks.flaky", "* * * * *", timezone="UTC")
+    record = RoutineRecord(
+        id=9,
+        **routine.columns(),
+        next_run_at=at(19, 3),
+        paused=False,
+        suspended_until=None,
+        suspended_reason=None,
+        last_error=None,
+        locked_by="this-beat",
+        locked_until=at(19, 13),
+    )
+    item = Claimed(record, routine, CronSchedule("* * * * *", "UTC"), "UTC")
+    now = at(19, 12) + timedelta(seconds=1)
+    decision = decide(item, plan(item, now), Facts(), now, run_timeout=RUN_TIMEOUT, new_id=Ids())
+    [sent] = decision.sends
+    assert sent.idempotency_key == "tasks.flaky@2026-03-01T19:12:00+00:00"
+    [passed_over] = decision.skips
+    assert passed_over.reason == Reason.LATEST and passed_over.skipped_count == 9
+    assert (passed_over.skipped_first, passed_over.skipped_last) == (at(19, 3), at(19, 11))
+    assert decision.next_run_at == at(19, 13)
+
+
+@pytest.mark.parametrize(
+    ("overlap", "sent", "skipped"),
+    [
+        # skip settles on the window a beat that gave the routine up wrote.
+        ("skip", (at(10, 45),), (("catch_up_cap", 8), ("latest", 1), ("overlap", 1))),
+        # The other policies send the windows they send anyway (the writer
+        # finds 10:45's row and sends it again under its own id).
+        ("overlap", (at(10, 40), at(10, 45), at(10, 50)), (("catch_up_cap", 8),)),
+        ("queue", (at(10, 40),), (("catch_up_cap", 8),)),
+    ],
+)
+def test_a_recovery_under_skip_sends_again_a_window_a_beat_that_gave_it_up_wrote(
+    overlap: str, sent: tuple[datetime, ...], skipped: tuple[tuple[str, int], ...]
+) -> None:
+    # The beat that held the routine planned at 10:45, wrote 10:45 (its
+    # newest) and stopped before moving the routine on; this beat plans at
+    # 10:50: without settling, it would send 10:50 beside 10:45.
+    case = Case("taken-over", now=at(10, 50), overlap=overlap)
+    item = claimed(case)
+    left = OpenRun("dead-beats-row", 7, f"{NAME}@2026-03-01T10:45:00+00:00", "pending", None)
+    facts = Facts(open_runs=[left])
+    decision = decide(item, plan(item, case.now), facts, case.now, run_timeout=RUN_TIMEOUT)
+    assert tuple(run.scheduled_for for run in decision.sends) == sent
+    assert tuple((run.reason, run.skipped_count) for run in decision.skips) == skipped
+    assert decision.next_run_at == (at(10, 45) if overlap == "queue" else at(10, 55))
+    if overlap == "skip":
+        assert decision.sends[0].idempotency_key == left.idempotency_key
+
+
 def test_ceiling_usage_must_have_been_read() -> None:
     item = claimed(Case("x", ceiling=10))
     with pytest.raises(ValueError, match="usage was not read"):
@@ -536,7 +594,7 @@ def check_combination(
     if open_run is not None and overlap == "skip":
         assert sends == []
     # Within a recovery too: under skip, queue and replace one window goes out
-    # (the oldest, or under replace the newest), never two at once.
+    # (under queue the oldest, under skip and replace the newest), never two at once.
     if overlap != "overlap":
         assert len(sends) <= 1
         replaced = [r.skipped_last for r in decision.skips if r.reason == "replaced"]
@@ -545,6 +603,9 @@ def check_combination(
             assert all(s.scheduled_for > last for s in sends for last in replaced if last)
     if overlap == "replace" and decision.replace:
         assert sends
+    # Under skip a recovery's one window is its newest due one, never an older one.
+    if overlap == "skip" and sends:
+        assert sends[0].scheduled_for == DUE + 5 * count_windows(EVERY_FIVE, DUE, now) * MINUTE
     # Only a pending row left by a dead beat is sent again, and under its own key.
     assert len(resent) <= 1
     if resent:

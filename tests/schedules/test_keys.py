@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from celery_routines.errors import ScheduleError
-from celery_routines.schedules.keys import window_key
+from celery_routines.schedules.keys import skip_key, window_in_key, window_key
 
 
 def utc(*parts: int) -> datetime:
@@ -28,6 +28,26 @@ def utc(*parts: int) -> datetime:
 )
 def test_window_key(window: datetime, zone: str, key: str) -> None:
     assert window_key("nightly", window, zone) == key
+    # And back: the two passes of the repeated hour stay apart through UTC.
+    assert window_in_key("nightly", key) == window
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "other@2026-01-01T00:00:00+00:00",  # another routine's
+        "nightly@2026-01-01T00:00:00",  # no offset: not a key we write
+        "nightly@soon",
+        skip_key("nightly", utc(2026, 1, 1), utc(2026, 1, 2), 2, "UTC"),  # a summary's
+    ],
+)
+def test_what_is_not_a_window_key_of_the_routine_names_no_window(key: str) -> None:
+    assert window_in_key("nightly", key) is None
+
+
+def test_a_routine_name_with_an_at_sign_reads_back() -> None:
+    key = window_key("team@poll", utc(2026, 1, 1), "Europe/Rome")
+    assert window_in_key("team@poll", key) == utc(2026, 1, 1)
 
 
 def test_key_depends_on_the_instant_not_on_how_it_was_written() -> None:

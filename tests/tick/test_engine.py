@@ -191,7 +191,7 @@ def test_downtime_recovery_writes_one_summary_row_not_one_per_window(
 @pytest.mark.parametrize(
     ("overlap", "sent", "skipped"),
     [
-        ("skip", ["12:50"], [("catch_up_cap", 9), ("overlap", 2)]),
+        ("skip", ["13:00"], [("catch_up_cap", 9), ("latest", 2)]),
         ("queue", ["12:50"], [("catch_up_cap", 9)]),
         ("replace", ["13:00"], [("catch_up_cap", 9), ("replaced", 2)]),
         ("overlap", ["12:50", "12:55", "13:00"], [("catch_up_cap", 9)]),
@@ -514,9 +514,9 @@ def test_each_skip_is_logged_once_with_its_windows_written_like_keys(
             # The routine's own overlap policy within the recovery: INFO.
             (
                 "INFO",
-                "skipped 2 windows of poll from 2026-11-30T13:55:00+01:00 "
-                "to 2026-11-30T14:00:00+01:00: overlap (a recovery under overlap=skip sends "
-                "only its oldest window, poll@2026-11-30T13:50:00+01:00)",
+                "skipped 2 windows of poll from 2026-11-30T13:50:00+01:00 "
+                "to 2026-11-30T13:55:00+01:00: latest (a recovery under overlap=skip sends "
+                "only its newest window, poll@2026-11-30T14:00:00+01:00)",
             ),
         ]
     finally:

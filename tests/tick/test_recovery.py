@@ -71,6 +71,74 @@ def test_a_window_written_by_a_dead_beat_is_not_also_summarised_as_skipped(
         survivor.close()
 
 
+def test_ten_minutes_down_the_defaults_send_the_newest_window_once_and_summarise_the_rest(
+    tmp_path: Path, database_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # No catch_up or overlap option: the defaults ("catch_up", "skip").
+    register("tasks.flaky", "* * * * *", name="flaky")
+    beat = make(tmp_path, database_url, clock)
+    other = make(tmp_path, database_url, clock)
+    try:
+        beat.tick()  # adopts at 12:00: first window 12:01
+        clock.advance(minutes=10, seconds=1)  # down until 12:10:01: 12:01 .. 12:10 are due
+        with caplog.at_level("INFO", logger="celery_routines.beat"):
+            beat.tick()
+            other.tick()  # a second beat at the same instant sends nothing more
+        sent = [m["routine_window"] for m in published(tmp_path / "broker")]
+        assert sent == ["flaky@2026-11-30T12:10:00+00:00"]
+        rows = runs(beat, "flaky")
+        [skip] = [r for r in rows if r.state == "skipped"]
+        assert (skip.reason, skip.skipped_count) == ("latest", 9)
+        assert (skip.skipped_first, skip.skipped_last) == (
+            datetime(2026, 11, 30, 12, 1, tzinfo=UTC),
+            datetime(2026, 11, 30, 12, 9, tzinfo=UTC),
+        )
+        assert [(r.scheduled_for.minute, r.state) for r in rows if r.state != "skipped"] == [
+            (10, "sent")
+        ]
+        assert beat.store.routines.by_name("flaky").next_run_at == datetime(
+            2026, 11, 30, 12, 11, tzinfo=UTC
+        )
+        assert (
+            "skipped 9 windows of flaky from 2026-11-30T12:01:00+00:00 to "
+            "2026-11-30T12:09:00+00:00: latest (a recovery under overlap=skip sends only its "
+            "newest window, flaky@2026-11-30T12:10:00+00:00)"
+        ) in caplog.messages
+    finally:
+        beat.close()
+        other.close()
+
+
+def test_a_beat_taking_a_recovery_over_sends_the_window_the_dead_beat_wrote_not_a_newer_one(
+    tmp_path: Path, database_url: str, clock: FakeClock
+) -> None:
+    register("tasks.poll", "* * * * *", name="poll")  # the defaults: catch_up, skip
+    dead = make(tmp_path, database_url, clock, routines_lock_ttl=30)
+    survivor = make(tmp_path, database_url, clock, routines_lock_ttl=30)
+    try:
+        dead.tick()  # adopts at 12:00: first window 12:01
+        clock.advance(minutes=5)
+        store = dead.store
+        # Back at 12:05, the dead beat claimed the recovery, wrote its newest
+        # window, 12:05 (perhaps published it), and died before moving on.
+        [record] = store.routines.claim_due(clock.now, dead.holder, 30, 10)
+        key = "poll@2026-11-30T12:05:00+00:00"
+        store.runs.insert_new([NewRun("dead-beat-run", record.id, key, 1, clock.now)], clock.now)
+        clock.advance(minutes=2)  # 12:07: its claim expired; 12:06 and 12:07 fell due
+        survivor.tick()
+        # One body: the dead beat's run again (the worker runs it once), not 12:07 beside it.
+        assert [m["id"] for m in published(tmp_path / "broker")] == ["dead-beat-run"]
+        assert store.runs.get("dead-beat-run").state == "sent"
+        skipped = [(r.reason, r.skipped_count) for r in runs(survivor, "poll") if r.skipped_count]
+        assert skipped == [("latest", 4), ("overlap", 2)]  # 12:01 .. 12:04; 12:06, 12:07
+        assert store.routines.by_name("poll").next_run_at == datetime(
+            2026, 11, 30, 12, 8, tzinfo=UTC
+        )
+    finally:
+        dead.close()
+        survivor.close()
+
+
 class TickingClock(FakeClock):
     """Every read of the clock costs a second: a slow drain, without sleeping."""
 
