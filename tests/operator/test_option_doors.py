@@ -249,3 +249,30 @@ def test_every_door_accepts_an_option_when_the_decorator_does_with_its_words(
             assert stored is not None and stored.cron == (None if case.every else WEEKDAYS)
         elif door != "api validate":
             assert doors.stored() is None
+
+
+def test_a_routine_with_a_shift_is_edited_and_cloned_in_the_panel(admin: Routines) -> None:
+    """Re-submitting its edit form with only max_retries changed saves it;
+    its clone saves too; the docs' validate example reads."""
+    admin.add(NAME, TASK, cron="0 9 25 * *", exclude=["holidays:IT"], shift="next_business_day")
+    doors = Doors(admin, Path("."))
+    client = doors.client
+    page = client.get(f"/edit/{NAME}").text
+    texts = {**prefilled(page), "max_retries": "1", "csrf_token": csrf_of(page)}
+    edited = client.post(f"/edit/{NAME}", data=texts, follow_redirects=False)
+    assert edited.status_code == 303, edited.text
+    stored = doors.stored()
+    assert (stored.max_retries, stored.shift) == (1, "next_business_day")
+    clone = client.get(f"/clone/{NAME}").text
+    texts = {**prefilled(clone), "csrf_token": csrf_of(clone)}
+    cloned = client.post("/new", data=texts, follow_redirects=False)
+    assert cloned.status_code == 303, cloned.text
+    copy = admin.store.routines.by_name(f"{NAME}-copy")
+    assert copy is not None and copy.shift == "next_business_day"
+    patched = client.patch(
+        f"/api/routines/{NAME}", json={"shift": "previous_business_day"}, headers=BEARER
+    )
+    assert patched.status_code == 200, patched.text
+    fields = {"name": "pay", "task": TASK, "cron": "0 9 25 * *", "shift": "previous_business_day"}
+    answer = client.post("/api/routines/validate", json={"fields": fields}, headers=BEARER).json()
+    assert answer["ok"] and answer["fields"] == {} and answer["windows"], answer
