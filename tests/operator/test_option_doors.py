@@ -72,6 +72,8 @@ CASES = (
     Case("max_retries", 101, refused=True),
     Case("overlap", "queue"),
     Case("overlap", "sometimes", refused=True),
+    Case("catch_up", "latest"),
+    Case("catch_up", "sometimes", refused=True),
     Case("catch_up_cap", 0, refused=True),
     Case("jitter", 30),
     Case("jitter", 86401, refused=True),
