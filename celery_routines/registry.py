@@ -13,8 +13,10 @@ from typing import Any, TypeVar
 from celery import Celery
 from celery.schedules import crontab
 
-from .errors import InvalidRoutine
+from .config import setting
+from .errors import ConfigurationError, InvalidRoutine
 from .policy.routine import Routine, define
+from .policy.states import OLD_SCHEDULER_BEHAVIOUR
 from .worker import hooks as worker
 
 logger = logging.getLogger("celery_routines.registry")
@@ -74,20 +76,30 @@ def _task_name(task: Any, routine_name: str | None) -> str:
     return name
 
 
+# The setting that gives beat_schedule entries our retries and overlap.
+BEAT_SCHEDULE_DEFAULTS = "routines_beat_schedule_defaults"
+
+
 def from_beat_schedule(
-    beat_schedule: Mapping[str, Any] | None, invalid: list[InvalidEntry] | None = None
+    beat_schedule: Mapping[str, Any] | None,
+    invalid: list[InvalidEntry] | None = None,
+    *,
+    our_defaults: bool = False,
 ) -> list[Routine]:
     """Entries of ``app.conf.beat_schedule`` as routine definitions.
 
     crontab, schedule and timedelta entries keep their meaning; the entry's
-    key is the routine's name. An entry that cannot be a routine raises,
-    unless ``invalid`` is given: then its error is added there (beat stores
-    it as an invalid routine and starts anyway).
+    key is the routine's name. As under Celery beat, a failed run is not
+    retried and a window is sent while the previous run goes on, unless
+    ``our_defaults``. An entry that cannot be a routine raises, unless
+    ``invalid`` is given: then its error is added there (beat stores it as an
+    invalid routine and starts anyway).
     """
+    behaviour = {} if our_defaults else OLD_SCHEDULER_BEHAVIOUR
     definitions = []
     for name, entry in (beat_schedule or {}).items():
         try:
-            definitions.append(_beat_entry(name, entry))
+            definitions.append(_beat_entry(name, entry, behaviour))
         except InvalidRoutine as exc:
             if invalid is None:
                 raise
@@ -96,10 +108,10 @@ def from_beat_schedule(
     return definitions
 
 
-def _beat_entry(name: str, entry: Any) -> Routine:
+def _beat_entry(name: str, entry: Any, behaviour: Mapping[str, Any]) -> Routine:
     if not isinstance(entry, Mapping) or "task" not in entry or "schedule" not in entry:
         raise InvalidRoutine(str(name), "beat_schedule entries need at least 'task' and 'schedule'")
-    options: dict[str, Any] = {"name": name}
+    options: dict[str, Any] = {"name": name, **behaviour}
     for key in ("args", "kwargs", "options"):
         if entry.get(key) is not None:
             options[key] = entry[key]
@@ -120,6 +132,18 @@ def celery_default_entries(app: Celery) -> list[Routine]:
     ]
 
 
+def beat_schedule_our_defaults(app: Celery) -> bool:
+    """``routines_beat_schedule_defaults``: ``"celery"`` (the default: Celery
+    beat's behaviour) or ``"routines"`` (ours)."""
+    raw = setting(app, BEAT_SCHEDULE_DEFAULTS) or "celery"
+    if raw not in ("celery", "routines"):
+        raise ConfigurationError(
+            f"{BEAT_SCHEDULE_DEFAULTS} must be 'celery' (no retries, overlap, as Celery beat) "
+            f"or 'routines' (this package's defaults), got {raw!r}"
+        )
+    return raw == "routines"
+
+
 def definitions_for(app: Celery, invalid: list[InvalidEntry] | None = None) -> list[Routine]:
     """Everything beat writes to the store at start-up, by name (code wins
     over beat_schedule when both name the same routine); ``invalid``: see
@@ -127,7 +151,9 @@ def definitions_for(app: Celery, invalid: list[InvalidEntry] | None = None) -> l
     merged: dict[str, Routine] = {}
     for definition in [
         *celery_default_entries(app),
-        *from_beat_schedule(app.conf.beat_schedule, invalid),
+        *from_beat_schedule(
+            app.conf.beat_schedule, invalid, our_defaults=beat_schedule_our_defaults(app)
+        ),
         *declared(),
     ]:
         merged[definition.name] = definition

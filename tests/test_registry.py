@@ -75,6 +75,23 @@ def test_beat_schedule_entries_keep_their_meaning(app: Celery) -> None:
     assert by_name["delta"].options == {"queue": "q"}
 
 
+def test_beat_schedule_entries_keep_celery_beats_retries_and_overlap_unless_asked(
+    app: Celery,
+) -> None:
+    """Celery beat never re-sends a failed task nor holds a send back while
+    the previous run goes on; ``routines_beat_schedule_defaults = "routines"``
+    asks for ours; anything else is refused naming the setting."""
+    app.conf.beat_schedule = {"poll": {"task": "proj.poll", "schedule": 60}}
+    [entry] = [d for d in definitions_for(app) if d.name == "poll"]
+    assert (entry.max_retries, entry.overlap) == (0, "overlap")
+    app.conf.routines_beat_schedule_defaults = "routines"
+    [entry] = [d for d in definitions_for(app) if d.name == "poll"]
+    assert (entry.max_retries, entry.retry_base_seconds, entry.overlap) == (4, 60, "skip")
+    app.conf.routines_beat_schedule_defaults = "ours"
+    with pytest.raises(ValueError, match="routines_beat_schedule_defaults must be 'celery'"):
+        definitions_for(app)
+
+
 def test_code_declarations_win_over_beat_schedule_of_the_same_name(app: Celery) -> None:
     app.conf.beat_schedule = {"poll": {"task": "proj.poll", "schedule": 60}}
     register("proj.poll", 30, name="poll")

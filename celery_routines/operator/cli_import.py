@@ -41,6 +41,14 @@ catch_up_option = click.option(
     "downtime: latest).",
 )
 
+our_defaults_option = click.option(
+    "--our-defaults",
+    is_flag=True,
+    help="Give the imported routines celery-routines' retries and overlap (max_retries 4, "
+    "overlap skip) instead of the old scheduler's (no retries; a window is sent while the "
+    "previous run goes on).",
+)
+
 
 def register_import_commands(
     group: click.Group,
@@ -79,6 +87,7 @@ def register_import_commands(
     @dry_run_option
     @disabled_option
     @catch_up_option
+    @our_defaults_option
     @click.option(
         "--naive-tz",
         default="UTC",
@@ -95,6 +104,7 @@ def register_import_commands(
         dry_run: bool,
         disabled: bool,
         catch_up: str,
+        our_defaults: bool,
         naive_tz: str,
         by: str | None,
         as_json: bool,
@@ -105,7 +115,13 @@ def register_import_commands(
         django-celery-beat already sent fires again."""
         from celery_routines.operator.importers import django_celery_beat as source
 
-        plan = source.read(url, now=admin(ctx).clock(), naive_zone=naive_tz, catch_up=catch_up)
+        plan = source.read(
+            url,
+            now=admin(ctx).clock(),
+            naive_zone=naive_tz,
+            catch_up=catch_up,
+            our_defaults=our_defaults,
+        )
         carry_out(ctx, plan, disabled=disabled, dry_run=dry_run, by=by, as_json=as_json)
 
     @import_.command(name="redbeat")
@@ -124,6 +140,7 @@ def register_import_commands(
     @dry_run_option
     @disabled_option
     @catch_up_option
+    @our_defaults_option
     @by_option
     @json_option
     @click.pass_context
@@ -136,6 +153,7 @@ def register_import_commands(
         dry_run: bool,
         disabled: bool,
         catch_up: str,
+        our_defaults: bool,
         by: str | None,
         as_json: bool,
     ) -> None:
@@ -145,7 +163,13 @@ def register_import_commands(
         from celery_routines.operator.importers import redbeat as source
 
         zone = timezone or admin(ctx).settings.timezone
-        plan = source.read(redis_url, key_prefix=key_prefix, zone=zone, catch_up=catch_up)
+        plan = source.read(
+            redis_url,
+            key_prefix=key_prefix,
+            zone=zone,
+            catch_up=catch_up,
+            our_defaults=our_defaults,
+        )
         carry_out(ctx, plan, disabled=disabled, dry_run=dry_run, by=by, as_json=as_json)
 
     @import_.command(name="file")
@@ -207,6 +231,10 @@ def _print_result(result: ImportResult, disabled: bool) -> None:
         text = f"{line.action:<13} {line.name}"
         if line.action in ("added", "updated"):
             text += "  " + _next_text(line.next_run_at)
+        if line.action == "added" and result.behaviour is not None:
+            text += (
+                f"  retries {line.fields.get('max_retries')}, overlap {line.fields.get('overlap')}"
+            )
         if line.action == "updated" and line.fields:
             text += "  (" + ", ".join(sorted(line.fields)) + ")"
         click.echo(text.rstrip())
@@ -215,6 +243,8 @@ def _print_result(result: ImportResult, disabled: bool) -> None:
         for action in ("added", "updated", "unchanged", "retired", "left alone", "not imported")
         if result.count(action) or action in ("added", "not imported")
     )
+    if result.behaviour is not None and result.count("added") + result.count("updated"):
+        click.echo(result.behaviour)
     tail = " (dry run: nothing written)" if result.dry_run else ""
     if disabled and not result.dry_run and result.count("added") + result.count("updated"):
         tail += "; paused: `celery routines resume NAME` once the old scheduler is stopped"

@@ -52,17 +52,17 @@ def _option_flag(declared: RoutineOption) -> Callable[[Any], Any]:
     """The flag of a declared option, taken as its declaration says."""
     kinds: dict[str, Any] = {"whole": int, "number": float}
     kind = kinds.get(str(declared.entry))
-    if kind is int and 0 in declared.clears:
-        kind = click.IntRange(min=0)  # 0 clears it; below is no count at all
-    elif declared.entry == "choice" and not declared.clears:
-        # (A choice that can be cleared takes its clearing word too: --shift none.)
-        kind = click.Choice(declared.choices)
+    words = declared.words
+    if declared.entry == "choice":
+        # Checked by the definition, not by click (nor a count by an IntRange),
+        # so a bad value gets the words every other door gives.
+        words += f" One of: {', '.join(declared.choices)}."
     return click.option(
         declared.cli_flag,
         declared.name,
         type=kind,
         multiple=declared.entry in ("lines", "ceilings"),
-        help=declared.words,
+        help=words,
     )
 
 

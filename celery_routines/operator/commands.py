@@ -339,7 +339,7 @@ def backfill(
         for window in result.windows:
             click.echo(send_line(window))
         click.echo(
-            f"{result.routine}: {len(result.windows)} window(s) from {utc(result.start)} "
+            f"{result.routine}: {result.window_count} window(s) from {utc(result.start)} "
             f"to {utc(result.end)}: {result.sent} sent, {result.existing} already stored, "
             f"{result.failed} failed"
             + (

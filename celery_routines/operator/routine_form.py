@@ -29,9 +29,10 @@ from celery_routines.policy.routine import OPTIONS
 from celery_routines.schedules.parse import schedule_of
 from celery_routines.schedules.zones import load_zone
 
-# A stand-in schedule and task, to check one field on its own.
+# A stand-in task, and a schedule when the routine's own does not read, to
+# check one field on its own.
 PLACEHOLDER_TASK = "form.check"
-PLACEHOLDER_EVERY = 3600
+PLACEHOLDER_CRON = "0 9 * * *"
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,11 @@ BY_NAME = {field.name: field for field in FIELDS}
 CLEARS: dict[str, Any] = {
     str(o.keyword_name): o.clears[0] for o in OPTIONS if o.clears and o.keyword_name
 }
+
+
+# What a definition's checks raise for a bad value (OverflowError: a value
+# past datetime's or C's range).
+REFUSALS = (RoutinesError, ValueError, OverflowError)
 
 
 class FieldErrors(RoutinesError, ValueError):
@@ -238,27 +244,51 @@ def _ceilings(value: Any) -> list[Any]:
 
 
 def check(values: Mapping[str, Any], default_zone: str) -> Any:
-    """The definition ``values`` make, through ``add``'s own checks; every
-    bad field is named (:class:`FieldErrors`), each on its own first, then
-    together (a field the combined message names, else the schedule's)."""
+    """The definition ``values`` make, through ``add``'s own checks: the
+    whole definition decides, as at every other door; when it is refused,
+    every bad field is named (:class:`FieldErrors`)."""
     name = values.get("name") or ""
     task = values.get("task") or PLACEHOLDER_TASK
-    errors = dict(field_errors(values, default_zone, name=name))
-    if errors:
-        raise FieldErrors(errors)
     options = options_of(values)
     try:
         return new_definition(name, task, default_zone, **options)
-    except (RoutinesError, ValueError, OverflowError) as exc:
-        raise FieldErrors(dict.fromkeys(blamed(str(exc), values), str(exc))) from None
+    except REFUSALS as exc:
+        raise refusal(exc, values, default_zone, name=name) from None
 
 
-def field_errors(values: Mapping[str, Any], default_zone: str, *, name: str) -> dict[str, str]:
+def refusal(
+    exc: Exception,
+    values: Mapping[str, Any],
+    default_zone: str,
+    *,
+    name: str,
+    stored: Mapping[str, Any] | None = None,
+) -> FieldErrors:
+    """Why a whole definition (a create's, or an edit's with ``stored``) was
+    refused, by field: each field that is bad on its own, else the fields
+    the combined message names (else the schedule's)."""
+    if isinstance(exc, FieldErrors):
+        return exc
+    errors = field_errors(values, default_zone, name=name, stored=stored)
+    return FieldErrors(errors or dict.fromkeys(blamed(str(exc), values), str(exc)))
+
+
+def field_errors(
+    values: Mapping[str, Any],
+    default_zone: str,
+    *,
+    name: str,
+    stored: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
     """Each given field checked on its own (with the zone, when it is good),
-    in the CLI's words."""
+    in the CLI's words. An option is checked with the routine's own schedule
+    (given, else ``stored``), as the whole definition checks it: against a
+    stand-in of another kind a good value can read as bad (a shift moves a
+    cron's windows; an interval has no days to move)."""
     errors: dict[str, str] = {}
     shown = name or "new"
     order = ("name", "timezone", "task", *(k for k in values if k not in ("name", "timezone")))
+    own = _own_schedule(values, stored or {}, default_zone)
     for key in dict.fromkeys(order):
         if key not in values:
             continue
@@ -269,15 +299,35 @@ def field_errors(values: Mapping[str, Any], default_zone: str, *, name: str) -> 
         given = {"timezone": zone} if zone and key not in ("name", "timezone") else {}
         try:
             option = options_of({key: values[key]})
-            schedule: dict[str, Any] = {} if key in SCHEDULE else {"every": PLACEHOLDER_EVERY}
+            schedule = {} if key in SCHEDULE else own
             new_definition(shown, task or "", default_zone, **schedule, **given, **option)
         except FieldErrors as exc:
             errors.update(exc.fields)
-        except (RoutinesError, ValueError, OverflowError) as exc:
+        except REFUSALS as exc:
             errors[key] = str(exc)
         if key == "name" and "name" in errors:
             shown = "new"  # the other fields are checked under a name that reads
     return errors
+
+
+def _own_schedule(
+    values: Mapping[str, Any], stored: Mapping[str, Any], default_zone: str
+) -> dict[str, Any]:
+    """The routine's schedule as ``add``'s options (the one given, else the
+    stored one) when it reads on its own; else a stand-in cron (one has
+    windows on days, so no option is refused for want of them)."""
+    source = values if any(values.get(key) is not None for key in SCHEDULE) else stored
+    schedule = {key: source[key] for key in SCHEDULE if source.get(key) is not None}
+    if schedule:
+        try:
+            options = options_of(schedule)
+            zone = values.get("timezone") or stored.get("timezone") or default_zone
+            new_definition("new", PLACEHOLDER_TASK, str(zone), **options)
+        except REFUSALS:
+            pass
+        else:
+            return options
+    return {"cron": PLACEHOLDER_CRON}
 
 
 def blamed(message: str, values: Mapping[str, Any]) -> list[str]:

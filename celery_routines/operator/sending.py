@@ -241,7 +241,9 @@ class OperatorSends:
         detail |= {"overlap": policy.value, "left": left}
         self._log_change(record.name, "backfilled", by, detail)
         sent = [send_result(record, d) for d in results]
-        return BackfillResult(record.name, first, last, sent, overlap=policy.value, left=left)
+        return BackfillResult(
+            record.name, first, last, sent, overlap=policy.value, left=left, window_count=len(runs)
+        )
 
     def backfill_plan(
         self,

@@ -137,6 +137,9 @@ class BackfillResult:
     left: int = 0
     """New windows not sent: under ``skip``/``queue`` all but the oldest,
     under ``replace`` all but the newest (see ``OperatorSends.backfill``)."""
+    window_count: int = 0
+    """Every window in the range: those sent, already stored, failed and left
+    (``windows`` lists only those it sent or found stored)."""
 
     @property
     def sent(self) -> int:

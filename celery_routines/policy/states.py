@@ -81,6 +81,13 @@ class Overlap(StrEnum):
     REPLACE = "replace"
 
 
+# What Celery beat, django-celery-beat and RedBeat do: a failed task is never
+# sent again, and a window goes out while the previous run is still going. A
+# routine imported from them keeps it (a task that is not idempotent must not
+# run again after a failure) unless the operator asks for ours.
+OLD_SCHEDULER_BEHAVIOUR = {"max_retries": 0, "overlap": Overlap.OVERLAP.value}
+
+
 class RunKind(StrEnum):
     """Why a run's message went out (``current_run().kind``)."""
 

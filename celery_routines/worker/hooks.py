@@ -197,12 +197,22 @@ def claim_or_refuse(task: Task, task_id: str) -> None:
     except Exception as error:
         state = "unreadable (database error)"
         log_failure(f"count the refused delivery of run {task_id}", error)
+    if state is None:
+        # Not a duplicate: the row is gone (its routine deleted, the run
+        # pruned) or was never written to this store.
+        logger.warning(
+            "refused a delivery of run %s of routine %s: no such run row in the store (its "
+            "routine deleted, or the message sent to another store?); its body does not run",
+            task_id,
+            name,
+        )
+        raise Ignore(f"run {task_id} of {name}: no such run row")
     logger.warning(
         "refused a delivery of run %s of routine %s: the run is already %s; its body does not "
         "run again (duplicate delivery)",
         task_id,
         name,
-        state or "unknown (no such run row)",
+        state,
     )
     raise Ignore(f"run {task_id} of {name} is already {state}")
 

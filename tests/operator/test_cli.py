@@ -198,12 +198,15 @@ def test_backfill_twice_sends_nothing_the_second_time(
     add_routine(store, "hourly", cron="0 * * * *", timezone="Europe/Rome")
     args = ("backfill", "hourly", "--from", "2026-11-30T06:00", "--to", "2026-11-30T09:00")
     one = ok(invoke(*args, "--overlap", "skip"))
-    assert "1 sent, 0 already stored, 0 failed; 3 left unsent (overlap=skip sends one" in one
+    assert (
+        "hourly: 4 window(s) from 2026-11-30 05:00:00 UTC to 2026-11-30 08:00:00 UTC: "
+        "1 sent, 0 already stored, 0 failed; 3 left unsent (overlap=skip sends one" in one
+    )
     fails_with(invoke(*args), "wait for it to finish or pass --force")  # its run is open
     fails_with(invoke(*args, "--overlap", "all"), "--overlap must be 'skip', 'queue'")
     args = (*args, "--overlap", "overlap")
     text = ok(invoke(*args))
-    assert "3 sent, 1 already stored, 0 failed" in text
+    assert "hourly: 4 window(s) from" in text and "3 sent, 1 already stored, 0 failed" in text
     expected = [f"hourly@2026-11-30T0{h}:00:00+01:00" for h in (6, 7, 8, 9)]
     # Oldest first is the order of the output; the broker folder only orders
     # its files to the millisecond.

@@ -448,6 +448,32 @@ def test_dry_run_prints_the_plan_and_writes_nothing(dcb: DCB, invoke, admin: Rou
     assert admin.list() == [] and recorded_changes(admin.store) == 0
 
 
+def test_an_import_keeps_the_old_schedulers_retries_and_overlap_unless_asked(
+    dcb: DCB, invoke, admin: Routines
+) -> None:
+    """django-celery-beat never sends a failed task again and never holds a
+    send back while the previous run goes on: an import keeps that, says so
+    line by line, and --our-defaults gives ours."""
+    every_kind(dcb)
+    out = ok(invoke("import", "django-celery-beat", dcb.url))
+    assert (
+        "added         every-2h  next window 2026-10-24 13:00:00 UTC  retries 0, overlap overlap"
+        in out
+    )
+    assert "retries and overlap kept as django-celery-beat had them" in out
+    assert "--our-defaults gives celery-routines' (4 retries, overlap skip)" in out
+    stored = admin.store.routines.all()
+    assert {(r.max_retries, r.overlap) for r in stored} == {(0, "overlap")}
+    ours = ok(invoke("import", "django-celery-beat", dcb.url, "--our-defaults"))
+    assert (
+        "updated       every-2h  next window 2026-10-24 13:00:00 UTC  (max_retries, overlap)"
+        in ours
+    )
+    assert "celery-routines' defaults (max_retries 4, retry_base_seconds 60, overlap skip)" in ours
+    stored = admin.store.routines.all()
+    assert {(r.max_retries, r.retry_base_seconds, r.overlap) for r in stored} == {(4, 60, "skip")}
+
+
 def test_disabled_imports_every_routine_paused(dcb: DCB, invoke, admin: Routines) -> None:
     every_kind(dcb)
     out = ok(invoke("import", "django-celery-beat", dcb.url, "--disabled", "--json"))

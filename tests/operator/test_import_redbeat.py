@@ -129,6 +129,19 @@ def test_every_entry_is_mapped_and_its_first_window_follows_its_last_run(
     assert stored["switched-off"].enabled is False
 
 
+def test_an_import_keeps_redbeats_retries_and_overlap_unless_asked(
+    redbeat_app: Celery, redis_url: str, invoke, admin: Routines
+) -> None:
+    entries(redbeat_app)
+    out = ok(invoke("import", "redbeat", redis_url, "--dry-run"))
+    assert "retries 0, overlap overlap" in out.splitlines()[0]
+    assert "retries and overlap kept as redbeat had them" in out
+    ok(invoke("import", "redbeat", redis_url))
+    assert {(r.max_retries, r.overlap) for r in admin.store.routines.all()} == {(0, "overlap")}
+    ok(invoke("import", "redbeat", redis_url, "--our-defaults"))
+    assert {(r.max_retries, r.overlap) for r in admin.store.routines.all()} == {(4, "skip")}
+
+
 def test_beat_schedule_copies_are_left_and_broken_entries_listed(
     redbeat_app: Celery, redis_url: str, invoke, admin: Routines
 ) -> None:

@@ -151,14 +151,22 @@ def test_a_second_delivery_of_the_same_run_does_not_run_the_body(
     assert run_id in warning.getMessage() and "already succeeded" in warning.getMessage()
 
 
-def test_a_delivery_of_an_unknown_run_does_not_run_the_body(app: Celery, store: Store) -> None:
+def test_a_delivery_of_an_unknown_run_does_not_run_the_body(
+    app: Celery, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     @register_task(app, "job")
     def job() -> None:
         calls.append("job")
 
     make_run(store, "job")  # the routine exists; this run id does not
-    deliver(job, str(uuid.uuid4()), "job")
+    missing = str(uuid.uuid4())
+    with caplog.at_level(logging.WARNING, logger="celery_routines.worker"):
+        deliver(job, missing, "job")
     assert calls == []
+    # Not called a duplicate: there is no run it would duplicate.
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert missing in warning.getMessage() and "no such run row" in warning.getMessage()
+    assert "duplicate" not in warning.getMessage()
 
 
 def test_a_task_called_directly_is_untouched(app: Celery, store: Store) -> None:

@@ -94,7 +94,7 @@ class Importer:
                     raise _RollBack
         except _RollBack:
             pass
-        return ImportResult(plan.source, dry_run, lines, by)
+        return ImportResult(plan.source, dry_run, lines, by, plan.behaviour)
 
     def _write(self, plan: ImportPlan, paused: bool, prune: bool, by: str) -> list[ImportLine]:
         now = self.admin.clock()

@@ -38,7 +38,13 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.types import TypeEngine
 
 from celery_routines.errors import RoutinesError, ScheduleError
-from celery_routines.operator.importers.plan import ImportPlan, Planned, Unmappable
+from celery_routines.operator.importers.plan import (
+    ImportPlan,
+    Planned,
+    Unmappable,
+    behaviour_options,
+    behaviour_text,
+)
 from celery_routines.policy.routine import Routine, define
 from celery_routines.schedules.base import first_window
 from celery_routines.schedules.parse import crontab_to_cron, schedule_of
@@ -143,12 +149,15 @@ def read(
     now: datetime,
     naive_zone: str = "UTC",
     catch_up: str = "latest",
+    our_defaults: bool = False,
 ) -> ImportPlan:
     """The import plan of the django-celery-beat database at ``url``.
 
     ``naive_zone``: the zone of datetimes stored without one (Django with
     ``USE_TZ = False`` stores its ``TIME_ZONE``'s wall time; with ``USE_TZ``
-    SQLite and MySQL store UTC without saying so).
+    SQLite and MySQL store UTC without saying so). ``our_defaults``: give
+    the routines this package's retries and overlap, not the old scheduler's
+    (no retries, overlap).
     """
     zone = load_zone(naive_zone)
     engine = source_engine(url)
@@ -172,11 +181,12 @@ def read(
         raise ImportSourceError(f"cannot read {shown}: {_first_line(exc)}") from None
     finally:
         engine.dispose()
-    plan = ImportPlan(SOURCE, OWNER)
+    plan = ImportPlan(SOURCE, OWNER, behaviour=behaviour_text(SOURCE, our_defaults))
     aware = _aware_in(zone)
+    behaviour = {"catch_up": catch_up, **behaviour_options(our_defaults)}
     for row in rows:
         try:
-            plan.routines.append(_planned(row, schedules, aware, now, catch_up))
+            plan.routines.append(_planned(row, schedules, aware, now, behaviour))
         except (ScheduleError, ValueError, TypeError) as exc:
             reason = getattr(exc, "problem", None) or str(exc)
             plan.unmappable.append(Unmappable(str(row.name), reason))
@@ -219,7 +229,7 @@ def _planned(
     schedules: Mapping[str, Mapping[int, Any]],
     aware: Callable[[datetime | None, str], datetime | None],
     now: datetime,
-    catch_up: str,
+    behaviour: Mapping[str, Any],
 ) -> Planned:
     name = str(row.name)
     options: dict[str, Any] = {}
@@ -242,7 +252,7 @@ def _planned(
         "options": options,
         "enabled": bool(row.enabled),
         "timezone": timezone,
-        "catch_up": catch_up,
+        **behaviour,
         "at": at,
         "starts_at": aware(row.start_time, "start_time"),
         "ends_at": aware(row.expires, "expires"),

@@ -7,6 +7,27 @@ from datetime import datetime
 from typing import Any
 
 from celery_routines.policy.routine import Routine
+from celery_routines.policy.states import OLD_SCHEDULER_BEHAVIOUR
+
+
+def behaviour_options(our_defaults: bool) -> dict[str, Any]:
+    """The options an imported routine gets for retries and overlap: the
+    old scheduler's behaviour, or (``our_defaults``) this package's defaults."""
+    return {} if our_defaults else dict(OLD_SCHEDULER_BEHAVIOUR)
+
+
+def behaviour_text(source: str, our_defaults: bool) -> str:
+    """What the plan says about the behaviour it gives its routines."""
+    if our_defaults:
+        return (
+            "retries and overlap: celery-routines' defaults (max_retries 4, "
+            f"retry_base_seconds 60, overlap skip), not {source}'s"
+        )
+    return (
+        f"retries and overlap kept as {source} had them: a failed run is not retried "
+        "(max_retries 0) and a window is sent while the previous run goes on "
+        "(overlap overlap); --our-defaults gives celery-routines' (4 retries, overlap skip)"
+    )
 
 
 @dataclass(frozen=True)
@@ -37,6 +58,8 @@ class ImportPlan:
     unmappable: list[Unmappable] = field(default_factory=list)
     left: list[Unmappable] = field(default_factory=list)
     """Entries deliberately not imported (RedBeat's copies of beat_schedule)."""
+    behaviour: str | None = None
+    """What retries and overlap the imported routines get, and why (printed)."""
     exclusive: bool = True
     """Refuse to update a routine stored under another owner (a routine of the
     same name added by hand or by another import); a file updates any routine
@@ -60,6 +83,8 @@ class ImportResult:
     dry_run: bool
     lines: list[ImportLine]
     by: str | None = None
+    behaviour: str | None = None
+    """What retries and overlap the routines got (the plan's)."""
 
     def count(self, action: str) -> int:
         return sum(1 for line in self.lines if line.action == action)

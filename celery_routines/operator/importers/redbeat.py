@@ -14,12 +14,19 @@ which our beat imports itself: they are left alone.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import TYPE_CHECKING, Any, Literal
 
 from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.operator.importers.django_celery_beat import ImportSourceError
-from celery_routines.operator.importers.plan import ImportPlan, Planned, Unmappable
+from celery_routines.operator.importers.plan import (
+    ImportPlan,
+    Planned,
+    Unmappable,
+    behaviour_options,
+    behaviour_text,
+)
 from celery_routines.policy.routine import define
 from celery_routines.schedules.parse import crontab_to_cron
 from celery_routines.schedules.zones import load_zone
@@ -43,9 +50,17 @@ RRULE_FIELDS = (
 )
 
 
-def read(url: str, *, key_prefix: str, zone: str, catch_up: str = "latest") -> ImportPlan:
+def read(
+    url: str,
+    *,
+    key_prefix: str,
+    zone: str,
+    catch_up: str = "latest",
+    our_defaults: bool = False,
+) -> ImportPlan:
     """The import plan of the RedBeat entries at ``url`` under ``key_prefix``
-    (RedBeat's ``redbeat_key_prefix``; ``redbeat`` and ``redbeat:`` both work)."""
+    (RedBeat's ``redbeat_key_prefix``; ``redbeat`` and ``redbeat:`` both work).
+    ``our_defaults``: this package's retries and overlap, not RedBeat's."""
     load_zone(zone)
     client = _client(url)
     try:
@@ -64,7 +79,8 @@ def read(url: str, *, key_prefix: str, zone: str, catch_up: str = "latest") -> I
         raise ImportSourceError(f"cannot read RedBeat's keys at {_shown(url)}: {exc}") from None
     finally:
         client.close()
-    plan = ImportPlan(SOURCE, OWNER)
+    plan = ImportPlan(SOURCE, OWNER, behaviour=behaviour_text(SOURCE, our_defaults))
+    behaviour = {"catch_up": catch_up, **behaviour_options(our_defaults)}
     for key, answer in zip(keys, stored, strict=True):
         name = key[len(prefix) :] if key.startswith(prefix) else key
         if isinstance(answer, Exception):
@@ -83,7 +99,7 @@ def read(url: str, *, key_prefix: str, zone: str, catch_up: str = "latest") -> I
                 )
                 continue
             last = _json_object(meta, "meta").get("last_run_at") if meta else None
-            plan.routines.append(_planned(name, entry, last, zone, catch_up))
+            plan.routines.append(_planned(name, entry, last, zone, behaviour))
         except (ScheduleError, InvalidRoutine) as exc:
             plan.unmappable.append(Unmappable(name, getattr(exc, "problem", None) or str(exc)))
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
@@ -145,7 +161,7 @@ def _prefix(client: Redis, given: str) -> str:
 
 
 def _planned(
-    name: str, entry: dict[str, Any], last_run_at: Any, zone: str, catch_up: str
+    name: str, entry: dict[str, Any], last_run_at: Any, zone: str, behaviour: Mapping[str, Any]
 ) -> Planned:
     schedule, schedule_zone = _schedule(entry.get("schedule"), zone)
     task = entry.get("task")
@@ -157,7 +173,7 @@ def _planned(
         "kwargs": dict(_field(entry, "kwargs", dict, {})),
         "options": dict(_field(entry, "options", dict, {})),
         "enabled": bool(entry.get("enabled", True)),
-        "catch_up": catch_up,
+        **behaviour,
     }
     if schedule_zone is not None:
         given["timezone"] = schedule_zone

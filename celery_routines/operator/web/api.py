@@ -95,7 +95,8 @@ def list_routines(request: Request) -> object:
         "page": page.page,
         "per_page": page.per_page,
         "pages": page.pages,
-        "routines": page.rows,
+        # Each item's name at the top level too, where a client looks for it.
+        "routines": [{"name": row.summary.name, **jsonable(row)} for row in page.rows],
     }
 
 

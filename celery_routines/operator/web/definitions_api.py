@@ -25,6 +25,7 @@ from celery_routines.operator.admin import Routines
 from celery_routines.operator.manage import OwnedByCode
 from celery_routines.operator.output import jsonable
 from celery_routines.operator.routine_form import (
+    REFUSALS,
     FieldErrors,
     blamed,
     check_new,
@@ -33,6 +34,7 @@ from celery_routines.operator.routine_form import (
     from_json,
     options_of,
     preview_windows,
+    refusal,
     stored_values,
 )
 from celery_routines.operator.web.api import body, routine_path, who
@@ -79,15 +81,13 @@ def patch(request: Request) -> Response:
     if "task" in values:
         errors["task"] = f"routine {name!r}: its task is not changed here; clone it instead"
     zone = zone_of(admin, name)
-    errors = {**field_errors(values, zone, name=name), **errors}
-    if errors:
-        return invalid(errors)
-    try:
+    _, before = stored(admin, name)
+    if errors:  # values that do not read: each other field named as well
+        return invalid({**field_errors(values, zone, name=name, stored=before), **errors})
+    try:  # the edit decides, as `celery routines edit` does
         result = admin.edit(name, by=who(request), **options_of(values))
-    except FieldErrors as exc:
-        return invalid(exc.fields)
-    except InvalidRoutine as exc:
-        return invalid(dict.fromkeys(blamed(str(exc), values), str(exc)))
+    except REFUSALS as exc:
+        return invalid(refusal(exc, values, zone, name=name, stored=before).fields)
     return JSONResponse(jsonable(result))
 
 

@@ -26,6 +26,7 @@ from celery_routines.operator.admin import Routines
 from celery_routines.operator.manage import OwnedByCode
 from celery_routines.operator.routine_form import (
     FIELDS,
+    REFUSALS,
     FieldErrors,
     blamed,
     check_new,
@@ -34,6 +35,7 @@ from celery_routines.operator.routine_form import (
     form_text,
     from_form,
     options_of,
+    refusal,
 )
 from celery_routines.operator.web.context import (
     HANDLED,
@@ -169,16 +171,15 @@ def save_edit(request: Request, name: str, form: dict[str, str]) -> Response:
     values, errors = from_form({**form, "name": name, "task": before["task"]})
     changes = edit_options(before, values)
     zone = str(values.get("timezone") or admin.settings.timezone)
-    errors = {**field_errors(changes, zone, name=name), **errors}
-    if not errors:
-        try:
+    if errors:  # inputs that do not read: each other field named as well
+        errors = {**field_errors(changes, zone, name=name, stored=before), **errors}
+    else:
+        try:  # the edit decides, as `celery routines edit` does
             result = admin.edit(name, by=by(request), **options_of(changes))
             said = f"edited {name}" if result.changed else f"{name}: nothing changed"
             return redirect(request, name, said)
-        except FieldErrors as exc:
-            errors = exc.fields
-        except InvalidRoutine as exc:
-            errors = dict.fromkeys(blamed(str(exc), values), str(exc))
+        except REFUSALS as exc:
+            errors = refusal(exc, changes, zone, name=name, stored=before).fields
     return show_form(request, mode="edit", values=values, texts=form, errors=errors, status=422)
 
 

@@ -121,7 +121,7 @@ OPENAPI: dict[str, Any] = {
     "paths": {
         "/api/routines": {
             **_get(
-                "A page of routines with the newest 30 runs of each",
+                "A page of routines (each with its name, summary and newest 30 runs)",
                 _query("state", about="active, paused, suspended, invalid or disabled"),
                 _query("name", about="part of the name"),
                 _query("page", "integer"),

@@ -236,7 +236,7 @@ def _do(panel: Panel, action: str, form: dict[str, str], by: str) -> tuple[str, 
             else ""
         )
         return back, (
-            f"backfill of {name}: {len(done.windows)} window(s), {done.sent} sent, "
+            f"backfill of {name}: {done.window_count} window(s), {done.sent} sent, "
             f"{done.existing} already stored, {done.failed} failed{left}"
         )
     raise LookupError(f"no action named {action!r}")

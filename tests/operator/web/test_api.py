@@ -36,6 +36,7 @@ def test_routines_are_listed_by_page_and_filtered_by_state_and_name(
     assert len(third["routines"]) == 23
     names = [r["summary"]["name"] for r in third["routines"]]
     assert names == sorted(names) and names[-1] == "job-119"
+    assert [r["name"] for r in third["routines"]] == names  # at the top level, as a client reads it
 
     paused = client.get("/api/routines", params={"state": "paused", "per_page": 500}).json()
     assert paused["total"] == 12
