@@ -86,3 +86,24 @@ def test_the_api_takes_its_masked_value_back_as_unchanged_and_never_stores_it(
     assert copied.status_code == 422
     assert "notify_url holds '***'" in copied.json()["fields"]["notify_url"]
     assert store.routines.by_name("payroll-2") is None
+
+
+def test_the_api_and_the_form_refuse_a_notify_url_inside_the_network(
+    admin: Routines, store: Store
+) -> None:
+    client = client_for(admin)
+    metadata = "http://169.254.169.254/latest/meta-data/"
+    refused = create(client, {**PAYROLL, "notify_url": metadata})
+    assert refused.status_code == 422
+    assert refused.json()["fields"]["notify_url"].startswith(
+        "routine 'payroll': notify_url 'http://169.254.169.254/latest/***' is refused: "
+        "169.254.169.254 is a cloud metadata address"
+    )
+    assert store.routines.by_name("payroll") is None
+    assert create(client, PAYROLL).status_code == 201
+    page = client.get("/edit/payroll").text
+    internal = "http://10.0.0.8:8080/admin/reset?confirm=yes"
+    form = client.post("/edit/payroll", data={**posted_form(page), "notify_url": internal})
+    assert form.status_code == 422 and "10.0.0.8 is a private address" in form.text
+    assert patch(client, "payroll", {"notify_url": internal}).status_code == 422
+    assert stored_url(store, "payroll") is None
