@@ -125,3 +125,19 @@ def test_an_own_url_at_a_refused_address_falls_back_to_the_setting(
     assert "s3cret" not in said
     allowed = notify.Notifications(None, None, own.get, allowed=NotifyHosts.parse("10.0.0.0/8"))
     assert allowed.url_for("payroll") == own["payroll"]
+
+
+def test_a_failing_endpoint_is_logged_without_its_secrets(caplog: pytest.LogCaptureFixture) -> None:
+    def refused(url: str, body: bytes) -> None:
+        raise OSError("connection refused")
+
+    url = "https://u:s3cret@hooks.example.com/services/T1/t0k3n?key=k3y"
+    notifier = Notifier(url, post=refused, sleep=lambda seconds: None)
+    with caplog.at_level(logging.INFO, logger="celery_routines.notify"):
+        notifier.notify(notify.LOST, "payroll")
+        assert notifier.flush(10)
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert (
+        "could not post a notification to https://u:***@hooks.example.com/services/***?***" in said
+    )
+    assert "s3cret" not in said and "t0k3n" not in said and "k3y" not in said

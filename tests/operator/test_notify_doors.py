@@ -1,9 +1,11 @@
 """A notify_url aimed inside the network is refused at the operator's doors
 (one line naming the routine and the value, masked; nothing stored) unless
-routines_notify_allowed_hosts allows it."""
+routines_notify_allowed_hosts allows it; ``export`` prints secrets whole
+unless asked to mask them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,22 @@ def test_the_setting_lets_a_named_internal_host_through(
     assert store.routines.by_name("x").notify_url == INTERNAL
     line = one_error(invoke("edit", "x", "--notify-url", METADATA))
     assert "a cloud metadata address" in line
+
+
+def test_export_prints_secrets_whole_unless_masked(
+    store: Store,
+    database_url: str,
+    tmp_path: Path,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    invoke = cli_invoker(make_app(tmp_path / "broker", database_url), clock, monkeypatch)
+    secret = "https://u:s3cret@hooks.example.com/services/T1/t0k3n?key=k3y"
+    ok(invoke("add", "pay", "tasks.pay", "--every", "1m", "--notify-url", secret))
+    assert "holds secrets" in ok(invoke("export", "--help")).replace("\n", " ")
+    assert json.loads(ok(invoke("export")))["routines"]["pay"]["notify_url"] == secret
+    masked = ok(invoke("export", "--mask"))
+    assert "s3cret" not in masked and "t0k3n" not in masked and "k3y" not in masked
+    assert json.loads(masked)["routines"]["pay"]["notify_url"] == (
+        "https://u:***@hooks.example.com/services/***?***"
+    )

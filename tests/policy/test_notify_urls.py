@@ -49,3 +49,14 @@ def test_a_masked_notify_url_is_refused_at_every_door(masked: str) -> None:
         define("tasks.p", "0 9 * * *", name="payroll", notify_url=masked)
     with pytest.raises(InvalidRoutine, match=r"notify_url holds '\*\*\*'"):
         from_columns(_row(notify_url=masked))
+
+
+def test_a_bad_stored_url_is_named_masked_in_the_routines_error() -> None:
+    """The error of a row with a bad notify_url is the routine's last_error:
+    shown on its page, in /routines, the API, the log and the invalid
+    notification, so it names the value as show does."""
+    row = _row(notify_url="ftp://ops:s3cret@hooks.example.com/in/t0k3n?key=k3y")
+    with pytest.raises(InvalidRoutine) as raised:
+        from_columns(row)
+    assert str(raised.value).endswith("got 'ftp://ops:***@hooks.example.com/in/***?***'")
+    assert "s3cret" not in str(raised.value) and "t0k3n" not in str(raised.value)
