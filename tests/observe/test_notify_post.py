@@ -11,10 +11,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from celery import Celery
 
 from celery_routines.errors import NotifyRefused
 from celery_routines.observe import notify
-from celery_routines.observe.notify import Notifier
+from celery_routines.observe.notify import Notifier, notifier_for
 from celery_routines.observe.notify_post import GuardedPoster
 from celery_routines.policy.notify_hosts import NotifyHosts
 from tests.integrations.receiver import JsonReceiver
@@ -141,3 +142,25 @@ def test_a_failing_endpoint_is_logged_without_its_secrets(caplog: pytest.LogCapt
         "could not post a notification to https://u:***@hooks.example.com/services/***?***" in said
     )
     assert "s3cret" not in said and "t0k3n" not in said and "k3y" not in said
+
+
+def test_by_default_the_setting_cannot_reach_a_loopback_endpoint() -> None:
+    """routines_notify_url on loopback, no routines_notify_allowed_hosts:
+    refused before connecting; allowing 127.0.0.1 lets it through."""
+    receiver = JsonReceiver()
+    try:
+        app = Celery("refused", set_as_current=False, broker="memory://")
+        app.conf.routines_notify_url = receiver.url
+        routed = notifier_for(app)
+        assert isinstance(routed, notify.Notifications)
+        routed.notify(notify.LOST, "payroll")
+        refused = notify.notifier(receiver.url)
+        assert refused.flush(10) and (refused.dropped, receiver.received()) == (1, [])
+        app.conf.routines_notify_allowed_hosts = "127.0.0.1"
+        allowed = notifier_for(app)
+        assert allowed is not None
+        allowed.notify(notify.LOST, "payroll")
+        assert notify.notifier(receiver.url, None, LOOPBACK).flush(10)
+        assert [b["routine"] for b in receiver.received()] == ["payroll"]
+    finally:
+        receiver.close()
