@@ -15,6 +15,8 @@ from typing import Any
 from celery import Celery
 
 from .errors import ConfigurationError
+from .policy.notify_hosts import SETTING as NOTIFY_ALLOWED_HOSTS
+from .policy.notify_hosts import NotifyHosts
 from .schedules.zones import load_zone
 from .sending.redis_connect import is_sentinel_url, parse_sentinel_url
 
@@ -70,6 +72,8 @@ class Settings:
     # restart writes them when it is back (worker/pending.py); "" keeps them
     # in memory only.
     outcome_spool: str = field(default_factory=lambda: default_outcome_spool())
+    # Where notifications may go besides public addresses (policy/notify_hosts.py).
+    notify_allowed_hosts: NotifyHosts = field(default_factory=NotifyHosts)
 
     def __post_init__(self) -> None:
         if self.prepared_statements not in PREPARED_STATEMENTS:
@@ -201,7 +205,15 @@ def settings_from(app: Celery | None) -> Settings:
             "routines_database_patience", _lookup(app, "routines_database_patience"), 30.0, float
         ),
         outcome_spool=_spool_setting(_lookup(app, "routines_outcome_spool")),
+        notify_allowed_hosts=_notify_hosts(_lookup(app, NOTIFY_ALLOWED_HOSTS)),
     )
+
+
+def _notify_hosts(raw: Any) -> NotifyHosts:
+    try:
+        return NotifyHosts.parse(raw)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
 
 
 def default_outcome_spool() -> str:

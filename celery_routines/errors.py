@@ -32,6 +32,12 @@ class InvalidRoutine(RoutinesError, ValueError):
         super().__init__(f"routine {routine_name!r}: {problem}")
 
 
+class NotifyRefused(RoutinesError, ValueError):
+    """A notification was not posted, and trying again would not post it: its
+    URL's host is not allowed (``routines_notify_allowed_hosts``), or the
+    endpoint answered with a redirect, which notifications do not follow."""
+
+
 class UnknownRoutine(RoutinesError, LookupError):
     """No routine with this name is stored."""
 

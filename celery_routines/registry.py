@@ -15,6 +15,8 @@ from celery.schedules import crontab
 
 from .config import setting
 from .errors import ConfigurationError, InvalidRoutine
+from .policy.notify_hosts import SETTING as NOTIFY_ALLOWED_HOSTS
+from .policy.notify_hosts import NotifyHosts, door_refusal
 from .policy.routine import Routine, define
 from .policy.states import OLD_SCHEDULER_BEHAVIOUR
 from .worker import hooks as worker
@@ -147,7 +149,9 @@ def beat_schedule_our_defaults(app: Celery) -> bool:
 def definitions_for(app: Celery, invalid: list[InvalidEntry] | None = None) -> list[Routine]:
     """Everything beat writes to the store at start-up, by name (code wins
     over beat_schedule when both name the same routine); ``invalid``: see
-    :func:`from_beat_schedule`."""
+    :func:`from_beat_schedule`. With ``invalid``, a routine whose notify_url
+    host is refused by ``routines_notify_allowed_hosts`` is added there too,
+    in the words ``add`` uses (the decorator cannot know the settings)."""
     merged: dict[str, Routine] = {}
     for definition in [
         *celery_default_entries(app),
@@ -157,4 +161,11 @@ def definitions_for(app: Celery, invalid: list[InvalidEntry] | None = None) -> l
         *declared(),
     ]:
         merged[definition.name] = definition
+    if invalid is not None:
+        allowed = NotifyHosts.parse(setting(app, NOTIFY_ALLOWED_HOSTS))
+        for definition in list(merged.values()):
+            refused = door_refusal(definition.notify_url, allowed)
+            if refused is not None:
+                invalid.append((InvalidRoutine(definition.name, refused), definition.task))
+                del merged[definition.name]
     return list(merged.values())

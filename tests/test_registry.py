@@ -144,3 +144,21 @@ def test_a_ten_thousand_character_name_is_refused_with_its_length() -> None:
 def test_a_beat_schedule_entry_without_a_schedule_names_the_entry() -> None:
     with pytest.raises(InvalidRoutine, match="broken-entry"):
         from_beat_schedule({"broken-entry": {"task": "proj.x"}})
+
+
+def test_a_code_routine_notifying_inside_the_network_is_stored_invalid_at_beat_start(
+    app: Celery,
+) -> None:
+    """The decorator cannot know the settings; beat's start-up refuses the
+    routine with add's words (stored as an invalid routine, beat starts)."""
+    register("proj.pay", 60, name="pay", notify_url="http://169.254.169.254/latest/meta-data/")
+    invalid: list = []
+    assert "pay" not in [d.name for d in definitions_for(app, invalid)]
+    [(error, task)] = invalid
+    assert task == "proj.pay" and str(error).startswith(
+        "routine 'pay': notify_url 'http://169.254.169.254/latest/***' is refused: "
+        "169.254.169.254 is a cloud metadata address"
+    )
+    app.conf.routines_notify_allowed_hosts = "169.254.169.254"
+    invalid.clear()
+    assert "pay" in [d.name for d in definitions_for(app, invalid)] and invalid == []

@@ -21,6 +21,11 @@ them in order, retrying a failed post with backoff (1, 2, 4, ... 60 s, six
 tries), then drops it. A broken endpoint is logged at most once a minute
 (with how many notifications it cost), never once per event; a full queue
 drops the newest and says so the same way.
+
+Posts go only where ``routines_notify_allowed_hosts`` allows
+(:mod:`celery_routines.observe.notify_post`): a refused host or a redirect
+is dropped at once, not retried. Every URL is logged masked
+(:func:`~celery_routines.policy.notify_urls.shown_notify_url`).
 """
 
 from __future__ import annotations
@@ -36,7 +41,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from celery_routines.clock import Clock, utc_now
-from celery_routines.policy.notify_urls import usable_notify_url
+from celery_routines.errors import NotifyRefused
+from celery_routines.observe.notify_post import GuardedPoster
+from celery_routines.policy.notify_hosts import SETTING as ALLOWED_HOSTS_SETTING
+from celery_routines.policy.notify_hosts import NotifyHosts
+from celery_routines.policy.notify_urls import shown_notify_url, usable_notify_url
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -59,27 +68,14 @@ QUEUE_LIMIT = 1000
 TRIES = 6
 BACKOFF_START = 1.0
 BACKOFF_CAP = 60.0
-POST_TIMEOUT = 5.0
 SAY_AT_MOST_EVERY = 60.0
 # How long a routine's own notify_url, once read, is used without reading it again.
 CACHE_SECONDS = 5.0
 CACHE_LIMIT = 10_000
 
 Poster = Callable[[str, bytes], None]
-
-
-def post_json(url: str, body: bytes) -> None:
-    """POST ``body``; raises on a refused connection, a timeout or a non-2xx answer."""
-    import urllib.request  # only in a process that has somewhere to post
-
-    request = urllib.request.Request(
-        url,
-        data=body,
-        method="POST",
-        headers={"Content-Type": "application/json", "User-Agent": "celery-routines"},
-    )
-    with urllib.request.urlopen(request, timeout=POST_TIMEOUT) as reply:
-        reply.read()
+# Public addresses only: the default of routines_notify_allowed_hosts.
+PUBLIC_ONLY = NotifyHosts()
 
 
 def _iso(value: object) -> object:
@@ -95,14 +91,16 @@ class Notifier:
         panel_url: str | None = None,
         *,
         clock: Clock = utc_now,
-        post: Poster = post_json,
+        post: Poster | None = None,
+        allowed: NotifyHosts = PUBLIC_ONLY,
         sleep: Callable[[float], None] = time.sleep,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = url
+        self.shown_url = shown_notify_url(url)
         self.panel_url = panel_url.rstrip("/") if panel_url else None
         self._clock = clock
-        self._post = post
+        self._post = post if post is not None else GuardedPoster(allowed)
         self._sleep = sleep
         self._monotonic = monotonic
         self._queue: queue.Queue[dict[str, object] | None] = queue.Queue(QUEUE_LIMIT)
@@ -170,6 +168,9 @@ class Notifier:
         for attempt in range(1, TRIES + 1):
             try:
                 self._post(self.url, body)
+            except NotifyRefused as exc:  # trying again would not post it
+                self._lost(1, str(exc))
+                return
             except Exception as exc:
                 if attempt == TRIES:
                     self._lost(1, f"{type(exc).__name__}: {exc}")
@@ -180,7 +181,7 @@ class Notifier:
                 continue
             self.delivered += 1
             if self._said_at is not None:
-                logger.info("notifications reach %s again", self.url)
+                logger.info("notifications reach %s again", self.shown_url)
                 self._said_at = None
             return
 
@@ -192,7 +193,7 @@ class Notifier:
         logger.warning(
             "could not post a notification to %s: %s: %s; retrying with backoff (next in "
             "%.0f s), this is said at most once a minute",
-            self.url,
+            self.shown_url,
             type(exc).__name__,
             exc,
             wait,
@@ -205,7 +206,9 @@ class Notifier:
         if self._said_at is not None and now - self._said_at < SAY_AT_MOST_EVERY:
             return
         self._said_at = now
-        logger.error("%d notification(s) to %s dropped: %s", self._unsaid_losses, self.url, why)
+        logger.error(
+            "%d notification(s) to %s dropped: %s", self._unsaid_losses, self.shown_url, why
+        )
         self._unsaid_losses = 0
 
     def flush(self, timeout: float) -> bool:
@@ -247,6 +250,7 @@ class Notifications:
     notification is never lost to its own configuration. Posting is the
     :class:`Notifier` of that URL (one delivery thread per URL per process),
     so a broken endpoint of one routine holds back no other's notifications.
+    An own URL whose host is a refused address (``allowed``) falls back too.
     """
 
     def __init__(
@@ -255,10 +259,12 @@ class Notifications:
         panel_url: str | None = None,
         url_of: Callable[[str], str | None] | None = None,
         *,
+        allowed: NotifyHosts = PUBLIC_ONLY,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.default = default
         self.panel_url = panel_url
+        self.allowed = allowed
         self._url_of = url_of
         self._monotonic = monotonic
         self._known: dict[str, tuple[float, str | None]] = {}
@@ -272,42 +278,51 @@ class Notifications:
         known = self._known.get(routine)
         if known is not None and now - known[0] < CACHE_SECONDS:
             return known[1] or self.default
+        fallback = shown_notify_url(self.default) or "nobody"
         try:
             own = usable_notify_url(self._url_of(routine))
         except Exception as exc:
-            if self._said_at is None or now - self._said_at >= SAY_AT_MOST_EVERY:
-                self._said_at = now
-                logger.warning(
-                    "could not read the notify_url of %s (%s: %s); notifying %s",
-                    routine, type(exc).__name__, exc, self.default or "nobody",
-                )  # fmt: skip
+            self._say(now, "could not read the notify_url of %s (%s: %s); notifying %s",
+                      routine, type(exc).__name__, exc, fallback)  # fmt: skip
             return self.default
+        refused = self.allowed.literal_refusal(own) if own else None
+        if refused is not None:
+            self._say(now, "the notify_url of %s is not used: %s; notifying %s",
+                      routine, refused, fallback)  # fmt: skip
+            own = None
         if len(self._known) >= CACHE_LIMIT:
             self._known.clear()
         self._known[routine] = (now, own)
         return own or self.default
+
+    def _say(self, now: float, message: str, *args: object) -> None:
+        if self._said_at is None or now - self._said_at >= SAY_AT_MOST_EVERY:
+            self._said_at = now
+            logger.warning(message, *args)
 
     def notify(self, event: str, routine: str, **fields: Any) -> None:
         """Queue one notification for ``routine``'s endpoint; never raises."""
         try:
             url = self.url_for(routine)
             if url is not None:
-                notifier(url, self.panel_url).notify(event, routine, **fields)
+                notifier(url, self.panel_url, self.allowed).notify(event, routine, **fields)
         except Exception:
             logger.exception("could not queue the %s notification of %s", event, routine)
 
 
-_notifiers: dict[tuple[str, str | None], Notifier] = {}
+_notifiers: dict[tuple[str, str | None, NotifyHosts], Notifier] = {}
 _notifiers_lock = threading.Lock()
 
 
-def notifier(url: str, panel_url: str | None = None) -> Notifier:
+def notifier(
+    url: str, panel_url: str | None = None, allowed: NotifyHosts = PUBLIC_ONLY
+) -> Notifier:
     """The process's notifier for ``url`` (one delivery thread per URL)."""
-    key = (url, panel_url)
+    key = (url, panel_url, allowed)
     with _notifiers_lock:
         found = _notifiers.get(key)
         if found is None:
-            found = _notifiers[key] = Notifier(url, panel_url)
+            found = _notifiers[key] = Notifier(url, panel_url, allowed=allowed)
     return found
 
 
@@ -323,7 +338,24 @@ def notifier_for(
     panel = setting(app, PANEL_SETTING) or None
     if url is None and url_of is None:
         return None
-    return Notifications(str(url) if url else None, str(panel) if panel else None, url_of)
+    return Notifications(
+        str(url) if url else None,
+        str(panel) if panel else None,
+        url_of,
+        allowed=allowed_hosts(app),
+    )
+
+
+def allowed_hosts(app: Celery | None) -> NotifyHosts:
+    """``routines_notify_allowed_hosts`` of ``app``; a value that does not
+    read (beat refuses to start with it) allows public addresses only."""
+    from celery_routines.config import setting
+
+    try:
+        return NotifyHosts.parse(setting(app, ALLOWED_HOSTS_SETTING))
+    except ValueError as exc:
+        logger.error("%s; notifications go to public addresses only", exc)
+        return PUBLIC_ONLY
 
 
 def forget_all() -> None:

@@ -212,14 +212,23 @@ def register_import_commands(
         show_default=True,
         help="yaml needs PyYAML.",
     )
+    @click.option(
+        "--mask",
+        is_flag=True,
+        help="Print secrets (a notify_url's password, path token and query) as *** "
+        "(for review or a ticket; a masked file is not imported back as it is).",
+    )
     @click.pass_context
     @errors
-    def export(ctx: click.Context, fmt: str) -> None:
+    def export(ctx: click.Context, fmt: str, mask: bool) -> None:
         """Print every routine's definition (no runs, no runtime state), for
-        review, git, or `import file` in another environment."""
+        review, git, or `import file` in another environment.
+
+        The output holds secrets: each notify_url whole, with its password
+        or token. Keep it where such secrets may be kept, or use --mask."""
         from celery_routines.operator.importers import files
 
-        data = files.export(admin(ctx).store.routines.all())
+        data = files.export(admin(ctx).store.routines.all(), mask=mask)
         click.echo(files.dumps(data, fmt), nl=False)
 
 

@@ -39,6 +39,7 @@ from celery_routines.operator.lifecycle_views import (
 from celery_routines.operator.lookup import RoutineLookup
 from celery_routines.operator.texts import duration
 from celery_routines.operator.windows import check_count
+from celery_routines.policy.notify_hosts import door_refusal
 from celery_routines.policy.routine import Routine, define
 from celery_routines.policy.states import Reason
 from celery_routines.schedules.rrule import looks_like_rrule
@@ -96,6 +97,7 @@ class RoutineEditor:
             name, task, self.settings.timezone,
             cron=cron, every=every, rrule=rrule, solar=solar, at=at, **values,
         )  # fmt: skip
+        self._check_notify_host(name, definition.notify_url)
         by = by or process_user()
         now = self.clock()
         columns = definition.columns()
@@ -156,6 +158,8 @@ class RoutineEditor:
             for k, v in columns.items()
             if k != "name" and not same_value(k, getattr(record, k), v)
         }
+        if "notify_url" in changed:
+            self._check_notify_host(name, changed["notify_url"])
         by = by or process_user()
         if not changed:
             return ChangeResult(name, "edited", False, {}, record.next_run_at, 0, by)
@@ -166,6 +170,14 @@ class RoutineEditor:
         self.store.changes.record(name, "edited", by, now, shown)
         next_run_at = None if reschedule else record.next_run_at
         return ChangeResult(name, "edited", True, shown, next_run_at, 0, by)
+
+    def _check_notify_host(self, name: str, url: str | None) -> None:
+        """A notify_url whose host is itself an address notifications may not
+        reach is refused here, where the settings are known (the sender
+        checks every resolved address again before it posts)."""
+        refused = door_refusal(url, self.settings.notify_allowed_hosts)
+        if refused is not None:
+            raise InvalidRoutine(name, refused)
 
     def check_editable(self, name: str) -> None:
         """Raise :class:`OwnedByCode` (naming where) for a live code routine,

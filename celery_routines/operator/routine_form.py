@@ -98,6 +98,10 @@ FIELDS: tuple[FormField, ...] = (
     *(option_field(o) for o in OPTIONS if o.entry is not None and o.keyword_name),
 )
 BY_NAME = {field.name: field for field in FIELDS}
+# Fields whose stored value is shown masked (a notify_url's token): the form
+# never holds that value, an input left empty keeps the stored one, and the
+# masked value sent back is taken as "unchanged", never written.
+SECRET_FIELDS = frozenset(str(o.keyword_name) for o in OPTIONS if o.secret and o.keyword_name)
 # Values that clear an option, as `celery routines edit` spells them.
 CLEARS: dict[str, Any] = {
     str(o.keyword_name): o.clears[0] for o in OPTIONS if o.clears and o.keyword_name
@@ -431,13 +435,36 @@ def form_text(field: FormField, value: Any) -> str:
     return str(value)
 
 
+def hide_secrets(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(``values`` without the secret fields, their masked values by field):
+    what the form shows of a stored routine. A masked value in an input
+    would be posted back and stored in place of the secret."""
+    kept = {key: str(values[key]) for key in SECRET_FIELDS if values.get(key)}
+    return {k: v for k, v in values.items() if k not in SECRET_FIELDS}, kept
+
+
+def without_masked(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """``new`` without a secret field that repeats its stored, masked value
+    (a client that read the routine and sends it back unchanged)."""
+    return {
+        key: value
+        for key, value in new.items()
+        if not (key in SECRET_FIELDS and value is not None and value == stored.get(key))
+    }
+
+
 def edit_options(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """The values an edit passes from a whole posted form: every value given
     (``edit`` records only what differs), and ``None`` for an input emptied
     that held a value (it clears, where a value clears). A schedule replaced
-    by another kind is not cleared: the new one replaces it."""
-    values = {key: value for key, value in new.items() if key not in ("name", "task")}
+    by another kind is not cleared: the new one replaces it. A secret field
+    is never shown in its input, so one left empty keeps the stored value
+    (typing the clearing word clears it)."""
+    given = without_masked(stored, new)
+    values = {key: value for key, value in given.items() if key not in ("name", "task")}
     for key in stored:
-        if key not in new and key not in ("name", "task") and key not in SCHEDULE:
+        if key in ("name", "task") or key in SCHEDULE or key in SECRET_FIELDS:
+            continue
+        if key not in new:
             values[key] = None
     return values

@@ -16,14 +16,21 @@ from celery_routines.errors import ScheduleError
 # Longer than any webhook URL seen; a column value past it is a mistake.
 NOTIFY_URL_MAX_LENGTH = 2000
 SCHEMES = ("http", "https")
+# What the masked parts of a URL print as.
+MASK = "***"
 
 
 def check_notify_url(value: object) -> str:
-    """``value`` if it is an ``http(s)://host/...`` URL, else :class:`ScheduleError`."""
+    """``value`` if it is an ``http(s)://host/...`` URL, else :class:`ScheduleError`.
+
+    The messages print the value as :func:`shown_notify_url` does: a refused
+    URL is echoed in the routine's error, the log and the panel, and its
+    token must not be."""
     if not isinstance(value, str) or not value:
         raise ScheduleError(f"notify_url must be an http:// or https:// URL, got {value!r}")
+    shown = shown_notify_url(value) or ""
     if len(value) > NOTIFY_URL_MAX_LENGTH or not value.isprintable() or value != value.strip():
-        shown = value if len(value) <= 80 else value[:80] + "..."
+        shown = shown if len(shown) <= 80 else shown[:80] + "..."
         raise ScheduleError(
             f"notify_url must be one line of at most {NOTIFY_URL_MAX_LENGTH} characters "
             f"without spaces around it, got {shown!r}"
@@ -33,11 +40,16 @@ def check_notify_url(value: object) -> str:
         host = parts.hostname
         parts.port  # noqa: B018 (raises on a port that is not a number)
     except ValueError as exc:
-        raise ScheduleError(f"notify_url is not a URL ({exc}), got {value!r}") from None
+        raise ScheduleError(f"notify_url is not a URL ({exc}), got {shown!r}") from None
     if parts.scheme.lower() not in SCHEMES or not host or " " in value:
         raise ScheduleError(
             f"notify_url must be an http:// or https:// URL with a host "
-            f"(e.g. https://hooks.example.com/routines), got {value!r}"
+            f"(e.g. https://hooks.example.com/routines), got {shown!r}"
+        )
+    if MASK in value:
+        raise ScheduleError(
+            f"notify_url holds {MASK!r}, the mask printed in place of a stored URL's secret: "
+            f"give the whole URL (an edit that leaves it out keeps the stored one), got {shown!r}"
         )
     return value
 
@@ -51,23 +63,28 @@ def usable_notify_url(value: object) -> str | None:
 
 
 def shown_notify_url(value: str | None) -> str | None:
-    """The URL as ``show``, the API, the history and the panel print it:
-    enough to tell which endpoint (scheme, host, the first path segment),
-    never its secret. A password becomes ``***``, and so do the rest of the
-    path and the query: webhook relays put their token there (Slack's
+    """The URL as ``show``, the API, the history, the log and the panel
+    print it: enough to tell which endpoint (scheme, host, the first path
+    segment), never its secret. A password (or a user name alone, which
+    services use as a token) becomes ``***``, and so do the rest of the path
+    and the query: webhook relays put their token there (Slack's
     ``/services/T../B../<token>``, ``?token=``), and anyone who can read the
-    panel could post to it."""
+    panel could post to it. Text that does not read as a URL keeps only
+    what comes before ``//``."""
     if not value:
         return value
     try:
         parts = urlsplit(value)
         netloc = parts.netloc
-        if parts.password is not None:
-            user = parts.username or ""
-            netloc = f"{user}:***@{netloc.rpartition('@')[2]}"
+        if "@" in netloc:
+            user, _, host = netloc.rpartition("@")
+            name, colon, _password = user.partition(":")
+            netloc = f"{name}:{MASK}@{host}" if colon else f"{MASK}@{host}"
+        lead = "/" if parts.path.startswith("/") else ""
         first, more, _rest = parts.path.lstrip("/").partition("/")
-        path = f"/{first}/***" if more else parts.path
-        query = "***" if parts.query else ""
+        path = f"{lead}{first}/{MASK}" if more else parts.path
+        query = MASK if parts.query else ""
         return urlunsplit(parts._replace(netloc=netloc, path=path, query=query, fragment=""))
     except ValueError:
-        return value
+        before, slashes, _rest = value.partition("//")
+        return f"{before}//{MASK}" if slashes else MASK

@@ -85,6 +85,10 @@ class RoutineOption:
     empty: it cannot be cleared, only changed."""
     shown: Callable[[Any], Any] = same
     """The value as ``show``, the API and the history print it."""
+    secret: bool = False
+    """Its stored value holds a secret that ``shown`` masks: the panel's form
+    never holds it (an empty input keeps it), and the masked value is never
+    taken back as a value."""
     name: str = ""
     default: Any = UNSET
     factory: Callable[[], Any] | None = None

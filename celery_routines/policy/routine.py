@@ -237,6 +237,7 @@ class Routine:
         entry="text",
         clears=("none", ""),
         shown=shown_notify_url,
+        secret=True,
         label="Notify URL",
         words="Post this routine's notifications here instead of routines_notify_url "
         "('none' clears).",

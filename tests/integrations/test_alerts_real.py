@@ -52,7 +52,8 @@ def test_final_failures_pause_the_routine_and_a_person_is_told(
     receiver = JsonReceiver(fail_first=2)  # the first two posts are refused: retried
     env = environment(
         redis_url, postgres_url, E2E_QUEUE=f"alerts-{uuid.uuid4().hex[:8]}",
-        ROUTINES_NOTIFY_URL=receiver.url, ROUTINES_PANEL_URL=PANEL,
+        ROUTINES_NOTIFY_ALLOWED_HOSTS="127.0.0.1", ROUTINES_NOTIFY_URL=receiver.url,
+        ROUTINES_PANEL_URL=PANEL,
     )  # fmt: skip
     store = Store.from_url(postgres_url)
     store.migrate()
@@ -107,7 +108,7 @@ def test_a_broken_endpoint_never_holds_beat_or_the_worker_back_and_is_said_once(
     closed = f"http://127.0.0.1:{free_port()}/hook"  # nothing listens
     env = environment(
         redis_url, postgres_url, E2E_QUEUE=f"alerts-{uuid.uuid4().hex[:8]}",
-        ROUTINES_NOTIFY_URL=closed,
+        ROUTINES_NOTIFY_ALLOWED_HOSTS="127.0.0.1", ROUTINES_NOTIFY_URL=closed,
     )  # fmt: skip
     store = Store.from_url(postgres_url)
     store.migrate()
@@ -137,7 +138,7 @@ def test_a_routines_own_notify_url_gets_its_notifications_from_beat_and_the_work
     default, own = JsonReceiver(), JsonReceiver()
     env = environment(
         redis_url, postgres_url, E2E_QUEUE=f"alerts-{uuid.uuid4().hex[:8]}",
-        ROUTINES_NOTIFY_URL=default.url,
+        ROUTINES_NOTIFY_ALLOWED_HOSTS="127.0.0.1", ROUTINES_NOTIFY_URL=default.url,
     )  # fmt: skip
     store = Store.from_url(postgres_url)
     store.migrate()

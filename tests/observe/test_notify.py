@@ -16,11 +16,14 @@ from celery_routines.observe import notify
 from celery_routines.observe.events import RoutineEvents
 from celery_routines.observe.final_failures import after_final_failure
 from celery_routines.observe.notify import Notifier, notifier_for
+from celery_routines.policy.notify_hosts import NotifyHosts
 from celery_routines.store import Store
 from celery_routines.store.models import ROUTINES
 from tests.integrations.receiver import JsonReceiver
 
 T0 = datetime(2026, 12, 2, 1, 30, tzinfo=UTC)
+# The receivers listen on loopback, which notifications reach only when allowed.
+LOOPBACK = NotifyHosts.parse("127.0.0.1")
 
 
 class Monotonic:
@@ -34,7 +37,9 @@ class Monotonic:
 def test_a_notification_is_posted_as_documented_json() -> None:
     receiver = JsonReceiver()
     try:
-        notifier = Notifier(receiver.url, "https://ops.example.com/panel/", clock=lambda: T0)
+        notifier = Notifier(
+            receiver.url, "https://ops.example.com/panel/", clock=lambda: T0, allowed=LOOPBACK
+        )
         notifier.notify(
             notify.FINAL_FAILURE, "night ly", window=T0, run_id="r1", state="failed",
             reason="RuntimeError: boom", attempt=5,
@@ -148,10 +153,13 @@ def test_each_routine_is_notified_at_its_own_url_else_at_the_setting() -> None:
                 raise OSError("database is away")
             return stored.get(routine)
 
-        routed = notify.Notifications(default.url, None, url_of, monotonic=Monotonic())
+        routed = notify.Notifications(
+            default.url, None, url_of, allowed=LOOPBACK, monotonic=Monotonic()
+        )
         for routine in ("payroll", "payroll", "nightly", "typo", "down"):
             routed.notify(notify.FINAL_FAILURE, routine, run_id=routine)
-        assert notify.notifier(own.url).flush(10) and notify.notifier(default.url).flush(10)
+        assert notify.notifier(own.url, None, LOOPBACK).flush(10)
+        assert notify.notifier(default.url, None, LOOPBACK).flush(10)
         assert [b["routine"] for b in own.received()] == ["payroll", "payroll"]
         # No own URL, a stored value that is no URL (the routine is invalid,
         # and says so), a read that failed: the setting's endpoint.
@@ -166,7 +174,7 @@ def test_an_own_url_is_followed_within_the_cache_time_and_without_any_url_nothin
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     posted: list[tuple[str, str]] = []
-    monkeypatch.setattr(notify, "notifier", lambda url, panel=None: Recorder(url, posted))
+    monkeypatch.setattr(notify, "notifier", lambda url, *_: Recorder(url, posted))
     monotonic, stored = Monotonic(), {"a": "http://first/hook"}
     routed = notify.Notifications(None, None, stored.get, monotonic=monotonic)
     routed.notify(notify.LOST, "a")
@@ -201,6 +209,7 @@ def test_beat_and_the_worker_read_a_routines_notify_url_from_the_store(store: St
     try:
         app = Celery("notify-url", set_as_current=False, broker="memory://")
         app.conf.routines_notify_url = default.url
+        app.conf.routines_notify_allowed_hosts = ["127.0.0.1"]
         with store.engine.begin() as conn:
             table = ROUTINES
             conn.execute(insert(table).values(name="payroll", task="t.p", cron="0 9 * * *",
@@ -215,7 +224,8 @@ def test_beat_and_the_worker_read_a_routines_notify_url_from_the_store(store: St
             window=T0, state="failed", error="boom", now=T0,
             notifier=notifier_for(app, store.streaks.notify_url),
         )  # fmt: skip
-        assert notify.notifier(own.url).flush(10) and notify.notifier(default.url).flush(10)
+        assert notify.notifier(own.url, None, LOOPBACK).flush(10)
+        assert notify.notifier(default.url, None, LOOPBACK).flush(10)
         assert [(b["event"], b["routine"]) for b in own.received()] == [
             ("dropped_windows", "payroll"), ("final_failure", "payroll"),
         ]  # fmt: skip

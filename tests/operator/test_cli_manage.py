@@ -263,10 +263,11 @@ def test_a_bad_notify_url_is_one_line_naming_the_routine_and_the_value(
     invoke, store: Store
 ) -> None:
     line = one_error(
-        invoke("add", "x", "tasks.x", "--every", "1m", "--notify-url", "hooks.example.com/x")
+        invoke("add", "x", "tasks.x", "--every", "1m", "--notify-url", "hooks.example.com/x/t0k")
     )
     assert line.startswith("Error: routine 'x': notify_url must be an http:// or https:// URL")
-    assert "'hooks.example.com/x'" in line
+    # Named as it is shown (its token masked): the error is printed and logged.
+    assert "'hooks.example.com/***'" in line and "t0k" not in line
     assert store.routines.by_name("x") is None
     refused = invoke("add", "x", "tasks.x", "--every", "1m", "--pause-after-failures", "-1")
     assert one_error(refused) == (

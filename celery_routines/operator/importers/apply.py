@@ -36,6 +36,7 @@ from celery_routines.operator.importers.plan import (
     Planned,
 )
 from celery_routines.operator.listing import owner_of
+from celery_routines.policy.notify_hosts import door_refusal
 from celery_routines.schedules.base import NEVER, first_window, is_never
 from celery_routines.schedules.jitter import send_instant
 from celery_routines.schedules.parse import schedule_of
@@ -153,6 +154,9 @@ class Importer:
         definition = planned.definition
         name = definition.name
         columns = {k: v for k, v in definition.columns().items() if k != "name"}
+        host_refused = door_refusal(definition.notify_url, self.admin.settings.notify_allowed_hosts)
+        if host_refused is not None:
+            return ImportLine(name, "not imported", reason=host_refused)
         try:
             next_run_at = self._next_window(planned, now)
         except ScheduleError as exc:

@@ -44,9 +44,14 @@ class MissingExtra(RoutinesError, ValueError):
     """A format needs a library that is not installed."""
 
 
-def export(records: list[RoutineRecord]) -> dict[str, Any]:
+# Columns whose value holds a secret (a notify_url's token), masked by --mask.
+SECRET_COLUMNS = {o.column_name: o.shown for o in OPTIONS if o.secret}
+
+
+def export(records: list[RoutineRecord], *, mask: bool = False) -> dict[str, Any]:
     """The definitions of ``records`` (retired ones left out), by name; a
-    value a routine has by default is left out."""
+    value a routine has by default is left out. ``mask``: secrets as ``show``
+    prints them (for review; such a file is not imported back as it is)."""
     routines: dict[str, Any] = {}
     for record in sorted(records, key=lambda r: r.name):
         if record.retired_at is not None:
@@ -54,6 +59,8 @@ def export(records: list[RoutineRecord]) -> dict[str, Any]:
         entry: dict[str, Any] = {}
         for key, column in FIELDS:
             value = _exported(column, getattr(record, column))
+            if mask and column in SECRET_COLUMNS and value:
+                value = SECRET_COLUMNS[column](value)
             if key == "task" or value != DEFAULTS.get(column):
                 entry[key] = value
         routines[record.name] = entry

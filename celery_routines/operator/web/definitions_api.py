@@ -36,6 +36,7 @@ from celery_routines.operator.routine_form import (
     preview_windows,
     refusal,
     stored_values,
+    without_masked,
 )
 from celery_routines.operator.web.api import body, routine_path, who
 from celery_routines.operator.web.context import HANDLED, jsonable_error, panel_of
@@ -74,6 +75,8 @@ def patch(request: Request) -> Response:
     except OwnedByCode as exc:
         return JSONResponse({"error": str(exc)}, status_code=409)
     values, errors = from_json(body(request))
+    # A body read from GET and sent back holds the masked notify_url: unchanged.
+    values = without_masked(stored(admin, name)[1], values)
     if "name" in values and values.pop("name") != name:
         errors["name"] = (
             f"routine {name!r}: a routine is not renamed; clone it as a new routine instead"

@@ -34,6 +34,7 @@ from celery_routines.operator.routine_form import (
     field_errors,
     form_text,
     from_form,
+    hide_secrets,
     options_of,
     refusal,
 )
@@ -50,6 +51,7 @@ from celery_routines.operator.web.definitions_api import (
     preview,
     stored,
 )
+from celery_routines.policy.routine import OPTIONS
 
 CLONE_SUFFIX = "-copy"
 
@@ -59,18 +61,51 @@ def new_page(request: Request) -> Response:
 
 
 def clone_page(request: Request) -> Response:
+    """The form filled in from a stored routine; its secrets stay on the
+    server: the clone keeps them unless the user types new ones."""
     name = name_after(request, "/clone/")
     _, values = stored(panel_of(request).admin, name)
-    return show_form(request, mode="new", values={**values, "name": name + CLONE_SUFFIX})
+    shown, kept = hide_secrets(values)
+    return show_form(
+        request,
+        mode="new",
+        values={**shown, "name": name + CLONE_SUFFIX},
+        kept=kept,
+        clone_of=name,
+    )
 
 
 def edit_page(request: Request) -> Response:
     name = name_after(request, "/edit/")
     admin = panel_of(request).admin
     _, values = stored(admin, name)
+    shown, kept = hide_secrets(values)
     return show_form(
-        request, mode="edit", values={**values, "name": name}, owner=code_owner(admin, name)
+        request,
+        mode="edit",
+        values={**shown, "name": name},
+        kept=kept,
+        owner=code_owner(admin, name),
     )
+
+
+def cloned_secrets(
+    admin: Routines, form: Mapping[str, str], values: dict[str, Any]
+) -> dict[str, str]:
+    """A clone's secret fields the user left empty take the source's stored
+    values (never shown, so never posted); answers what the form says is kept."""
+    source = form.get("clone_of") or ""
+    record = admin.store.routines.by_name(source) if source else None
+    if record is None:
+        return {}
+    kept: dict[str, str] = {}
+    for declared in OPTIONS:
+        key = str(declared.keyword_name)
+        stored_value = getattr(record, declared.column_name)
+        if declared.secret and stored_value and key not in values:
+            values[key] = stored_value
+            kept[key] = str(declared.shown(stored_value))
+    return kept
 
 
 def code_owner(admin: Routines, name: str) -> str | None:
@@ -92,8 +127,12 @@ def show_form(
     errors: Mapping[str, str] | None = None,
     owner: str | None = None,
     status: int = 200,
+    kept: Mapping[str, str] | None = None,
+    clone_of: str | None = None,
 ) -> Response:
-    """The form, from values (the API's) or from the texts as posted."""
+    """The form, from values (the API's) or from the texts as posted;
+    ``kept``: the masked stored values of secret fields, said beside their
+    empty inputs (an empty input keeps them)."""
     admin = panel_of(request).admin
     shown = dict(texts) if texts is not None else {
         field.name: form_text(field, values.get(field.name)) for field in FIELDS
@@ -117,6 +156,8 @@ def show_form(
         errors=errors or {},
         owner=owner,
         routine=name,
+        kept=kept or {},
+        clone_of=clone_of,
         windows=windows,
         zone=zone,
         action_path=("/new" if mode == "new" else "/edit/" + present.path_part(name)),
@@ -149,6 +190,7 @@ async def post_form(request: Request) -> Response:
 def save_new(request: Request, form: dict[str, str]) -> Response:
     admin = panel_of(request).admin
     values, errors = from_form(form)
+    kept = cloned_secrets(admin, form, values)
     errors = new_routine_errors(admin, values, errors)
     if not errors:
         try:
@@ -158,7 +200,11 @@ def save_new(request: Request, form: dict[str, str]) -> Response:
             errors = exc.fields
         except InvalidRoutine as exc:
             errors = dict.fromkeys(blamed(str(exc), values), str(exc))
-    return show_form(request, mode="new", values=values, texts=form, errors=errors, status=422)
+    texts = {**form, **dict.fromkeys(kept, "")}
+    return show_form(
+        request, mode="new", values=values, texts=texts, errors=errors, status=422,
+        kept=kept, clone_of=form.get("clone_of") or None,
+    )  # fmt: skip
 
 
 def save_edit(request: Request, name: str, form: dict[str, str]) -> Response:
@@ -168,6 +214,7 @@ def save_edit(request: Request, name: str, form: dict[str, str]) -> Response:
     except OwnedByCode as exc:
         return render(request, "error.html", 409, error=str(exc))
     _, before = stored(admin, name)
+    kept = hide_secrets(before)[1]
     values, errors = from_form({**form, "name": name, "task": before["task"]})
     changes = edit_options(before, values)
     zone = str(values.get("timezone") or admin.settings.timezone)
@@ -180,7 +227,9 @@ def save_edit(request: Request, name: str, form: dict[str, str]) -> Response:
             return redirect(request, name, said)
         except REFUSALS as exc:
             errors = refusal(exc, changes, zone, name=name, stored=before).fields
-    return show_form(request, mode="edit", values=values, texts=form, errors=errors, status=422)
+    return show_form(
+        request, mode="edit", values=values, texts=form, errors=errors, status=422, kept=kept
+    )
 
 
 def by(request: Request) -> str:
