@@ -33,13 +33,13 @@ from celery_routines.operator.routine_form import (
     from_form,
     from_json,
     options_of,
-    preview_windows,
     refusal,
     stored_values,
     without_masked,
 )
 from celery_routines.operator.web.api import body, routine_path, who
 from celery_routines.operator.web.context import HANDLED, jsonable_error, panel_of
+from celery_routines.operator.web.window_preview import preview_windows
 
 PREVIEW_WINDOWS = 10
 
