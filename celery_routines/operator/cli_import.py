@@ -15,7 +15,7 @@ import click
 
 from celery_routines.operator.cli_manage import by_option
 from celery_routines.operator.importers.plan import ImportPlan, ImportResult
-from celery_routines.operator.output import print_json, utc
+from celery_routines.operator.output import escaped, print_json, utc
 from celery_routines.policy.states import CatchUp
 from celery_routines.schedules.base import is_never
 
@@ -235,9 +235,9 @@ def register_import_commands(
 def _print_result(result: ImportResult, disabled: bool) -> None:
     for line in result.lines:
         if line.action in ("not imported", "left alone", "retired"):
-            click.echo(f"{line.action:<13} {line.name}: {line.reason}")
+            click.echo(f"{line.action:<13} {escaped(line.name)}: {escaped(line.reason)}")
             continue
-        text = f"{line.action:<13} {line.name}"
+        text = f"{line.action:<13} {escaped(line.name)}"
         if line.action in ("added", "updated"):
             text += "  " + _next_text(line.next_run_at)
         if line.action == "added" and result.behaviour is not None:

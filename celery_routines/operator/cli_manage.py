@@ -19,7 +19,7 @@ import click
 from celery_routines.operator.lifecycle_views import ChangeResult
 from celery_routines.operator.output import print_json, table, utc
 from celery_routines.operator.texts import BadOption
-from celery_routines.policy.option_values import not_json
+from celery_routines.policy.option_values import JSON_DEPTH_LIMIT, not_json, shown_briefly
 from celery_routines.policy.options import RoutineOption
 from celery_routines.policy.routine import OPTIONS
 
@@ -34,8 +34,12 @@ def _json_arg(value: str | None, option: str) -> Any:
         return None
     try:
         return json.loads(value, parse_constant=not_json)
+    except RecursionError:
+        raise BadOption(
+            f"{option} is nested too deep: more than {JSON_DEPTH_LIMIT} levels"
+        ) from None
     except ValueError as exc:
-        raise BadOption(f"{option} must be JSON ({exc}), got {value!r}") from None
+        raise BadOption(f"{option} must be JSON ({exc}), got {shown_briefly(value)}") from None
 
 
 def _on_a_terminal() -> bool:

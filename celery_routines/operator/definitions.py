@@ -13,6 +13,7 @@ from typing import Any
 
 from celery_routines.errors import InvalidRoutine, ScheduleError
 from celery_routines.operator.texts import ceiling, duration
+from celery_routines.policy.option_values import json_bounds_problem
 from celery_routines.policy.options import RoutineOption
 from celery_routines.policy.routine import JSON_COLUMNS, OPTIONS
 from celery_routines.schedules.oneoff import parse_at
@@ -87,9 +88,12 @@ def loads(raw: str | None, empty: Any) -> Any:
     if not raw:
         return empty
     try:
-        return json.loads(raw)
-    except ValueError:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
         return raw
+    # A value over the limits (nested hundreds deep) is compared and shown as
+    # its text: reading it further would recurse past Python's limit.
+    return raw if json_bounds_problem("value", value) else value
 
 
 def same_value(key: str, stored: Any, new: Any) -> bool:

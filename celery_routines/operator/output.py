@@ -51,8 +51,21 @@ def local(instant: datetime | None) -> str:
     return instant.strftime("%Y-%m-%d %H:%M:%S %Z") if instant else "-"
 
 
+def escaped(text: object) -> str:
+    """``text`` with every character that is not printable (control
+    characters, a line break, ESC, bidirectional overrides such as U+202E)
+    written as its escape (``\\n``, ``\\x1b``, ``\\u202e``): a value stored by
+    SQL or another app can neither forge a line nor drive the terminal."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
+    cells = [[("-" if c is None else escaped(c)) for c in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
     click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     for row in cells:
@@ -167,12 +180,12 @@ KEY_WIDTH = 22
 
 
 def field(key: str, value: str) -> None:
-    click.echo(f"  {key + ':':<{KEY_WIDTH}} {value}")
+    click.echo(f"  {key + ':':<{KEY_WIDTH}} {escaped(value)}")
 
 
 def print_detail(detail: RoutineDetail) -> None:
     s = detail.summary
-    click.echo(f"{s.name}  [{state_text(s)}]")
+    click.echo(escaped(f"{s.name}  [{state_text(s)}]"))
     field("schedule", s.schedule)
     if s.schedule_words:
         field("in words", s.schedule_words)

@@ -20,7 +20,7 @@ from typing import Any
 from celery_routines.errors import RoutinesError, ScheduleError
 from celery_routines.operator.manage import new_definition
 from celery_routines.policy.ceilings import parse_ceilings
-from celery_routines.policy.option_values import not_json
+from celery_routines.policy.option_values import JSON_DEPTH_LIMIT, not_json, shown_briefly
 from celery_routines.policy.options import RoutineOption
 from celery_routines.policy.routine import OPTIONS
 
@@ -161,8 +161,14 @@ def _typed(field: FormField, text: str) -> Any:
     if field.kind == "json":
         try:
             return json.loads(text, parse_constant=not_json)
+        except RecursionError:
+            raise ValueError(
+                f"{field.name} is nested too deep: more than {JSON_DEPTH_LIMIT} levels"
+            ) from None
         except ValueError as exc:
-            raise ValueError(f"--{field.name} must be JSON ({exc}), got {text!r}") from None
+            raise ValueError(
+                f"--{field.name} must be JSON ({exc}), got {shown_briefly(text)}"
+            ) from None
     if field.kind == "whole":
         try:
             return int(text)

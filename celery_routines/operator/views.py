@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from celery_routines.policy.option_values import not_json
+from celery_routines.policy.option_values import json_bounds_problem, not_json
 from celery_routines.policy.routine import JSON_COLUMNS, OPTIONS
 from celery_routines.schedules.base import Schedule, is_never
 from celery_routines.schedules.bounds import BoundedSchedule
@@ -290,10 +290,13 @@ def definition_of(record: RoutineRecord) -> dict[str, Any]:
     def loads(raw: str | None) -> Any:
         # Text that is not JSON (NaN and Infinity included) is shown as the
         # text stored: the routine is invalid, and says why.
+        # So is a value over the limits of args, kwargs and options (nested
+        # hundreds deep, it would break the JSON answer itself).
         try:
-            return json.loads(raw, parse_constant=not_json) if raw else None
-        except ValueError:
+            value = json.loads(raw, parse_constant=not_json) if raw else None
+        except (ValueError, RecursionError):
             return raw
+        return raw if json_bounds_problem("value", value) else value
 
     shown: dict[str, Any] = {"task": record.task}
     for declared in OPTIONS:

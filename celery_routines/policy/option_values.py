@@ -22,6 +22,11 @@ from celery_routines.schedules.zones import load_zone
 SECONDS_LIMIT = 366 * 86400
 # The shortest run_timeout: a heartbeat goes out every third of it.
 RUN_TIMEOUT_MIN = 1.0
+# The deepest nesting and the largest JSON text of args, kwargs and options:
+# a task's arguments need neither more, and a value nested hundreds deep
+# breaks every recursive reader (json.dumps, the panel, show --json).
+JSON_DEPTH_LIMIT = 32
+JSON_BYTES_LIMIT = 64 * 1024
 
 E = TypeVar("E", CatchUp, Overlap)
 
@@ -60,14 +65,62 @@ def true_or_false(value: Any) -> bool:
 
 def positional_args(value: Any) -> tuple[Any, ...]:
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        raise ScheduleError(f"args must be a list or tuple, got {value!r}")
-    return tuple(value)
+        raise ScheduleError(f"args must be a list or tuple, got {shown_briefly(value)}")
+    args = tuple(value)
+    bounded("args", args)
+    return args
+
+
+def json_bounds_problem(label: str, value: Any) -> str | None:
+    """Why ``value`` (args, kwargs or options) is over the limits, or None:
+    nested deeper than JSON_DEPTH_LIMIT, or over JSON_BYTES_LIMIT as JSON.
+    Walked without recursion, and only as far as needed to decide."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    nodes = 0
+    while stack:
+        item, depth = stack.pop()
+        nodes += 1
+        if nodes > JSON_BYTES_LIMIT:  # each value takes at least a byte of JSON
+            return f"{label} is too large: more than {JSON_BYTES_LIMIT} bytes of JSON"
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > JSON_DEPTH_LIMIT:
+            return f"{label} is nested too deep: more than {JSON_DEPTH_LIMIT} levels"
+        stack.extend((child, depth + 1) for child in children)
+    try:
+        size = len(json.dumps(value, default=repr).encode("utf-8"))
+    except (TypeError, ValueError):
+        return None  # not JSON: require_json says so
+    if size > JSON_BYTES_LIMIT:
+        return f"{label} is too large: {size} bytes of JSON, at most {JSON_BYTES_LIMIT}"
+    return None
+
+
+def bounded(label: str, value: Any) -> Any:
+    problem = json_bounds_problem(label, value)
+    if problem is not None:
+        raise ScheduleError(problem)
+    return value
+
+
+def shown_briefly(value: Any, limit: int = 200) -> str:
+    """``repr(value)``, cut to ``limit`` characters (an error naming a huge
+    value stays one readable line)."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deep to show"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def mapping(label: str, wanted: str) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if not isinstance(value, Mapping):
-            raise ScheduleError(f"{label} must be {wanted}, got {value!r}")
+            raise ScheduleError(f"{label} must be {wanted}, got {shown_briefly(value)}")
         return value
 
     return check
@@ -126,7 +179,7 @@ def json_object_option(name: str, *, wanted: str, label: str, words: str) -> Any
     return option(
         factory=dict,
         stored=Stored("json", server_default="'{}'"),
-        check=mapping(name, wanted),
+        check=lambda value: bounded(name, mapping(name, wanted)(value)),
         to_column=json_text,
         from_column=json_from(name, {}),
         entry="json",
@@ -213,8 +266,12 @@ def json_column(label: str, raw: str | None, empty: Any) -> Any:
         return empty
     try:
         return json.loads(raw, parse_constant=not_json)
+    except RecursionError:
+        raise ScheduleError(
+            f"{label} is nested too deep: more than {JSON_DEPTH_LIMIT} levels"
+        ) from None
     except ValueError as exc:
-        raise ScheduleError(f"{label} is not valid JSON ({exc}): {raw!r}") from None
+        raise ScheduleError(f"{label} is not valid JSON ({exc}): {shown_briefly(raw)}") from None
 
 
 def not_json(constant: str) -> Any:

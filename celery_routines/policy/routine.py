@@ -366,6 +366,11 @@ def check_name(name: Any, task_name: Any) -> None:
         )
     if not name.isprintable():
         raise InvalidRoutine(name, "name must not contain control characters or line breaks")
+    if not task_name.isprintable():
+        raise InvalidRoutine(
+            name,
+            f"task name must not contain control characters or line breaks, got {task_name!r}",
+        )
 
 
 def _check_schedule_fields(routine: Routine) -> None:

@@ -38,6 +38,11 @@ FIELDS: tuple[tuple[str, str], ...] = (
 KEYS = frozenset(key for key, _ in FIELDS)
 # One of these is the schedule (or ``at`` alone, a one-off).
 SCHEDULE_KEYS = ("cron", "every", "solar", "rrule", "schedule")
+# The largest file read (checked before reading it) and the largest value one
+# entry's key may hold, as JSON; args, kwargs and options have their own
+# (smaller) limits in the routine model.
+MAX_FILE_BYTES = 5 * 1024 * 1024
+MAX_VALUE_BYTES = 64 * 1024
 
 
 class MissingExtra(RoutinesError, ValueError):
@@ -96,15 +101,21 @@ def read(path: str) -> ImportPlan:
     """The import plan of the file at ``path`` (``.yaml``/``.yml`` is YAML, else JSON)."""
     file = Path(path)
     try:
+        size = file.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ImportSourceError(
+                f"{path} is too large: {size} bytes, at most {MAX_FILE_BYTES} "
+                "(split it, or import with the Python API)"
+            )
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ImportSourceError(f"cannot read {path}: {exc}") from None
     try:
         if file.suffix.lower() in (".yaml", ".yml"):
-            data = _yaml().safe_load(text)
+            data = _yaml().load(text, Loader=_loader())
         else:
             data = json.loads(text)
-    except MissingExtra:
+    except (MissingExtra, ImportSourceError):
         raise
     except Exception as exc:  # json's and yaml's parse errors share no base
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -119,7 +130,7 @@ def read(path: str) -> ImportPlan:
     for name, entry in entries.items():
         try:
             plan.routines.append(Planned(_define(str(name), entry)))
-        except (ScheduleError, ValueError, TypeError) as exc:
+        except (ScheduleError, ValueError, TypeError, OverflowError) as exc:
             plan.unmappable.append(Unmappable(str(name), getattr(exc, "problem", None) or str(exc)))
     return plan
 
@@ -132,6 +143,8 @@ def _define(name: str, entry: Any) -> Any:
         raise ScheduleError(
             f"unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(KEYS))}"
         )
+    for key, value in entry.items():
+        _check_size(key, value)
     if "task" not in entry:
         raise ScheduleError("its task is missing")
     if not isinstance(entry["task"], str):
@@ -146,7 +159,12 @@ def _define(name: str, entry: Any) -> Any:
     elif "every" in kinds:
         if isinstance(entry["every"], bool) or not isinstance(entry["every"], int | float):
             raise ScheduleError(f"every must be a number of seconds, got {entry['every']!r}")
-        schedule = timedelta(seconds=entry["every"])
+        try:
+            schedule = timedelta(seconds=entry["every"])
+        except (OverflowError, ValueError):
+            raise ScheduleError(
+                f"every must be a number of seconds a timedelta holds, got {entry['every']!r}"
+            ) from None
     elif "solar" in kinds:
         schedule = SolarSchedule.from_spec(entry["solar"])
     elif "rrule" in kinds:
@@ -166,6 +184,44 @@ def _define(name: str, entry: Any) -> Any:
     if isinstance(given.get("args"), list):
         given["args"] = tuple(given["args"])
     return define(str(entry["task"]), schedule, name=name, **given)
+
+
+def _check_size(key: str, value: Any) -> None:
+    """A key's value is at most MAX_VALUE_BYTES of JSON (args, kwargs and
+    options are then checked for depth and size by the model)."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        size = len(str(value).encode("utf-8"))
+    else:
+        try:
+            size = len(json.dumps(value, default=str).encode("utf-8"))
+        except (ValueError, TypeError, RecursionError):
+            raise ScheduleError(f"{key} is not a JSON value") from None
+    if size > MAX_VALUE_BYTES:
+        raise ScheduleError(f"{key} is too large: {size} bytes, at most {MAX_VALUE_BYTES}")
+
+
+class _NoAliases(Exception):
+    pass
+
+
+def _loader() -> Any:
+    """PyYAML's safe loader refusing anchors and aliases: a routines file
+    needs neither, and an alias bomb of a few hundred bytes would otherwise
+    expand to gigabytes. Refused as the event is read, before anything is
+    built."""
+    yaml = _yaml()
+
+    class NoAliasLoader(yaml.SafeLoader):  # type: ignore[name-defined]
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.peek_event()
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                mark = event.start_mark
+                raise _NoAliases(
+                    f"anchors and aliases (&, *) are not accepted (line {mark.line + 1})"
+                )
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
 
 
 def _yaml() -> Any:

@@ -60,6 +60,8 @@ def body(request: Request) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(raw)
+    except RecursionError:
+        raise ValueError("the request body is nested too deep") from None
     except ValueError:
         raise ValueError("the request body is not JSON") from None
     if not isinstance(data, dict):
