@@ -50,6 +50,11 @@ MAX_REMOVED = 10_000
 HORIZON = timedelta(days=3660)
 MAX_NON_BUSINESS_DAYS = 366
 MAX_IDLE_DAYS = 3660
+# Under a shift, each day whose windows are looked at costs a millisecond or
+# two (the inner schedule is asked about the days around it): 100 business
+# days in a row that had windows and kept none mean the exclusions remove
+# them all (a season off is written as a date range, which costs nothing).
+MAX_EMPTIED_DAYS = 100
 WEEKEND = frozenset({5, 6})  # date.weekday(): Saturday, Sunday
 
 
@@ -231,17 +236,12 @@ class CalendarSchedule:
         )
 
     def _inner_after(self, window: datetime) -> Iterator[datetime]:
-        """The inner windows after ``window``, listed a day at a time."""
-        while True:
-            last = None
-            for last in self.inner.windows(window, window + _DAY):
-                yield last
-            if last is None:
-                last = self.inner.next_after(window + _DAY)
-                yield last
-                if is_never(last):
-                    return
-            window = last
+        """The inner windows after ``window``, listed lazily up to the
+        horizon, then the first one past it (or :data:`NEVER`)."""
+        last = window
+        for last in self.inner.windows(window, window + HORIZON):
+            yield last
+        yield self.inner.next_after(last)
 
     def _last_excluded_day(self, day: date) -> date:
         while self.exclusions.day_name(day + _DAY) is not None:
@@ -304,14 +304,15 @@ class CalendarSchedule:
         pending: list[datetime] = []
         last_sent: datetime | None = None
         day = self.local_date(after) - 2 * _DAY
-        idle = removed = 0
+        idle = removed = emptied = 0
         while True:
             idle += 1
-            if idle > MAX_IDLE_DAYS or removed > MAX_REMOVED:
+            if idle > MAX_IDLE_DAYS or removed > MAX_REMOVED or emptied > MAX_EMPTIED_DAYS:
                 raise ScheduleError(
                     f"{self.describe()}: no window found within {MAX_IDLE_DAYS} days of "
-                    f"{after.isoformat()} (the exclusions removed {removed} windows in a row; "
-                    f"the limit is {MAX_REMOVED})"
+                    f"{after.isoformat()} (the exclusions removed {removed} windows of "
+                    f"{emptied} days in a row; the limits are {MAX_REMOVED} windows and "
+                    f"{MAX_EMPTIED_DAYS} days)"
                 )
             if not self.business_day(day):
                 day += _DAY
@@ -329,10 +330,11 @@ class CalendarSchedule:
                 window = heapq.heappop(pending)
                 if window != last_sent:
                     last_sent = window
-                    idle = removed = 0
+                    idle = removed = emptied = 0
                     yield window
             instants, dropped = self._instants_of(day)
             removed += dropped
+            emptied += 1
             for window in instants:
                 if window > after:
                     heapq.heappush(pending, window)

@@ -43,11 +43,14 @@ Friday of February: 2036, 2064, 2092), and croniter refuses a cron with no
 match in 50 years the same way; 30 years of a rule that never matches is
 about 11,000 steps of dateutil, some 50 ms."""
 
-MAX_WALKED = 100_000
+MAX_WALKED = 50_000
 """The most occurrences listed before the asked time in one question (about
-0.3 s): a rule restarted near the asked time lists a period or two; a rule
+0.2 s): a rule restarted near the asked time lists a period or two; a rule
 with ``COUNT`` is walked from ``DTSTART``, and one that lists more than this
 is refused (write ``UNTIL`` instead)."""
+
+MAX_YEARS_BEFORE = 100
+"""How far before the asked time a rule with ``COUNT`` may start."""
 
 # The periods a restart point moves by; months and years are counted apart.
 _UNITS = {
@@ -92,12 +95,8 @@ def bounded_walk(rule: Any, wall: datetime, text: str) -> Iterator[datetime]:
     naming ``text``."""
     counted = _CountedRule.__new__(_CountedRule)
     counted.__dict__.update(rule.__dict__)
-    # One rebuild per month entered, two at the start, and YEARLY/MONTHLY
-    # rules rebuild once per period (a month or more).
-    # (A rule with BYEASTER reads it twice per rebuild.)
+    counted.__dict__["_rebuilds_left"] = _rebuilds(rule, wall, text)
     start: datetime = rule._dtstart
-    months = max(_months(start, wall), 0) + 12 * HORIZON_YEARS + 3
-    counted.__dict__["_rebuilds_left"] = months * (2 if rule._byeaster else 1)
     walked = 0
     try:
         for occurrence in counted:
@@ -116,8 +115,29 @@ def bounded_walk(rule: Any, wall: datetime, text: str) -> Iterator[datetime]:
             f"rrule {text!r} has no window in the {HORIZON_YEARS} years after "
             f"{max(wall, start).isoformat()}: it never fires"
         ) from None
-    except (ValueError, OverflowError) as exc:  # found by dateutil only while walking
+    except (ValueError, OverflowError, IndexError) as exc:  # dateutil, only while walking
         raise ScheduleError(f"rrule {text!r} cannot be computed: {exc}") from None
+
+
+def _rebuilds(rule: Any, wall: datetime, text: str) -> int:
+    """How many rebuilds take dateutil from ``DTSTART`` to the horizon:
+    one per month a daily or finer rule enters, one per period of a monthly
+    or yearly rule, two at the start; twice as many reads with BYEASTER."""
+    start: datetime = rule._dtstart
+    before = max(_months(start, wall), 0)
+    if before > 12 * MAX_YEARS_BEFORE:
+        # Only a rule with COUNT gets here: any other is restarted near wall.
+        raise ScheduleError(
+            f"rrule {text!r} starts {before // 12} years before {wall.isoformat()}; a rule "
+            f"with COUNT is counted from DTSTART, at most {MAX_YEARS_BEFORE} years back: "
+            "end it with UNTIL rather than COUNT, or move DTSTART closer"
+        )
+    months_per_period = {YEARLY: 12, MONTHLY: 1}.get(rule._freq)
+    months = before + 12 * HORIZON_YEARS
+    periods = (
+        months if months_per_period is None else months // (months_per_period * rule._interval)
+    )
+    return (periods + 3) * (2 if rule._byeaster else 1)
 
 
 def restarted_near(rule: Any, wall: datetime) -> Any:
