@@ -280,3 +280,24 @@ def test_a_tick_adopting_random_rows_stays_bounded_and_each_row_fires_or_is_inva
                 assert repr(name) in record.last_error
     finally:
         scheduler.close()
+
+
+def test_beat_marks_a_calendar_with_no_window_from_now_invalid_and_keeps_ticking(
+    database_url: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    folder = tmp_path / "broker"
+    scheduler = Scheduler(filesystem_app(folder, database_url), clock=clock)
+    try:
+        store = scheduler.store
+        insert_routine(store, "healthy", cron="* * * * *", overlap="overlap")
+        # Valid as written (it fires from 2100): no window within ten years of now.
+        insert_routine(store, "closed", cron="0 9 * * *", exclude='["2026-01-01..2099-12-31"]')
+        for _ in range(3):
+            clock.advance(minutes=1)
+            scheduler.tick()
+        error = store.routines.by_name("closed").last_error
+        assert error is not None and "'closed'" in error and "remove every window" in error
+        # Adopted on the first tick, sent on the next two: the tick went on.
+        assert len([m for m in published(folder) if m["routine"] == "healthy"]) == 2
+    finally:
+        scheduler.close()
