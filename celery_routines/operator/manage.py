@@ -13,7 +13,7 @@ Every change is written to ``routine_changes`` with who made it.
 from __future__ import annotations
 
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -42,6 +42,8 @@ from celery_routines.operator.windows import check_count
 from celery_routines.policy.notify_hosts import door_refusal
 from celery_routines.policy.routine import Routine, define
 from celery_routines.policy.states import Reason
+from celery_routines.schedules.base import first_window
+from celery_routines.schedules.parse import schedule_of
 from celery_routines.schedules.rrule import looks_like_rrule
 from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.schedules.union import spec_list
@@ -100,6 +102,7 @@ class RoutineEditor:
         self._check_notify_host(name, definition.notify_url)
         by = by or process_user()
         now = self.clock()
+        fires_within_bound(definition, self.settings.timezone, now)
         columns = definition.columns()
         if self.store.routines.by_name(name) is not None:
             raise _exists(name)
@@ -152,7 +155,9 @@ class RoutineEditor:
             schedule = record.cron
         else:
             schedule = timedelta(seconds=record.interval_seconds or 0)
-        columns = define(record.task, schedule, name=name, **current).columns()
+        definition = define(record.task, schedule, name=name, **current)
+        fires_within_bound(definition, self.settings.timezone, self.clock())
+        columns = definition.columns()
         changed = {
             k: v
             for k, v in columns.items()
@@ -281,6 +286,16 @@ class RoutineEditor:
         return PruneResult(cutoff, dry_run, dict(total), len(cutoffs))
 
     # -- internals ---------------------------------------------------------------
+
+
+def fires_within_bound(definition: Routine, default_zone: str, now: datetime) -> None:
+    """Refuse a definition whose schedule has no window within the schedules'
+    search bound from ``now`` (exclusions that remove every window, an rrule
+    that never fires again): stored, beat would only mark it invalid."""
+    try:
+        first_window(schedule_of(definition, definition.timezone or default_zone), now)
+    except ScheduleError as exc:
+        raise InvalidRoutine(definition.name, str(exc)) from None
 
 
 def new_definition(

@@ -396,7 +396,7 @@ def _check_schedule_fields(routine: Routine) -> None:
 
 
 def _check_calendar(routine: Routine) -> None:
-    """``schedules``, ``exclude`` and ``shift`` (issue 34), normalised; the
+    """``schedules``, ``exclude`` and ``shift``, normalised; the
     calendar is built once here so that a bad country, date or combination is
     refused at the door, not at a tick."""
     set_ = object.__setattr__
@@ -404,7 +404,9 @@ def _check_calendar(routine: Routine) -> None:
         set_(routine, "schedules", tuple(parse_specs(routine.schedules, routine.timezone or "UTC")))
     set_(routine, "exclude", Exclusions(exclusion_entries(routine.exclude)).entries)
     set_(routine, "shift", None if (shift := parse_shift(routine.shift)) is None else shift.value)
-    if routine.exclude or routine.shift is not None:
+    # An rrule is built too (and kept: schedules are shared), so that a
+    # rule that never fires is refused by this model, whichever door built it.
+    if routine.exclude or routine.shift is not None or routine.rrule is not None:
         schedule_of(routine, routine.timezone or "UTC")
 
 

@@ -50,6 +50,11 @@ MAX_REMOVED = 10_000
 HORIZON = timedelta(days=3660)
 MAX_NON_BUSINESS_DAYS = 366
 MAX_IDLE_DAYS = 3660
+# Under a shift, each day whose windows are looked at costs a millisecond or
+# two (the inner schedule is asked about the days around it): 100 business
+# days in a row that had windows and kept none mean the exclusions remove
+# them all (a season off is written as a date range, which costs nothing).
+MAX_EMPTIED_DAYS = 100
 WEEKEND = frozenset({5, 6})  # date.weekday(): Saturday, Sunday
 
 
@@ -81,6 +86,12 @@ class CalendarSchedule:
         object.__setattr__(self, "_zone", load_zone(self.timezone))
         crons = tuple(CronSchedule(text, self.timezone) for text in self.exclusions.crons)
         object.__setattr__(self, "_crons", crons)
+        for cron in crons:
+            if cron.matches_every_minute:
+                raise ScheduleError(
+                    f"exclude cron {cron.expression!r} matches every minute: it removes every "
+                    f"window of {self.inner.describe()}, which would never fire"
+                )
         if self.shift is not None and isinstance(self.inner, IntervalSchedule):
             # An interval is anchored on its previous window: moving one would
             # move every later one. Days are a calendar's; write a cron.
@@ -131,11 +142,10 @@ class CalendarSchedule:
     def next_excluded(self, after: datetime, limit: int = 5_000) -> tuple[datetime, str] | None:
         """The first window of the inner schedule after ``after`` that is
         excluded or moved, and why (for ``show`` and the panel)."""
-        window = aware_utc(after, "after")
-        for _ in range(limit):
-            window = self.inner.next_after(window)
-            if is_never(window):
-                return None
+        after = aware_utc(after, "after")
+        for examined, window in enumerate(self.inner.windows(after, after + HORIZON)):
+            if examined >= limit:
+                break
             reason = self.why_not(window)
             if reason is not None:
                 return window, reason
@@ -202,7 +212,10 @@ class CalendarSchedule:
     def _kept_from(self, window: datetime, asked: datetime) -> datetime:
         """``window`` or the first inner window after it that is not excluded.
         A whole excluded day is jumped over in one question to the inner
-        schedule (an interval keeps its grid)."""
+        schedule (an interval keeps its grid); windows an excluded cron
+        removes are listed, not asked for one by one (a cron's ``next_after``
+        costs milliseconds, a listed window microseconds)."""
+        listed: Iterator[datetime] | None = None
         for _ in range(MAX_REMOVED):
             if is_never(window):
                 return window
@@ -212,14 +225,23 @@ class CalendarSchedule:
             if cron is None and self.exclusions.day_name(self.local_date(window)) is None:
                 return window
             if cron is not None:
-                window = self.inner.next_after(window)
+                listed = listed or self._inner_after(window)
+                window = next(listed)
                 continue
             end = self._day_start(self._last_excluded_day(self.local_date(window)) + _DAY)
-            window = self._inner_from(window, end)
+            window, listed = self._inner_from(window, end), None
         raise ScheduleError(
             f"{self.describe()}: the exclusions remove every window after {asked.isoformat()} "
             f"(looked {MAX_REMOVED} windows or 10 years ahead)"
         )
+
+    def _inner_after(self, window: datetime) -> Iterator[datetime]:
+        """The inner windows after ``window``, listed lazily up to the
+        horizon, then the first one past it (or :data:`NEVER`)."""
+        last = window
+        for last in self.inner.windows(window, window + HORIZON):
+            yield last
+        yield self.inner.next_after(last)
 
     def _last_excluded_day(self, day: date) -> date:
         while self.exclusions.day_name(day + _DAY) is not None:
@@ -255,13 +277,18 @@ class CalendarSchedule:
             other += step
         return found
 
-    def _instants_of(self, day: date) -> set[datetime]:
-        """Every window that fires on business day ``day``."""
+    def _instants_of(self, day: date) -> tuple[set[datetime], int]:
+        """Every window that fires on business day ``day``, and how many
+        windows of its days an excluded cron removed."""
         instants: set[datetime] = set()
+        removed = 0
         for source in self._sources(day):
             start = self._day_start(source)
             for window in self.inner.windows(start - _AROUND, start + 2 * _AROUND):
-                if self.local_date(window) != source or self.cron_removes(window) is not None:
+                if self.local_date(window) != source:
+                    continue
+                if self.cron_removes(window) is not None:
+                    removed += 1
                     continue
                 if source == day:
                     instants.add(window)
@@ -269,7 +296,7 @@ class CalendarSchedule:
                     for wall in nominal_walls(self.inner, window, self._zone):
                         moved = datetime.combine(day, wall.time())
                         instants.add(local_to_utc_first(moved, self._zone))
-        return instants
+        return instants, removed
 
     def _shifted(self, after: datetime) -> Iterator[datetime]:
         """Windows strictly after ``after``, ascending; business days in order,
@@ -277,13 +304,15 @@ class CalendarSchedule:
         pending: list[datetime] = []
         last_sent: datetime | None = None
         day = self.local_date(after) - 2 * _DAY
-        idle = 0
+        idle = removed = emptied = 0
         while True:
             idle += 1
-            if idle > MAX_IDLE_DAYS:
+            if idle > MAX_IDLE_DAYS or removed > MAX_REMOVED or emptied > MAX_EMPTIED_DAYS:
                 raise ScheduleError(
                     f"{self.describe()}: no window found within {MAX_IDLE_DAYS} days of "
-                    f"{after.isoformat()}"
+                    f"{after.isoformat()} (the exclusions removed {removed} windows of "
+                    f"{emptied} days in a row; the limits are {MAX_REMOVED} windows and "
+                    f"{MAX_EMPTIED_DAYS} days)"
                 )
             if not self.business_day(day):
                 day += _DAY
@@ -301,9 +330,12 @@ class CalendarSchedule:
                 window = heapq.heappop(pending)
                 if window != last_sent:
                     last_sent = window
-                    idle = 0
+                    idle = removed = emptied = 0
                     yield window
-            for window in self._instants_of(day):
+            instants, dropped = self._instants_of(day)
+            removed += dropped
+            emptied += 1
+            for window in instants:
                 if window > after:
                     heapq.heappush(pending, window)
             day += _DAY

@@ -30,7 +30,13 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from celery_routines.errors import ScheduleError
-from celery_routines.schedules.cronspec import CronSpec, days_from, days_until, parse_cron
+from celery_routines.schedules.cronspec import (
+    CronSpec,
+    dates_matching,
+    days_from,
+    days_until,
+    parse_cron,
+)
 from celery_routines.schedules.zones import (
     aware_utc,
     instants_of_wall_time,
@@ -69,6 +75,7 @@ class CronSchedule:
     timezone: str
     _spec: CronSpec = field(init=False, repr=False, compare=False)
     _zone: ZoneInfo = field(init=False, repr=False, compare=False)
+    _minutes: frozenset[int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         spec = parse_cron(self.expression)
@@ -78,11 +85,17 @@ class CronSchedule:
         object.__setattr__(self, "expression", spec.expression)
         object.__setattr__(self, "_spec", spec)
         object.__setattr__(self, "_zone", zone)
+        object.__setattr__(self, "_minutes", frozenset(spec.minutes_of_day))
 
     @property
     def real_time(self) -> bool:
         """True when the hour field is a wildcard or step (real-time cadence)."""
         return self._spec.real_time
+
+    @property
+    def matches_every_minute(self) -> bool:
+        """True for ``* * * * *`` in any spelling (as an exclusion: everything)."""
+        return len(self._minutes) == 24 * 60 and self._spec.day_expression == "0 0 * * *"
 
     def describe(self) -> str:
         return f"cron {self.expression!r} ({self.timezone})"
@@ -208,8 +221,8 @@ class CronSchedule:
         return tuple(found)
 
     def _matches_wall(self, wall: datetime) -> bool:
-        return wall.hour * 60 + wall.minute in _minute_set(self._spec) and _day_matches(
-            self._spec, wall.date()
+        return wall.hour * 60 + wall.minute in self._minutes and _day_matches(
+            self._spec.day_expression, wall.date()
         )
 
     # -- internals ----------------------------------------------------------
@@ -324,11 +337,9 @@ _count_windows = lru_cache(maxsize=_ANSWERS)(CronSchedule._count_windows)
 _last_windows = lru_cache(maxsize=_ANSWERS)(CronSchedule._last_windows)
 
 
-@lru_cache(maxsize=256)
-def _minute_set(spec: CronSpec) -> frozenset[int]:
-    return frozenset(spec.minutes_of_day)
-
-
+# Keyed by the day fields' text, not by the spec: hashing a spec hashes its
+# 1,440 minutes of "* * * * *", which made ``fires_at`` cost 0.1 ms (an
+# exclusion cron asks it of every window).
 @lru_cache(maxsize=_ANSWERS)
-def _day_matches(spec: CronSpec, day: date) -> bool:
-    return next(days_from(spec, day), None) == day
+def _day_matches(day_expression: str, day: date) -> bool:
+    return next(dates_matching(day_expression, day), None) == day

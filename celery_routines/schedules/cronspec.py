@@ -21,7 +21,7 @@ from croniter import CroniterBadDateError, CroniterError, croniter
 
 from celery_routines.errors import ScheduleError
 
-__all__ = ["CronSpec", "days_from", "days_until", "parse_cron"]
+__all__ = ["CronSpec", "dates_matching", "days_from", "days_until", "parse_cron"]
 
 _EXPECTED = "expected 5 fields: minute hour day-of-month month day-of-week"
 # (name, lowest, highest, names also accepted) of each field, in order. croniter
@@ -182,9 +182,14 @@ def _spec(expression: str, normalised: str, fields: list[str], read: list[str]) 
 
 def days_from(spec: CronSpec, first: date) -> Iterator[date]:
     """Matching calendar dates ``>= first``, ascending (ends only near year 9999)."""
+    return dates_matching(spec.day_expression, first)
+
+
+def dates_matching(day_expression: str, first: date) -> Iterator[date]:
+    """The dates ``>= first`` that a spec's ``day_expression`` matches."""
     # croniter's get_next is strictly after its start: start one second earlier.
     start = datetime.combine(first, time()) - timedelta(seconds=1)
-    walker = croniter(spec.day_expression, start, ret_type=datetime)
+    walker = croniter(day_expression, start, ret_type=datetime)
     yield from _dates(walker.get_next)
 
 

@@ -16,6 +16,12 @@ restarted there (an occurrence keeps the rule's phase: the weeks of an
 ``INTERVAL=2``, the hour and weekday ``DTSTART`` stood for). A rule with
 ``COUNT`` (the count runs from ``DTSTART``) is walked from the start, as is
 any question about a time before the anchor.
+
+A rule that never fires again does not end dateutil's walk: it steps day by
+day to the year 9999 (``FREQ=SECONDLY;BYMONTH=2;BYMONTHDAY=30`` walks for
+about 15 s). Every question is therefore bounded (``rrule_walk.py``): the walk
+restarts in phase near the asked time, gives up :data:`HORIZON_YEARS` after
+it, and lists at most :data:`MAX_WALKED` occurrences on the way.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 
 from celery_routines.errors import ScheduleError
 from celery_routines.schedules.base import NEVER, walk_windows
+from celery_routines.schedules.rrule_walk import bounded_walk, restarted_near
 from celery_routines.schedules.zones import aware_utc, load_zone, local_to_utc_first
 
 __all__ = ["RRuleSchedule", "looks_like_rrule"]
@@ -63,6 +70,11 @@ class RRuleSchedule:
             parsed = rrulestr(self.rule.strip().replace("\\n", "\n"))
         except (ValueError, TypeError) as exc:
             raise ScheduleError(f"rrule {self.rule!r} is invalid: {exc}") from None
+        if not isinstance(parsed, rrule):
+            raise ScheduleError(
+                f"rrule {self.rule!r} is a set (RDATE, EXDATE or several RRULE lines): "
+                "write one RRULE, and exclude dates with the exclude option"
+            )
         start = getattr(parsed, "_dtstart", None)
         if start is None or start.tzinfo is not None:
             raise ScheduleError(
@@ -72,7 +84,12 @@ class RRuleSchedule:
         object.__setattr__(self, "_rule", parsed)
         # A COUNT runs from DTSTART: such a rule is never restarted.
         counted = getattr(parsed, "_count", None)  # dateutil's own; no public accessor
-        object.__setattr__(self, "_can_anchor", isinstance(parsed, rrule) and not counted)
+        object.__setattr__(self, "_can_anchor", not counted)
+        # A rule with no window after its start is refused where it is
+        # written (every door builds the schedule), not found out by beat.
+        # (DTSTART itself is walked past: a rule whose only occurrence is
+        # DTSTART is simply done.)
+        next(self._occurrences_after(start), None)
 
     def describe(self) -> str:
         return f"rrule {' '.join(self.rule.split())!r} in {self.timezone}"
@@ -113,8 +130,10 @@ class RRuleSchedule:
         if anchored is not None and anchored[0] <= wall:
             rule = anchored[1]
         can_anchor = self._can_anchor
+        if can_anchor:
+            rule = restarted_near(rule, wall)
         passed: datetime | None = None
-        for occurrence in rule:
+        for occurrence in bounded_walk(rule, wall, self.rule):
             if occurrence <= wall:
                 passed = occurrence
                 continue

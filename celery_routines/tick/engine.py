@@ -334,12 +334,14 @@ class TickEngine:
             try:
                 schedule = self._schedule(record)
                 jitter = from_columns(record).jitter  # the send instants need a valid jitter
+                # From the whole second, so interval windows (and their keys) do
+                # not carry the adoption instant's microseconds forever. A
+                # schedule with no window within its search bound is invalid
+                # like a bad cron, not an error of the tick.
+                first = first_window(schedule, now.replace(microsecond=0))
             except (ScheduleError, InvalidRoutine) as exc:
                 self.writer.mark_invalid(record, exc, now, holder=None)
                 continue
-            # From the whole second, so interval windows (and their keys) do
-            # not carry the adoption instant's microseconds forever.
-            first = first_window(schedule, now.replace(microsecond=0))
             first_windows.append(Advance(record.id, send_instant(first, record.name, jitter)))
             if is_never(first):
                 logger.info(

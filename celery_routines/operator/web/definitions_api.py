@@ -22,7 +22,7 @@ from starlette.routing import Route
 import celery_routines.operator.web.present as present
 from celery_routines.errors import InvalidRoutine
 from celery_routines.operator.admin import Routines
-from celery_routines.operator.manage import OwnedByCode
+from celery_routines.operator.manage import OwnedByCode, fires_within_bound
 from celery_routines.operator.output import jsonable
 from celery_routines.operator.routine_form import (
     REFUSALS,
@@ -119,7 +119,12 @@ def validate(request: Request) -> Response:
         errors["name"] = already_stored(name)
     windows: list[Any] = []
     if definition is not None and not errors:
-        windows = preview(admin, definition)
+        try:
+            fires_within_bound(definition, admin.settings.timezone, admin.clock())
+        except InvalidRoutine as exc:  # what a create would answer
+            errors = dict.fromkeys(blamed(str(exc), values), str(exc))
+        else:
+            windows = preview(admin, definition)
     zone = (definition.timezone if definition else None) or admin.settings.timezone
     return JSONResponse(
         {
