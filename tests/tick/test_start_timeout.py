@@ -9,10 +9,13 @@ store call the worker makes (``claim_start``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
 from celery_routines import Scheduler, register
+from celery_routines.store import RunRecord
 from tests.conftest import FakeClock
 from tests.harness import filesystem_app
 from tests.tick.test_sweeps import runs
@@ -29,6 +32,23 @@ def beat(folder: Path, database_url: str, clock: FakeClock) -> Scheduler:
         routines_run_timeout=RUN_TIMEOUT,
     )
     return Scheduler(app, clock=clock)
+
+
+@contextmanager
+def hourly_report_sent(
+    database_url: str, tmp_path: Path, clock: FakeClock
+) -> Iterator[tuple[Scheduler, RunRecord]]:
+    """An hourly routine with two retries, adopted and its first window sent."""
+    register("tasks.report", timedelta(hours=1), name="report", max_retries=2)
+    scheduler = beat(tmp_path / "broker", database_url, clock)
+    try:
+        scheduler.tick()
+        clock.advance(hours=1)
+        scheduler.tick()
+        [run] = runs(scheduler.store, "report")
+        yield scheduler, run
+    finally:
+        scheduler.close()
 
 
 def test_a_run_whose_message_was_lost_frees_its_routine_after_the_start_timeout(
@@ -65,14 +85,8 @@ def test_a_run_whose_message_was_lost_frees_its_routine_after_the_start_timeout(
 def test_a_late_message_runs_its_window_once_and_its_retry_never_goes_out(
     database_url: str, tmp_path: Path, clock: FakeClock
 ) -> None:
-    register("tasks.report", timedelta(hours=1), name="report", max_retries=2)
-    scheduler = beat(tmp_path / "broker", database_url, clock)
-    store = scheduler.store
-    try:
-        scheduler.tick()
-        clock.advance(hours=1)
-        scheduler.tick()
-        [run] = runs(store, "report")
+    with hourly_report_sent(database_url, tmp_path, clock) as (scheduler, run):
+        store = scheduler.store
         # The queue is long: nobody claims it within the start timeout.
         clock.advance(seconds=START_TIMEOUT + 1)
         scheduler.tick()
@@ -89,21 +103,13 @@ def test_a_late_message_runs_its_window_once_and_its_retry_never_goes_out(
         assert all(
             r.attempt == 1 for r in runs(store, "report") if r.scheduled_for == run.scheduled_for
         )
-    finally:
-        scheduler.close()
 
 
 def test_a_message_later_than_its_retry_is_refused_and_the_window_runs_once(
     database_url: str, tmp_path: Path, clock: FakeClock
 ) -> None:
-    register("tasks.report", timedelta(hours=1), name="report", max_retries=2)
-    scheduler = beat(tmp_path / "broker", database_url, clock)
-    store = scheduler.store
-    try:
-        scheduler.tick()
-        clock.advance(hours=1)
-        scheduler.tick()
-        [first] = runs(store, "report")
+    with hourly_report_sent(database_url, tmp_path, clock) as (scheduler, first):
+        store = scheduler.store
         clock.advance(seconds=START_TIMEOUT + 1)
         scheduler.tick()  # declared lost
         clock.advance(minutes=5)
@@ -114,8 +120,6 @@ def test_a_message_later_than_its_retry_is_refused_and_the_window_runs_once(
         assert not store.outcomes.claim_start(first.id, "worker-1", clock.now)
         assert store.outcomes.claim_start(attempts[2].id, "worker-2", clock.now)
         assert store.runs.get(first.id).state == "lost"
-    finally:
-        scheduler.close()
 
 
 def test_a_run_that_started_is_not_taken_again_after_it_was_declared_lost(
@@ -123,14 +127,8 @@ def test_a_run_that_started_is_not_taken_again_after_it_was_declared_lost(
 ) -> None:
     # A claimed run declared lost (its worker died under the body) may have
     # run: a late duplicate must not run it again; only its retry does.
-    register("tasks.report", timedelta(hours=1), name="report", max_retries=2)
-    scheduler = beat(tmp_path / "broker", database_url, clock)
-    store = scheduler.store
-    try:
-        scheduler.tick()
-        clock.advance(hours=1)
-        scheduler.tick()
-        [run] = runs(store, "report")
+    with hourly_report_sent(database_url, tmp_path, clock) as (scheduler, run):
+        store = scheduler.store
         assert store.outcomes.claim_start(
             run.id, "worker-1", clock.now, deadline_at=clock.now + timedelta(seconds=60)
         )
@@ -141,5 +139,3 @@ def test_a_run_that_started_is_not_taken_again_after_it_was_declared_lost(
             "lost",
         )
         assert not store.outcomes.claim_start(run.id, "worker-2", clock.now, celery_retries=0)
-    finally:
-        scheduler.close()
