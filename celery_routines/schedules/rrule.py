@@ -33,7 +33,6 @@ from typing import Any
 
 from celery_routines.errors import ScheduleError
 from celery_routines.schedules.base import NEVER, walk_windows
-from celery_routines.schedules.rrule_walk import bounded_walk, restarted_near
 from celery_routines.schedules.zones import aware_utc, load_zone, local_to_utc_first
 
 __all__ = ["RRuleSchedule", "looks_like_rrule"]
@@ -125,6 +124,10 @@ class RRuleSchedule:
     def _occurrences_after(self, wall: datetime) -> Iterator[datetime]:
         """The rule's wall times after ``wall``, in order, walked from the
         anchor when it is at or before ``wall``."""
+        # Imported here: dateutil is loaded only by a process that has an
+        # rrule routine (tests/test_imports.py pins a plain beat without it).
+        from celery_routines.schedules.rrule_walk import bounded_walk, restarted_near
+
         rule = self._rule
         anchored = self._anchored[-1] if self._anchored else None
         if anchored is not None and anchored[0] <= wall:

@@ -2,9 +2,10 @@
 
 Beat cannot know which tasks the workers have, so it sends the run. The
 worker logs "Received unregistered task" and drops the message (it is acked,
-not redelivered), so the run stays ``sent`` until ``routines_run_timeout``,
-is declared lost and retried under the routine's policy, and ends ``lost``
-with an error that says no outcome came back. Other routines are not held up.
+not redelivered), so the run stays ``sent`` until its start deadline (here
+``routines_run_timeout``, shorter than ``routines_start_timeout``), is
+declared lost and retried under the routine's policy, and ends ``lost`` with
+an error that says no worker claimed it. Other routines are not held up.
 """
 
 from __future__ import annotations
@@ -91,4 +92,4 @@ def test_an_unknown_task_is_sent_dropped_by_the_worker_then_lost_and_retried(
                 "WHERE t.name = 'ghost' AND r.attempt = 2"
             )
         ).scalar_one()
-    assert "no outcome" in error and "while sent" in error, error
+    assert "not started by" in error and "no worker claimed it" in error, error
