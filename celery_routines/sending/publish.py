@@ -47,6 +47,17 @@ RUN_TIMEOUT_HEADER = "routine_run_timeout"
 ZONE_HEADER = "routine_zone"
 KIND_HEADER = "routine_kind"
 WINDOW_AT_HEADER = "routine_window_at"
+
+
+def header_of(request: object, name: str) -> Any:
+    """A header's value on a worker's request, as the message sent it (Celery
+    also copies a message's headers onto the request as attributes)."""
+    headers = getattr(request, "headers", None)
+    if isinstance(headers, dict) and name in headers:
+        return headers[name]
+    return getattr(request, name, None)
+
+
 ROUTINE_HEADERS = (
     ROUTINE_HEADER,
     WINDOW_HEADER,

@@ -18,7 +18,6 @@ from __future__ import annotations
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
-from typing import Any
 
 from celery import current_task
 from celery.app.task import Task
@@ -32,6 +31,7 @@ from celery_routines.sending.publish import (
     WINDOW_AT_HEADER,
     WINDOW_HEADER,
     ZONE_HEADER,
+    header_of,
 )
 
 __all__ = ["RoutineRun", "current_run", "run_of_request"]
@@ -78,20 +78,20 @@ def current_run() -> RoutineRun | None:
 
 def run_of_request(request: object, default_zone: str = "UTC") -> RoutineRun | None:
     """The run a task request carries, or None when its message is not a routine run."""
-    routine = _header(request, ROUTINE_HEADER)
-    key = _header(request, WINDOW_HEADER)
+    routine = header_of(request, ROUTINE_HEADER)
+    key = header_of(request, WINDOW_HEADER)
     if not routine or not isinstance(key, str):
         return None
-    zone_name = _header(request, ZONE_HEADER) or default_zone
+    zone_name = header_of(request, ZONE_HEADER) or default_zone
     zone: tzinfo
     try:
         zone = load_zone(zone_name)
     except ValueError:
         zone = UTC
-    window = _window(key, routine, _header(request, WINDOW_AT_HEADER))
+    window = _window(key, routine, header_of(request, WINDOW_AT_HEADER))
     if window is None:
         return None
-    kind = _header(request, KIND_HEADER) or (
+    kind = header_of(request, KIND_HEADER) or (
         RunKind.TRIGGER if "@manual:" in key else RunKind.SCHEDULED
     )
     try:
@@ -99,7 +99,7 @@ def run_of_request(request: object, default_zone: str = "UTC") -> RoutineRun | N
     except ValueError:
         kind = RunKind.SCHEDULED
     try:
-        attempt = int(_header(request, ATTEMPT_HEADER) or 1)
+        attempt = int(header_of(request, ATTEMPT_HEADER) or 1)
     except (TypeError, ValueError):
         attempt = 1
     return RoutineRun(
@@ -129,14 +129,6 @@ def _window(key: str, routine: str, window_at: object) -> datetime | None:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.astimezone(UTC)
-
-
-def _header(request: object, name: str) -> Any:  # a header's value, as the message sent it
-    headers = getattr(request, "headers", None)
-    if isinstance(headers, dict) and name in headers:
-        return headers[name]
-    # Celery also copies a message's headers onto the request.
-    return getattr(request, name, None)
 
 
 def _default_zone(task: Task) -> str:

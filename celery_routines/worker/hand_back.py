@@ -10,7 +10,7 @@ from datetime import datetime
 from celery.app.task import Context, Task
 from celery.exceptions import Retry
 
-from celery_routines.sending.publish import ROUTINE_HEADER, ROUTINE_HEADERS
+from celery_routines.sending.publish import ROUTINE_HEADER, ROUTINE_HEADERS, header_of
 from celery_routines.worker.outage import DatabaseUnreachable
 
 logger = logging.getLogger("celery_routines.worker")
@@ -27,7 +27,7 @@ HAND_BACK_AFTER = 5.0
 def released_claims_of(request: object) -> list[tuple[str, datetime]]:
     """The claims an earlier delivery of this run tried before it was handed
     back (see :data:`RELEASED_HEADER`)."""
-    raw = _header(request, RELEASED_HEADER)
+    raw = header_of(request, RELEASED_HEADER)
     claims: list[tuple[str, datetime]] = []
     for item in raw if isinstance(raw, list) else []:
         try:
@@ -36,13 +36,6 @@ def released_claims_of(request: object) -> list[tuple[str, datetime]]:
         except (TypeError, ValueError):
             continue  # not ours to read: this delivery claims as any other
     return claims
-
-
-def _header(request: object, name: str) -> object:
-    headers = getattr(request, "headers", None) or {}
-    if isinstance(headers, dict) and name in headers:
-        return headers[name]
-    return getattr(request, name, None)
 
 
 def hand_back(
@@ -56,8 +49,8 @@ def hand_back(
     so the task shows RETRY (not FAILURE) in Flower and the result backend,
     and the body does not run. Not Celery's own ``self.retry()``: that would
     count against the task's ``max_retries``."""
-    headers = {name: value for name in ROUTINE_HEADERS if (value := _header(request, name))}
-    headers.update({key: value for key, value in (getattr(request, "headers", None) or {}).items()})
+    headers = {name: value for name in ROUTINE_HEADERS if (value := header_of(request, name))}
+    headers.update(getattr(request, "headers", None) or {})
     headers[RELEASED_HEADER] = [[worker, at.isoformat()] for worker, at in claims[-8:]]
     request._routines_handed_back = True
     try:
@@ -74,7 +67,7 @@ def hand_back(
     logger.warning(
         "run %s of %s handed back to the broker, due again in %.0f s: %s",
         request.id,
-        _header(request, ROUTINE_HEADER),
+        header_of(request, ROUTINE_HEADER),
         HAND_BACK_AFTER,
         unreachable,
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 from sqlalchemy import exc as sa_exc
@@ -67,7 +67,6 @@ class Attempts:
     # A try failed after the statement may have reached the database (a
     # connection cut mid-way): a later try must allow for its having landed.
     uncertain: bool = False
-    errors: list[str] = field(default_factory=list)
 
 
 class DatabaseUnreachable(Exception):
@@ -108,7 +107,6 @@ def patiently(
             if not is_connection_fault(error):
                 raise
             attempts.uncertain = True  # it may have reached the server before the cut
-            attempts.errors.append(cause_of(error))
             waited = monotonic() - started
             if waited + wait > patience:
                 raise DatabaseUnreachable(what, waited, attempts, error) from error
