@@ -121,6 +121,17 @@ def outage_app(app: Celery, tmp_path: Path) -> Celery:
     return app
 
 
+def recording_job(app: Celery) -> Any:
+    """A routine task ``job`` whose body notes each run in ``calls``."""
+
+    @register_task(app, "job")
+    def job() -> str:
+        calls.append("job")
+        return "ok"
+
+    return job
+
+
 @pytest.fixture
 def republished() -> Iterator[list[dict[str, Any]]]:
     seen: list[dict[str, Any]] = []
@@ -138,11 +149,7 @@ def republished() -> Iterator[list[dict[str, Any]]]:
 def test_a_claim_cut_for_a_moment_runs_the_body_once(
     outage_app: Celery, store: Store, cut: list[Cut], when: str, times: int
 ) -> None:
-    @register_task(outage_app, "job")
-    def job() -> str:
-        calls.append("job")
-        return "ok"
-
+    job = recording_job(outage_app)
     run_id = make_run(store, "job")
     claim = install(cut, outage_app, CLAIM, times=times, when=when)
     result = deliver(job, run_id, "job")
@@ -163,11 +170,7 @@ def test_a_claim_that_cannot_reach_the_database_hands_the_delivery_back_and_it_r
     when: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    @register_task(outage_app, "job")
-    def job() -> str:
-        calls.append("job")
-        return "ok"
-
+    job = recording_job(outage_app)
     run_id = make_run(store, "job")
     install(cut, outage_app, CLAIM, times=10_000, when=when)
     with caplog.at_level(logging.WARNING, "celery_routines.worker"):
@@ -195,11 +198,7 @@ def test_a_duplicate_delivery_still_refuses_a_run_another_delivery_holds(
     outage_app: Celery, store: Store
 ) -> None:
     # The take-over is for the claims the message names, not any running row.
-    @register_task(outage_app, "job")
-    def job() -> str:
-        calls.append("job")
-        return "ok"
-
+    job = recording_job(outage_app)
     run_id = make_run(store, "job")
     assert store.outcomes.claim_start(run_id, "other-worker", store.db_now())
     foreign = [["this-worker", "2026-11-30T12:00:00+00:00"]]
@@ -216,11 +215,7 @@ def test_an_outcome_cut_for_a_moment_is_written_once(
     when: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    @register_task(outage_app, "job")
-    def job() -> str:
-        calls.append("job")
-        return "ok"
-
+    job = recording_job(outage_app)
     run_id = make_run(store, "job")
     outcome = install(cut, outage_app, SUCCESS, times=2, when=when)
     with caplog.at_level(logging.WARNING, "celery_routines.worker"):
