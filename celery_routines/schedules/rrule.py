@@ -80,6 +80,14 @@ class RRuleSchedule:
                 f"rrule {self.rule!r}: give DTSTART as a local time (no TZID, no Z); "
                 "the routine's timezone reads it"
             )
+        until = getattr(parsed, "_until", None)  # dateutil's own; no public accessor
+        if until is not None and until.replace(tzinfo=None) < start:
+            # Refused without a walk: dateutil would search minute by minute
+            # for an occurrence that cannot come.
+            raise ScheduleError(
+                f"rrule {self.rule!r} has no window: its UNTIL {until:%Y-%m-%d %H:%M:%S} is "
+                f"before its DTSTART {start:%Y-%m-%d %H:%M:%S}, so it never fires"
+            )
         object.__setattr__(self, "_rule", parsed)
         # A COUNT runs from DTSTART: such a rule is never restarted.
         counted = getattr(parsed, "_count", None)  # dateutil's own; no public accessor
