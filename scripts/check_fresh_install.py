@@ -74,10 +74,10 @@ def copy_checkout(into: Path) -> Path:
     return into
 
 
-def fresh_venv(where: Path) -> dict[str, str]:
+def fresh_venv(where: Path, python: str = sys.executable) -> dict[str, str]:
     """A new virtualenv with no site packages; the environment that uses it
     (as `. venv/bin/activate` would), nothing inherited from the tests' one."""
-    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
+    subprocess.run([python, "-m", "venv", str(where)], check=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["VIRTUAL_ENV"] = str(where)
     env["PATH"] = f"{where / 'bin'}{os.pathsep}{env.get('PATH', '')}"

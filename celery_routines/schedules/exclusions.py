@@ -177,7 +177,17 @@ def holiday_calendar(code: str) -> Any:
         ) from None
     country, _, subdivision = code.partition("-")
     try:
-        return holidays.country_holidays(country, subdiv=subdivision or None)
+        calendar = holidays.country_holidays(country, subdiv=subdivision or None)
+        # Names in English wherever the calendar has them: otherwise the
+        # library picks the language from LANGUAGE/LC_ALL/LANG, so a beat, a
+        # panel and a CLI on differently configured hosts would name the same
+        # excluded day differently (Python 3.12 reads C.UTF-8 as no language
+        # at all and gets the country's own: "Natale" for IT).
+        if "en_US" in calendar.supported_languages:
+            calendar = holidays.country_holidays(
+                country, subdiv=subdivision or None, language="en_US"
+            )
+        return calendar
     except NotImplementedError as exc:
         # The library says which part it does not know ("Country XX not
         # available", "Entity `US` does not have subdivision ZZ").

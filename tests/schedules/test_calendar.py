@@ -16,7 +16,7 @@ import pytest
 from celery_routines.errors import ScheduleError
 from celery_routines.schedules.calendar import CalendarSchedule, Shift, calendar
 from celery_routines.schedules.cron import CronSchedule
-from celery_routines.schedules.exclusions import Exclusions, exclusion_entries
+from celery_routines.schedules.exclusions import Exclusions, exclusion_entries, holiday_calendar
 from celery_routines.schedules.interval import IntervalSchedule
 from celery_routines.schedules.keys import window_key
 from celery_routines.schedules.parse import parse_specs, schedule_from_columns
@@ -107,6 +107,21 @@ def test_day_names_come_from_the_holiday_calendar_the_dates_and_the_ranges() -> 
     assert Exclusions(("holidays:US-NY",)).day_name(date(2026, 2, 12)) == "Lincoln's Birthday"
     assert Exclusions(("holidays:US",)).day_name(date(2026, 2, 12)) is None
     assert Exclusions(("holidays:GB-SCT",)).day_name(date(2026, 11, 30)) == "Saint Andrew's Day"
+
+
+@pytest.mark.parametrize("language", ["it_IT", "C.UTF-8", "de"])
+def test_holiday_names_do_not_depend_on_the_hosts_language(
+    language: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The library reads LANGUAGE, LC_ALL, LC_MESSAGES and LANG: a beat and a
+    # panel on differently configured hosts must still name a day alike.
+    for variable in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"):
+        monkeypatch.setenv(variable, language)
+    holiday_calendar.cache_clear()
+    try:
+        assert Exclusions(("holidays:IT",)).day_name(date(2026, 12, 25)) == "Christmas Day"
+    finally:
+        holiday_calendar.cache_clear()
 
 
 # -- exclusions: the window is not a window -------------------------------------------
