@@ -254,6 +254,8 @@ def _print_result(result: ImportResult, disabled: bool) -> None:
     )
     if result.behaviour is not None and result.count("added") + result.count("updated"):
         click.echo(result.behaviour)
+    if result.note is not None:
+        click.echo(result.note)
     tail = " (dry run: nothing written)" if result.dry_run else ""
     if disabled and not result.dry_run and result.count("added") + result.count("updated"):
         tail += "; paused: `celery routines resume NAME` once the old scheduler is stopped"

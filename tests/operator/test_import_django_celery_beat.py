@@ -448,6 +448,25 @@ def test_dry_run_prints_the_plan_and_writes_nothing(dcb: DCB, invoke, admin: Rou
     assert admin.list() == [] and recorded_changes(admin.store) == 0
 
 
+def test_a_dry_run_needs_no_store_and_creates_no_file(
+    dcb: DCB, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trying the import before anything else: no SQLite file yet. The dry
+    run prints the plan (every entry added) and leaves no file behind."""
+    every_kind(dcb)
+    missing = tmp_path / "new" / "routines.db"
+    missing.parent.mkdir()
+    app = make_app(tmp_path / "broker", f"sqlite:///{missing}")
+    invoke = cli_invoker(app, clock, monkeypatch)
+    out = ok(invoke("import", "django-celery-beat", dcb.url, "--dry-run", "--disabled"))
+    assert "added         every-2h  next window 2026-10-24 13:00:00 UTC" in out
+    assert "the store has no tables yet" in out
+    assert out.splitlines()[-1] == (
+        "django-celery-beat: 7 added, 0 not imported (dry run: nothing written)"
+    )
+    assert list(missing.parent.iterdir()) == []
+
+
 def test_an_import_keeps_the_old_schedulers_retries_and_overlap_unless_asked(
     dcb: DCB, invoke, admin: Routines
 ) -> None:

@@ -16,7 +16,8 @@ The rules, for every planned routine:
   another owner: not touched, listed with the reason.
 
 A dry run does all of it and rolls back, so the plan it prints is the one a
-real run would write.
+real run would write. On a store with no tables yet (no SQLite file at all)
+it plans against an empty store and writes nothing, not even the schema.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from celery_routines.policy.notify_hosts import door_refusal
 from celery_routines.schedules.base import NEVER, first_window, is_never
 from celery_routines.schedules.jitter import send_instant
 from celery_routines.schedules.parse import schedule_of
-from celery_routines.store import RoutineRecord
+from celery_routines.store import RoutineRecord, migrate
 from celery_routines.store.declarations import SCHEDULE_COLUMNS
 from celery_routines.store.imports import ImportQueries
 
@@ -48,6 +49,10 @@ if TYPE_CHECKING:
     from celery_routines.operator.admin import Routines
 
 SOURCE = "import"
+NO_TABLES = (
+    "the store has no tables yet: this plan is against an empty store, and the import "
+    "creates them (as `celery routines migrate` does)"
+)
 
 
 class _RollBack(Exception):
@@ -86,6 +91,11 @@ class Importer:
         ]
         lines += [ImportLine(u.name, "left alone", reason=u.reason) for u in plan.left]
         store = self.admin.store
+        if dry_run and not migrate.has_schema(store.engine):
+            # Nothing is stored yet, so every entry would be added: the plan
+            # needs no table, and a dry run creates none (nor a SQLite file).
+            lines += self._plan(plan, paused, prune, {}, set(), self.admin.clock())[0]
+            return ImportResult(plan.source, dry_run, lines, by, plan.behaviour, NO_TABLES)
         if not dry_run:
             store.migrate()  # like `sync`: moving in may be the store's first use
         try:
@@ -104,6 +114,24 @@ class Importer:
         with_runs = self.queries.with_runs(
             r.id for name, r in stored.items() if name in planned_names
         )
+        lines, batch = self._plan(plan, paused, prune, stored, with_runs, now)
+        self.queries.insert_many(batch.new)
+        self.queries.record_changes(batch.changes, by, now)
+        self.queries.fingerprint(batch.scheduled)
+        return lines
+
+    def _plan(
+        self,
+        plan: ImportPlan,
+        paused: bool,
+        prune: bool,
+        stored: Mapping[str, RoutineRecord],
+        with_runs: set[int],
+        now: datetime,
+    ) -> tuple[list[ImportLine], _Batch]:
+        """The lines of ``plan`` against the ``stored`` routines; the updates
+        of stored routines are written here, the additions left in the batch."""
+        planned_names = {p.definition.name for p in plan.routines}
         lines, batch = [], _Batch()
         for planned in plan.routines:
             line = self._one(
@@ -134,10 +162,7 @@ class Importer:
                 )
                 batch.changes.append((record.name, "retired", {"by_import": plan.source}))
                 lines.append(ImportLine(record.name, "retired", reason="not in the file"))
-        self.queries.insert_many(batch.new)
-        self.queries.record_changes(batch.changes, by, now)
-        self.queries.fingerprint(batch.scheduled)
-        return lines
+        return lines, batch
 
     def _one(
         self,

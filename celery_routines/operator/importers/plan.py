@@ -85,6 +85,8 @@ class ImportResult:
     by: str | None = None
     behaviour: str | None = None
     """What retries and overlap the routines got (the plan's)."""
+    note: str | None = None
+    """Something about the store the plan was made against (printed)."""
 
     def count(self, action: str) -> int:
         return sum(1 for line in self.lines if line.action == action)
