@@ -11,7 +11,7 @@ undoes what the new code wrote.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -83,6 +83,14 @@ class Declared:
 class DeclarationQueries:
     def __init__(self, engine: Engine) -> None:
         self.db = connections_for(engine)
+
+    def missing(self, names: Collection[str]) -> list[str]:
+        """The names among ``names`` that no stored routine has."""
+        if not names:
+            return []
+        with self.db.read() as conn:
+            found = set(conn.execute(select(c.name).where(c.name.in_(list(names)))).scalars())
+        return sorted(set(names) - found)
 
     def write(
         self,
