@@ -76,6 +76,9 @@ class Importer:
     def __init__(self, admin: Routines) -> None:
         self.admin = admin
         self.queries = ImportQueries(admin.store.engine)
+        # The names the app's code declares (read by apply()): beat takes
+        # those routines over from the import when it starts.
+        self.declared: frozenset[str] = frozenset()
 
     def apply(
         self,
