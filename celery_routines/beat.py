@@ -24,13 +24,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from .clock import Clock, utc_now
 from .config import Settings, settings_from
-from .declare import declare
 from .errors import RoutinesError
 from .extras import check_extras
 from .observe.events import RoutineEvents
 from .observe.health import BeatHealth, ProbeServer, serve_health, store_checker
 from .observe.metrics import MeasuredPublisher, RoutineMetrics, metrics_for
-from .registry import InvalidEntry, celery_default_entries, definitions_for
+from .redeclare import CodeDeclarations, written_line
 from .sending.gate import Gate, OpenGate, RedisGate
 from .sending.offload import beats_publisher
 from .sending.publish import Publisher
@@ -71,6 +70,7 @@ class Scheduler(CeleryScheduler):
         self._skew_said: float | None = None
         self._engine: TickEngine | None = None
         self._store: Store | None = None
+        self._declarations: CodeDeclarations | None = None
         self._gate: Gate | None = None
         self._closed = False
         self._backoff = TickBackoff(logger)
@@ -111,25 +111,17 @@ class Scheduler(CeleryScheduler):
             self.settings, ping_after_idle=self.settings.refresh_seconds + PING_MARGIN_SECONDS
         )
         store.migrate()
-        invalid: list[InvalidEntry] = []
-        definitions = definitions_for(self.app, invalid)
-        events = RoutineEvents(self.app, hostname=self.holder, store=store)
-        try:
-            declare(
-                store,
-                definitions,
-                self._clock(),
-                owner=self.settings.owner,
-                stamp=self.settings.code_version or self._loaded_at,
-                default_zone=self.settings.timezone,
-                events=events,
-                invalid=invalid,
-            )
-        finally:
-            events.close()
+        self._declarations = CodeDeclarations(
+            self.app,
+            self.settings,
+            store,
+            self._clock,
+            stamp=self.settings.code_version or self._loaded_at,
+            holder=self.holder,
+        )
+        names = self._declarations.declare()
         logger.info(
-            "celery-routines: %s",
-            _written(self.app, [d.name for d in definitions], self.settings.database_url),
+            "celery-routines: %s", written_line(self.app, names, self.settings.database_url)
         )
         self._store = store
         self._beat_heartbeat = heartbeat_for(store.beats, self.holder, self._clock, self)
@@ -179,9 +171,14 @@ class Scheduler(CeleryScheduler):
         self._wrap_stop_signals()
         self._in_tick = True
         try:
-            report = self.engine.tick()
+            engine = self.engine
+            if self._declarations is not None:
+                self._declarations.keep()  # the code's routines, if the store lost them
+            report = engine.tick()
         except Exception as exc:
             self._in_tick = False
+            if self._declarations is not None:
+                self._declarations.tick_failed(exc)
             if self.health is not None:
                 self.health.tick_finished(ok=False)
             self._stop_if_requested()
@@ -215,7 +212,8 @@ class Scheduler(CeleryScheduler):
         """Beat's probes (observe/health.py): on ``routines_health_port`` when
         set, and beside ``/metrics`` on the metrics port."""
         if self.health is None:
-            check = store_checker(store, HEAD_REVISION)
+            declared = self._declarations.readiness_problem if self._declarations else None
+            check = store_checker(store, HEAD_REVISION, declared)
             self.health = BeatHealth(float(self.max_interval), check)
         port = self.settings.health_port
         if port is not None and self._health_server is None:
@@ -406,23 +404,6 @@ class Scheduler(CeleryScheduler):
             f"    . idempotency gate -> {gate}\n"
             f"    . publish -> {self.settings.publish}{where}"
         )
-
-
-def _written(app: Celery, names: list[str], database_url: str) -> str:
-    """``wrote 3 routine(s) declared in code to <url>``, naming the ones the
-    user did not declare and why they exist (a routine nobody declared looks
-    like a bug)."""
-    defaults = {d.name for d in celery_default_entries(app)} & set(names)
-    text = f"wrote {len(names) - len(defaults)} routine(s) declared in code"
-    if "celery.backend_cleanup" in defaults:
-        text += " and celery.backend_cleanup"
-    text += f" to {safe_url(database_url)}"
-    if "celery.backend_cleanup" in defaults:
-        text += (
-            " (celery.backend_cleanup is Celery's own: its beat adds it too, because "
-            "result_expires is set and the result backend does not expire results by itself)"
-        )
-    return text
 
 
 def cannot_start(exc: BaseException, database_url: str | None) -> NoReturn:

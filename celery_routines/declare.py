@@ -85,6 +85,16 @@ def declare(
         store.changes.record(name, "retired", by, now, {"owner": owner, "stamp": stamp})
         if events is not None and hasattr(events, "retired"):
             events.retired(name, since=now, owner=owner)
+    for name in declared.resumed:
+        logger.warning(
+            "%s is declared in the code of %r, which takes over the routine imported paused "
+            "(import --disabled): resumed, with the code's definition",
+            name,
+            owner,
+        )
+        store.changes.record(
+            name, "resumed", by, now, {"owner": owner, "taken_over_from": "import"}
+        )
     by_name = {d.name: d for d in definitions}
     for revived in declared.revived:
         if revived.name not in by_name:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from sqlalchemy import text
+from sqlalchemy import MetaData, text
 
 from celery_routines import Scheduler
 from celery_routines.store import RunRecord, Store
@@ -126,3 +126,17 @@ def recorded_changes(store: Store) -> int:
     """How many changes ``routine_changes`` holds (each operator change writes one)."""
     with store.engine.connect() as conn:
         return int(conn.execute(text("SELECT COUNT(*) FROM routine_changes")).scalar_one())
+
+
+def drop_every_table(url: str, *, migrate: bool = False) -> None:
+    """What dropping and recreating the database leaves: no table at all
+    (then, ``migrate``, the empty tables `celery routines migrate` creates)."""
+    store = Store.from_url(url)
+    try:
+        tables = MetaData()
+        tables.reflect(store.engine)
+        tables.drop_all(store.engine)
+        if migrate:
+            store.migrate()
+    finally:
+        store.dispose()

@@ -9,8 +9,9 @@ Kubernetes and compose ask two questions, and they have different answers:
   in a statement that never returns or a broker call without a timeout.
   A beat that just started counts from its start.
 - **ready** (``/readyz``): can this beat do its job? 200 when the store
-  answers, its schema is the revision this code needs, and this beat has
-  finished a tick without error; otherwise 503 with one line saying which.
+  answers, its schema is the revision this code needs, every routine
+  declared in this beat's code is stored, and this beat has finished a tick
+  without error; otherwise 503 with one line saying which.
 
 Served from a daemon thread with the standard library's ``http.server``, on
 ``routines_health_port`` (``127.0.0.1`` unless ``routines_health_address``
@@ -127,14 +128,30 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:300]
 
 
-def store_checker(store: Store, head_revision: str) -> Callable[[], str | None]:
-    """``None`` when ``store`` answers at the schema revision ``head_revision``."""
+def store_checker(
+    store: Store,
+    head_revision: str,
+    declared_problem: Callable[[], str | None] | None = None,
+) -> Callable[[], str | None]:
+    """``None`` when ``store`` answers at the schema revision ``head_revision``
+    and (``declared_problem``: beat's view) holds every routine declared in
+    code; else why not."""
+    from celery_routines.store.engine import app_argument
     from celery_routines.store.migrate import current_revision
 
     def check() -> str | None:
         revision = current_revision(store.engine)
+        if revision is None:
+            return (
+                "the store's tables are missing (the database was dropped or recreated "
+                "empty?): beat creates them and declares the code's routines at its next "
+                f"tick; or run `celery -A {app_argument()} routines migrate` then "
+                f"`celery -A {app_argument()} routines sync`"
+            )
         if revision != head_revision:
-            return f"schema is at {revision or 'no revision'}, this code needs {head_revision}"
+            return f"schema is at {revision}, this code needs {head_revision}"
+        if declared_problem is not None:
+            return declared_problem()
         return None
 
     return check

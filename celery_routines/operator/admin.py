@@ -372,5 +372,6 @@ class Routines:
             [d.name for d in definitions],
             retired=declared.retired,
             revived=[r.name for r in declared.revived],
+            resumed=declared.resumed,
             newer_stamp=declared.newer_stamp,
         )

@@ -247,6 +247,8 @@ def _print_result(result: ImportResult, disabled: bool) -> None:
         if line.action == "updated" and line.fields:
             text += "  (" + ", ".join(sorted(line.fields)) + ")"
         click.echo(text.rstrip())
+        if line.note:
+            click.echo(f"{'':<14}{escaped(line.note)}")
     counts = ", ".join(
         f"{result.count(action)} {action}"
         for action in ("added", "updated", "unchanged", "retired", "left alone", "not imported")
@@ -254,6 +256,8 @@ def _print_result(result: ImportResult, disabled: bool) -> None:
     )
     if result.behaviour is not None and result.count("added") + result.count("updated"):
         click.echo(result.behaviour)
+    for note in result.notes:
+        click.echo(escaped(note))
     tail = " (dry run: nothing written)" if result.dry_run else ""
     if disabled and not result.dry_run and result.count("added") + result.count("updated"):
         tail += "; paused: `celery routines resume NAME` once the old scheduler is stopped"

@@ -386,7 +386,10 @@ def sync(ctx: click.Context, as_json: bool) -> None:
             return
         click.echo(f"{len(result.routines)} routine(s) written to {result.database}")
         for name in result.routines:
-            click.echo(f"  {name}" + ("  (back in service)" if name in result.revived else ""))
+            note = "  (back in service)" if name in result.revived else ""
+            if name in result.resumed:
+                note += "  (taken over from the import, which had paused it: resumed)"
+            click.echo(f"  {name}{note}")
         for name in result.retired:
             click.echo(f"  {name}  retired: no longer declared in code")
 

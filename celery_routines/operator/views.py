@@ -181,6 +181,8 @@ class SyncResult:
     """Code routines of this app no longer declared: retired by this sync."""
     revived: list[str] = field(default_factory=list)
     """Retired routines declared again: back in service from now."""
+    resumed: list[str] = field(default_factory=list)
+    """Routines an import paused (``--disabled``) that the code took over: resumed."""
     newer_stamp: str | None = None
     """Set when newer code had written the routines: this sync wrote nothing."""
 

@@ -11,7 +11,7 @@ undoes what the new code wrote.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -25,6 +25,13 @@ from .models import ROUTINES
 table = ROUTINES
 c = table.c
 CODE = "code"
+# The pause reason ``import --disabled`` writes. That pause only waits for the
+# switch-over, which a code declaration taking the routine over is: it ends
+# it. Any other pause (an operator's, with or without a reason, an automatic
+# one) has another reason and stays.
+IMPORT_PAUSE_REASON = (
+    "imported paused (--disabled): `celery routines resume NAME` once the old scheduler is stopped"
+)
 # Columns that decide when a routine fires: a change resets its next window.
 SCHEDULE_COLUMNS = (
     "cron",
@@ -67,6 +74,8 @@ class Declared:
     written: list[str] = field(default_factory=list)
     retired: list[str] = field(default_factory=list)
     revived: list[Revived] = field(default_factory=list)
+    # Routines the import had paused, taken over by the code and resumed.
+    resumed: list[str] = field(default_factory=list)
     # Set when the stored declarations are newer: nothing was written.
     newer_stamp: str | None = None
 
@@ -74,6 +83,14 @@ class Declared:
 class DeclarationQueries:
     def __init__(self, engine: Engine) -> None:
         self.db = connections_for(engine)
+
+    def missing(self, names: Collection[str]) -> list[str]:
+        """The names among ``names`` that no stored routine has."""
+        if not names:
+            return []
+        with self.db.read() as conn:
+            found = set(conn.execute(select(c.name).where(c.name.in_(list(names)))).scalars())
+        return sorted(set(names) - found)
 
     def write(
         self,
@@ -108,6 +125,8 @@ class DeclarationQueries:
                         c.owner,
                         c.retired_at,
                         c.declared_version,
+                        c.paused,
+                        c.paused_reason,
                         *[c[col] for col in SCHEDULE_COLUMNS],
                     )
                     .where(or_(c.name.in_(names), owned) if names else owned)
@@ -139,6 +158,11 @@ class DeclarationQueries:
                     values.update(next_run_at=None, schedule_fingerprint=None)
                 elif any(getattr(row, col) != definition.get(col) for col in SCHEDULE_COLUMNS):
                     values.update(next_run_at=None, schedule_fingerprint=None)
+                if row.source != CODE and row.paused and row.paused_reason == IMPORT_PAUSE_REASON:
+                    # The code declares it: it runs as the code says, and a
+                    # routine declared in code is never paused by default.
+                    values.update(paused=False, paused_reason=None, failures_counted_from=now)
+                    outcome.resumed.append(row.name)
                 values = {"last_error": None, **values}
                 conn.execute(update(table).where(c.id == row.id).values(**values))
             gone = sorted(

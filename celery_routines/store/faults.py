@@ -61,6 +61,27 @@ def _driver_says_unreachable(orig: BaseException | None) -> bool:
     return True  # a client-side failure to connect (psycopg gives it no SQLSTATE)
 
 
+# How PostgreSQL (SQLSTATE 42P01) and MySQL/MariaDB (1146) say a table is missing.
+UNDEFINED_TABLE_SQLSTATE = "42P01"
+MYSQL_NO_SUCH_TABLE = 1146
+
+
+def tables_missing(exc: BaseException) -> bool:
+    """True when ``exc`` says a table of the statement does not exist: the
+    store's tables were dropped (or the database recreated empty), which is
+    neither an outage nor a bug, and which migrating mends."""
+    orig = getattr(exc, "orig", None) or exc
+    driver = type(orig).__module__.split(".")[0]
+    if driver not in DRIVER_MODULES:
+        return False
+    if driver == "sqlite3":
+        return "no such table" in str(orig).lower()
+    if driver in ("pymysql", "MySQLdb"):
+        return bool(orig.args) and orig.args[0] == MYSQL_NO_SUCH_TABLE
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return sqlstate == UNDEFINED_TABLE_SQLSTATE
+
+
 def cause_of(exc: BaseException) -> str:
     """``OperationalError: connection failed: ... Connection refused``: the
     driver's error class and its first line, without SQLAlchemy's dump of

@@ -8,6 +8,7 @@ which keeps about 10 MB of imports out of every beat process.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -65,6 +66,19 @@ def current_revision(engine: Engine) -> str | None:
             ).scalar_one_or_none()
         except DBAPIError:
             return None  # no version table yet
+
+
+def has_schema(engine: Engine) -> bool:
+    """Whether the store has its tables (at any revision), without creating
+    anything: a SQLite file that does not exist (or is empty) is not opened,
+    since connecting would create it."""
+    url = engine.url
+    if url.get_backend_name() == "sqlite":
+        path = url.database or ""
+        on_disk = path not in ("", ":memory:") and not path.startswith("file:")
+        if on_disk and (not os.path.exists(path) or os.path.getsize(path) == 0):
+            return False
+    return current_revision(engine) is not None
 
 
 def upgrade(engine: Engine) -> None:

@@ -14,8 +14,9 @@ costs nothing.
 A connection fault is expected in production, so it is said as an outage, in
 one line each, with no traceback (that is at DEBUG): a WARNING when it
 begins, another every OUTAGE_REMINDER_EVERY while it lasts, and an INFO when
-the database answers again. Any other error is a bug or a refused statement:
-an ERROR with its traceback at every failed tick.
+the database answers again. Any other error is a bug, a refused statement or
+missing tables: an ERROR line at every failed tick with the error's class and
+first line (no statement, no parameters); its traceback is at DEBUG.
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ import sys
 import time
 from collections.abc import Callable
 
-from celery_routines.store.faults import cause_of, connection_cut, database_unreachable
+from celery_routines.store.faults import (
+    cause_of,
+    connection_cut,
+    database_unreachable,
+    tables_missing,
+)
 
 from .send import CLAIM_TRUSTED_SHARE
 
@@ -64,7 +70,11 @@ class TickBackoff:
             self._outage = None
             self.current = min(max(self.current * 2, ERROR_BACKOFF_START), ERROR_BACKOFF_CAP)
             wait = min(self.current, longest)
-            self.logger.error("beat tick failed; trying again in %.0f s", wait, exc_info=exc)
+            # One line per failed tick: SQLAlchemy's text of an error carries
+            # the statement and its parameters, and a traceback at every
+            # back-off buries the log; both are at DEBUG.
+            self.logger.error("beat tick failed: %s; trying again in %.0f s", _refused(exc), wait)
+            self.logger.debug("beat tick failed (%s) in full", cause_of(exc), exc_info=exc)
             return wait
         now = self.monotonic()
         outage = self._outage
@@ -118,6 +128,16 @@ class TickBackoff:
         elif self.current:
             self.logger.info("beat tick succeeded again after errors")
         self.current = 0.0
+
+
+def _refused(exc: BaseException) -> str:
+    """A failure that is not an outage, in one line: its class and message."""
+    if tables_missing(exc):
+        return (
+            f"the store's tables are missing ({cause_of(exc)}); the next tick creates them "
+            "and declares the code's routines again, as at beat start"
+        )
+    return cause_of(exc)
 
 
 def _left(unrecorded: str | None) -> str:

@@ -3,14 +3,19 @@ flips are in tests/faults/test_health_probes_real.py)."""
 
 from __future__ import annotations
 
+import logging
 import threading
+from pathlib import Path
 
 import pytest
 
+from celery_routines import Scheduler, register
 from celery_routines.config import settings_from
 from celery_routines.errors import ConfigurationError
 from celery_routines.observe import health as health_module
 from celery_routines.observe.health import BeatHealth
+from tests.conftest import FakeClock
+from tests.harness import drop_every_table, filesystem_app
 
 
 class Monotonic:
@@ -86,3 +91,45 @@ def test_a_bad_health_port_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, r
     monkeypatch.setenv("ROUTINES_HEALTH_PORT", raw)
     with pytest.raises(ConfigurationError, match="routines_health_port"):
         settings_from(None)
+
+
+def test_readyz_says_the_tables_are_missing_until_beat_has_declared_its_routines_again(
+    database_url: str,
+    migrated_schema: None,
+    tmp_path: Path,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The database dropped and recreated under a running beat: not ready,
+    in plain words, while the tables are missing, and still not ready once
+    an operator has migrated (the code's routines are not stored yet);
+    ready once beat has declared them again at its next tick."""
+    monkeypatch.setattr(health_module, "STORE_ANSWER_REUSED", 0.0)
+    register("tasks.poll", "*/5 * * * *", name="poll")
+    beat = Scheduler(filesystem_app(tmp_path / "broker", database_url), clock=clock)
+    try:
+        beat.tick()
+        assert beat.health is not None and beat.health.answer("/readyz") == (200, "ok")
+        drop_every_table(database_url)
+        missing = (
+            503,
+            "the store's tables are missing (the database was dropped or recreated empty?): "
+            "beat creates them and declares the code's routines at its next tick; or run "
+            "`celery -A <app> routines migrate` then `celery -A <app> routines sync`",
+        )
+        assert beat.health.answer("/readyz") == missing
+        with caplog.at_level(logging.CRITICAL, logger="celery_routines.beat"):
+            beat.tick()  # fails: no tables
+        assert beat.health.answer("/readyz") == missing
+        drop_every_table(database_url, migrate=True)  # the operator ran `migrate`
+        assert beat.health.answer("/readyz") == (
+            503,
+            "the store's tables were dropped: beat creates them if they are still missing "
+            "and declares the code's routines again at its next tick",
+        )
+        beat.tick()
+        assert beat.health.answer("/readyz") == (200, "ok")
+        assert {r.name for r in beat.store.routines.all()} == {"poll", "celery.backend_cleanup"}
+    finally:
+        beat.close()

@@ -12,6 +12,7 @@ from sqlalchemy import update
 
 from celery_routines import register
 from celery_routines.store import Store
+from celery_routines.store.declarations import IMPORT_PAUSE_REASON
 from celery_routines.store.models import ROUTINES
 from tests.conftest import FakeClock
 from tests.operators import add_routine, add_run, cli_invoker, make_app, ok, one_error
@@ -154,6 +155,18 @@ def test_sync_retires_what_the_code_no_longer_declares_and_says_so(
     assert "  b  (back in service)" in ok(invoke("sync")).splitlines()
     record = store.routines.by_name("b")
     assert record is not None and record.retired_at is None
+
+
+def test_sync_resumes_a_routine_only_the_import_paused_and_says_so(invoke, store: Store) -> None:
+    add_routine(store, "a", source="import", paused=True, paused_reason=IMPORT_PAUSE_REASON)
+    add_routine(store, "b", source="import", paused=True, paused_reason="by hand")
+    register("tasks.a", "* * * * *", name="a")
+    register("tasks.b", "* * * * *", name="b")
+    lines = ok(invoke("sync")).splitlines()
+    assert "  a  (taken over from the import, which had paused it: resumed)" in lines
+    assert "  b" in lines
+    assert not store.routines.by_name("a").paused and store.routines.by_name("b").paused
+    assert json.loads(ok(invoke("history", "a", "--json")))[0]["action"] == "resumed"
 
 
 def test_pause_and_resume_are_in_the_history_with_who(invoke, store: Store) -> None:

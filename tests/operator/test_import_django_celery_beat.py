@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery.schedules import crontab
 from click.testing import CliRunner
 
 from celery_routines import Scheduler
@@ -448,6 +449,25 @@ def test_dry_run_prints_the_plan_and_writes_nothing(dcb: DCB, invoke, admin: Rou
     assert admin.list() == [] and recorded_changes(admin.store) == 0
 
 
+def test_a_dry_run_needs_no_store_and_creates_no_file(
+    dcb: DCB, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trying the import before anything else: no SQLite file yet. The dry
+    run prints the plan (every entry added) and leaves no file behind."""
+    every_kind(dcb)
+    missing = tmp_path / "new" / "routines.db"
+    missing.parent.mkdir()
+    app = make_app(tmp_path / "broker", f"sqlite:///{missing}")
+    invoke = cli_invoker(app, clock, monkeypatch)
+    out = ok(invoke("import", "django-celery-beat", dcb.url, "--dry-run", "--disabled"))
+    assert "added         every-2h  next window 2026-10-24 13:00:00 UTC" in out
+    assert "the store has no tables yet" in out
+    assert out.splitlines()[-1] == (
+        "django-celery-beat: 7 added, 0 not imported (dry run: nothing written)"
+    )
+    assert list(missing.parent.iterdir()) == []
+
+
 def test_an_import_keeps_the_old_schedulers_retries_and_overlap_unless_asked(
     dcb: DCB, invoke, admin: Routines
 ) -> None:
@@ -484,6 +504,51 @@ def test_disabled_imports_every_routine_paused(dcb: DCB, invoke, admin: Routines
     assert all(r.paused for r in admin.store.routines.all())
     ok(invoke("resume", "every-2h"))
     assert not admin.store.routines.by_name("every-2h").paused
+
+
+def test_a_routine_the_code_declares_too_is_resumed_when_the_code_takes_it_over(
+    dcb: DCB, routines_url: str, tmp_path: Path, clock: FakeClock, monkeypatch
+) -> None:
+    """Celery's backend clean-up and the team's beat_schedule entries are in
+    django-celery-beat's table too. Imported paused, the plan says beat takes
+    them over and resumes them; beat does, except one an operator paused by
+    hand with a reason. A routine only the import has stays paused."""
+    daily = dcb.schedule("CrontabSchedule", minute="0", hour="4", timezone="UTC")
+    dcb.task("celery.backend_cleanup", "celery.backend_cleanup", crontab=daily)
+    dcb.task("reports", "tasks.report", crontab=daily)
+    dcb.task("hourly", crontab=dcb.schedule("CrontabSchedule", minute="0", timezone="UTC"))
+    code = {"reports": {"task": "tasks.report", "schedule": crontab("0", "4")}}
+    app = make_app(tmp_path / "broker", routines_url, beat_schedule=code)
+    invoke = cli_invoker(app, clock, monkeypatch)
+    out = ok(invoke("import", "django-celery-beat", dcb.url, "--disabled"))
+    lines = out.splitlines()
+    resumes = (
+        "              declared in code too: beat takes it over when it starts, with the "
+        "code's definition, and resumes it"
+    )
+    notes = {
+        lines[i - 1].split()[1]: line for i, line in enumerate(lines) if line.startswith("   ")
+    }
+    assert notes == {"celery.backend_cleanup": resumes, "reports": resumes}
+    with Routines(Settings(database_url=routines_url), clock=clock) as admin:
+        admin.resume("reports")
+        admin.pause("reports", reason="the vendor's API is down")
+        again = ok(invoke("import", "django-celery-beat", dcb.url, "--disabled", "--dry-run"))
+        assert "with the code's definition; it stays paused (not paused by an import)" in again
+        scheduler = Scheduler(
+            make_app(tmp_path / "beat", routines_url, beat_schedule=code), clock=clock
+        )
+        try:
+            scheduler.tick()
+        finally:
+            scheduler.close()
+        stored = {r.name: r for r in admin.store.routines.all()}
+        cleanup, reports = stored["celery.backend_cleanup"], stored["reports"]
+        assert (cleanup.source, cleanup.paused, cleanup.paused_reason) == ("code", False, None)
+        assert (reports.source, reports.paused) == ("code", True)
+        assert reports.paused_reason == "the vendor's API is down"
+        assert stored["hourly"].paused and stored["hourly"].source == "import"
+        assert admin.history("celery.backend_cleanup")[0].action == "resumed"
 
 
 @pytest.mark.parametrize(

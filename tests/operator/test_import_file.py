@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import create_engine, inspect, select
 
 from celery_routines.config import Settings
 from celery_routines.operator.admin import Routines
@@ -233,6 +233,34 @@ def test_dry_run_writes_nothing(invoke, admin: Routines, tmp_path: Path) -> None
     out = ok(invoke("import", "file", str(path), "--dry-run"))
     assert out.splitlines()[-1] == "file: 1 added, 0 not imported (dry run: nothing written)"
     assert admin.list() == []
+
+
+def test_a_dry_run_on_a_store_with_no_tables_plans_and_creates_nothing(
+    database_url: str, tmp_path: Path, clock: FakeClock, monkeypatch
+) -> None:
+    """The real import would create the schema: its dry run plans against an
+    empty store instead of asking for `migrate`, and leaves no table (on
+    SQLite, no file) behind."""
+    path = tmp_path / "routines.json"
+    path.write_text(json.dumps({"routines": {"good": {"task": "tasks.ok", "every": 60}}}))
+    invoke = cli_invoker(make_app(tmp_path / "broker", database_url), clock, monkeypatch)
+    out = ok(invoke("import", "file", str(path), "--dry-run", "--prune"))
+    lines = out.splitlines()
+    assert lines[0].startswith("added         good")
+    assert lines[-2].startswith("the store has no tables yet: this plan is against an empty")
+    assert lines[-1] == "file: 1 added, 0 not imported (dry run: nothing written)"
+    if database_url.startswith("sqlite"):
+        assert not (tmp_path / "routines.db").exists()
+    else:
+        engine = create_engine(database_url)
+        try:
+            assert inspect(engine).get_table_names() == []
+        finally:
+            engine.dispose()
+    as_json = json.loads(ok(invoke("import", "file", str(path), "--dry-run", "--json")))
+    assert as_json["dry_run"] is True and as_json["lines"][0]["action"] == "added"
+    ok(invoke("import", "file", str(path)))  # the real run creates the tables
+    assert "no tables" not in ok(invoke("import", "file", str(path), "--dry-run"))
 
 
 def test_prune_never_retires_a_routine_whose_entry_does_not_read(

@@ -269,3 +269,21 @@ def test_no_redbeat_under_the_prefix_is_one_line(invoke, redis_url: str) -> None
     result = invoke("import", "redbeat", redis_url, "--key-prefix", "other")
     (line,) = result.stderr.strip().splitlines()
     assert "no RedBeat schedule under the key prefix 'other'" in line
+
+
+def test_a_dry_run_on_no_store_at_all_prints_the_plan_and_creates_no_file(
+    redbeat_app: Celery,
+    redis_url: str,
+    tmp_path: Path,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entries(redbeat_app)
+    missing = tmp_path / "store" / "routines.db"
+    missing.parent.mkdir()
+    invoke = cli_invoker(make_app(tmp_path / "broker", f"sqlite:///{missing}"), clock, monkeypatch)
+    out = ok(invoke("import", "redbeat", redis_url, "--dry-run", "--disabled"))
+    assert out.splitlines()[0].startswith("added ")
+    assert "the store has no tables yet" in out
+    assert out.splitlines()[-1].endswith("(dry run: nothing written)")
+    assert list(missing.parent.iterdir()) == []

@@ -13,6 +13,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 
 from celery_routines.store import Advance, NewRun, Store, migrate
+from celery_routines.store.declarations import IMPORT_PAUSE_REASON
 from celery_routines.store.dialects import MYSQL_INDEX_COLUMNS, binary_collation, is_mysql
 from celery_routines.store.engine import postgres_driver
 from celery_routines.store.models import metadata
@@ -278,6 +279,28 @@ def test_upsert_keeps_runtime_state_and_resets_a_changed_schedule(store: Store) 
     assert (record.task, record.next_run_at) == ("t.poll2", T0 + timedelta(minutes=1))
     store.routines.upsert_definitions([{**definition, "interval_seconds": 30.0}], T0)
     assert store.routines.by_name("poll").next_run_at is None
+
+
+def test_code_taking_over_ends_only_the_pause_an_import_made(store: Store) -> None:
+    """``import --disabled`` pauses with its own reason; the code declaring
+    the routine ends that pause, never an operator's (with a reason or not)."""
+    for name, reason in [("imported", IMPORT_PAUSE_REASON), ("by-hand", "vendor down")]:
+        add_routine(store, name, source="import", paused=True, paused_reason=reason)
+    add_routine(store, "silent", source="import", paused=True)
+    definitions = [
+        {"name": n, "task": "t.x", "cron": "*/5 * * * *", "interval_seconds": None}
+        for n in ("imported", "by-hand", "silent")
+    ]
+    declared = store.routines.upsert_definitions(definitions, T0, owner="proj")
+    assert declared.resumed == ["imported"]
+    stored = {r.name: r for r in store.routines.all()}
+    assert {n: (r.source, r.paused, r.paused_reason) for n, r in stored.items()} == {
+        "imported": ("code", False, None),
+        "by-hand": ("code", True, "vendor down"),
+        "silent": ("code", True, None),
+    }
+    # Declared again: nothing more to resume.
+    assert store.routines.upsert_definitions(definitions, T0, owner="proj").resumed == []
 
 
 def test_worker_claim_of_a_run_succeeds_once(store: Store) -> None:

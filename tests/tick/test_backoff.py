@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
-from celery_routines.store.faults import database_unreachable
+from celery_routines.store.faults import database_unreachable, tables_missing
 from celery_routines.tick.backoff import (
     DATABASE_BACKOFF_CAP,
     ERROR_BACKOFF_CAP,
@@ -174,6 +174,34 @@ def test_other_errors_back_off_to_the_general_cap_and_each_is_logged(
         waits = [backoff.failed(ValueError("a bug"), 300.0) for _ in range(7)]
     assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, ERROR_BACKOFF_CAP, ERROR_BACKOFF_CAP]
     assert len(caplog.records) == 7
-    # A bug is not an outage: each failed tick an ERROR, with its traceback.
-    assert all(r.levelno == logging.ERROR and r.exc_info for r in caplog.records)
+    # A bug is not an outage: each failed tick an ERROR line, its traceback at DEBUG.
+    assert all(r.levelno == logging.ERROR and not r.exc_info for r in caplog.records)
+    assert caplog.records[0].getMessage() == (
+        "beat tick failed: ValueError: a bug; trying again in 1 s"
+    )
     assert backoff.failed(ValueError("a bug"), 5.0) == 5.0  # never past the longest sleep
+
+
+def test_missing_tables_are_one_line_per_failed_tick_without_the_statement(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database recreated empty under a running beat: each failed tick
+    says so in one line (no SQL, no parameters, no traceback) and what beat
+    does about it; the traceback is there at DEBUG."""
+    missing = error_of(postgres_url, "SELECT name FROM routines WHERE name = 'secret-param'")
+    assert tables_missing(missing) and not database_unreachable(missing)
+    assert not tables_missing(ValueError("no such table"))
+    backoff = TickBackoff(logging.getLogger("celery_routines.beat"))
+    with caplog.at_level(logging.DEBUG, logger="celery_routines.beat"):
+        backoff.failed(missing, 300.0)
+        backoff.failed(missing, 300.0)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in errors] == [
+        "beat tick failed: the store's tables are missing (UndefinedTable: relation "
+        '"routines" does not exist); the next tick creates them and declares the code\'s '
+        f"routines again, as at beat start; trying again in {wait:.0f} s"
+        for wait in (1.0, 2.0)
+    ]
+    assert not any(r.exc_info for r in errors)
+    debug = [r for r in caplog.records if r.levelno == logging.DEBUG]
+    assert len(debug) == 2 and all(r.exc_info for r in debug)

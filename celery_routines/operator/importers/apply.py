@@ -16,13 +16,14 @@ The rules, for every planned routine:
   another owner: not touched, listed with the reason.
 
 A dry run does all of it and rolls back, so the plan it prints is the one a
-real run would write.
+real run would write. On a store with no tables yet (no SQLite file at all)
+it plans against an empty store and writes nothing, not even the schema.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -37,17 +38,22 @@ from celery_routines.operator.importers.plan import (
 )
 from celery_routines.operator.listing import owner_of
 from celery_routines.policy.notify_hosts import door_refusal
+from celery_routines.registry import definitions_for
 from celery_routines.schedules.base import NEVER, first_window, is_never
 from celery_routines.schedules.jitter import send_instant
 from celery_routines.schedules.parse import schedule_of
-from celery_routines.store import RoutineRecord
-from celery_routines.store.declarations import SCHEDULE_COLUMNS
+from celery_routines.store import RoutineRecord, migrate
+from celery_routines.store.declarations import CODE, IMPORT_PAUSE_REASON, SCHEDULE_COLUMNS
 from celery_routines.store.imports import ImportQueries
 
 if TYPE_CHECKING:
     from celery_routines.operator.admin import Routines
 
 SOURCE = "import"
+NO_TABLES = (
+    "the store has no tables yet: this plan is against an empty store, and the import "
+    "creates them (as `celery routines migrate` does)"
+)
 
 
 class _RollBack(Exception):
@@ -70,6 +76,9 @@ class Importer:
     def __init__(self, admin: Routines) -> None:
         self.admin = admin
         self.queries = ImportQueries(admin.store.engine)
+        # The names the app's code declares (read by apply()): beat takes
+        # those routines over from the import when it starts.
+        self.declared: frozenset[str] = frozenset()
 
     def apply(
         self,
@@ -85,7 +94,15 @@ class Importer:
             ImportLine(u.name, "not imported", reason=u.reason) for u in plan.unmappable
         ]
         lines += [ImportLine(u.name, "left alone", reason=u.reason) for u in plan.left]
+        notes: list[str] = []
+        self.declared = self._declared_in_code(notes)
         store = self.admin.store
+        if dry_run and not migrate.has_schema(store.engine):
+            # Nothing is stored yet, so every entry would be added: the plan
+            # needs no table, and a dry run creates none (nor a SQLite file).
+            lines += self._plan(plan, paused, prune, {}, set(), self.admin.clock())[0]
+            notes.append(NO_TABLES)
+            return ImportResult(plan.source, dry_run, lines, by, plan.behaviour, notes)
         if not dry_run:
             store.migrate()  # like `sync`: moving in may be the store's first use
         try:
@@ -95,7 +112,23 @@ class Importer:
                     raise _RollBack
         except _RollBack:
             pass
-        return ImportResult(plan.source, dry_run, lines, by, plan.behaviour)
+        return ImportResult(plan.source, dry_run, lines, by, plan.behaviour, notes)
+
+    def _declared_in_code(self, notes: list[str]) -> frozenset[str]:
+        """The names the app declares in code (what its beat writes at start)."""
+        app = self.admin.app
+        if app is None:
+            return frozenset()
+        try:
+            # As `sync` does: modules in `imports`/`include` declare routines.
+            app.loader.import_default_modules()
+        except ImportError as exc:
+            # The plan itself does not need them: say what it cannot tell.
+            notes.append(
+                f"the app's modules did not import ({type(exc).__name__}: {exc}): "
+                "routines its code declares are not marked"
+            )
+        return frozenset(d.name for d in definitions_for(app, []))
 
     def _write(self, plan: ImportPlan, paused: bool, prune: bool, by: str) -> list[ImportLine]:
         now = self.admin.clock()
@@ -104,18 +137,37 @@ class Importer:
         with_runs = self.queries.with_runs(
             r.id for name, r in stored.items() if name in planned_names
         )
+        lines, batch = self._plan(plan, paused, prune, stored, with_runs, now)
+        self.queries.insert_many(batch.new)
+        self.queries.record_changes(batch.changes, by, now)
+        self.queries.fingerprint(batch.scheduled)
+        return lines
+
+    def _plan(
+        self,
+        plan: ImportPlan,
+        paused: bool,
+        prune: bool,
+        stored: Mapping[str, RoutineRecord],
+        with_runs: set[int],
+        now: datetime,
+    ) -> tuple[list[ImportLine], _Batch]:
+        """The lines of ``plan`` against the ``stored`` routines; the updates
+        of stored routines are written here, the additions left in the batch."""
+        planned_names = {p.definition.name for p in plan.routines}
         lines, batch = [], _Batch()
         for planned in plan.routines:
+            record = stored.get(planned.definition.name)
             line = self._one(
                 plan,
                 planned,
-                stored.get(planned.definition.name),
+                record,
                 batch,
                 routine_id_has_runs=with_runs,
                 paused=paused,
                 now=now,
             )
-            lines.append(line)
+            lines.append(_code_note(line, record, paused, self.declared))
         if prune:
             # An entry the file has but that does not read is not "no longer
             # in the file": its routine stays as stored.
@@ -134,10 +186,7 @@ class Importer:
                 )
                 batch.changes.append((record.name, "retired", {"by_import": plan.source}))
                 lines.append(ImportLine(record.name, "retired", reason="not in the file"))
-        self.queries.insert_many(batch.new)
-        self.queries.record_changes(batch.changes, by, now)
-        self.queries.fingerprint(batch.scheduled)
-        return lines
+        return lines, batch
 
     def _one(
         self,
@@ -177,6 +226,7 @@ class Importer:
                     "updated_at": now,
                     "next_run_at": next_run_at,
                     "paused": paused,
+                    "paused_reason": IMPORT_PAUSE_REASON if paused else None,
                 }
             )
             fields = {k: shown_value(k, v) for k, v in columns.items() if v is not None}
@@ -196,14 +246,14 @@ class Importer:
         if record.retired_at is not None:
             values["retired_at"] = None
         if paused and not record.paused:
-            values["paused"] = True
+            values.update(paused=True, paused_reason=IMPORT_PAUSE_REASON)
         if not values:
             return ImportLine(name, "unchanged", {}, record.next_run_at)
         self.queries.update(record.id, {**values, "updated_at": now})
         fields = {
             k: shown_value(k, v)
             for k, v in values.items()
-            if k not in ("schedule_fingerprint", "last_error")
+            if k not in ("schedule_fingerprint", "last_error", "paused_reason")
         }
         batch.changes.append((name, "reimported", {**detail, **fields}))
         if "next_run_at" in values and next_run_at is not None:
@@ -243,6 +293,28 @@ class Importer:
             return NEVER if is_never(first_window(schedule, now)) else None
         window = schedule.next_after(planned.last_run_at)
         return send_instant(window, definition.name, definition.jitter)
+
+
+def _code_note(
+    line: ImportLine, record: RoutineRecord | None, paused: bool, declared: frozenset[str]
+) -> ImportLine:
+    """``line`` with what beat will do to it when the code declares it too:
+    take it over at its start, with the code's definition, and end a pause
+    that only the import made."""
+    if line.name not in declared or line.action not in ("added", "updated", "unchanged"):
+        return line
+    if record is not None and record.source == CODE and record.retired_at is None:
+        return line  # the code's already
+    note = "declared in code too: beat takes it over when it starts, with the code's definition"
+    if record is None or not record.paused:
+        import_paused = paused
+    else:
+        import_paused = record.paused_reason == IMPORT_PAUSE_REASON
+    if import_paused:
+        note += ", and resumes it"
+    elif record is not None and record.paused:
+        note += "; it stays paused (not paused by an import)"
+    return replace(line, note=note)
 
 
 def _prunable(record: RoutineRecord) -> bool:

@@ -75,6 +75,8 @@ class ImportLine:
     fields: dict[str, Any] = field(default_factory=dict)
     next_run_at: datetime | None = None
     reason: str | None = None
+    note: str | None = None
+    """What else happens to it: what beat does to a routine the code declares too."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,8 @@ class ImportResult:
     by: str | None = None
     behaviour: str | None = None
     """What retries and overlap the routines got (the plan's)."""
+    notes: list[str] = field(default_factory=list)
+    """What the plan could not say line by line (printed)."""
 
     def count(self, action: str) -> int:
         return sum(1 for line in self.lines if line.action == action)

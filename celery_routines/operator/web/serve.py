@@ -4,6 +4,7 @@ authentication, say where the panel is, and run uvicorn."""
 from __future__ import annotations
 
 import logging
+import sys
 
 import click
 
@@ -16,7 +17,19 @@ logger = logging.getLogger("celery_routines.web")
 
 
 def password_hash_prompt() -> str:
-    password = click.prompt("password", hide_input=True, confirmation_prompt=True)
+    """The hash of a password asked twice on a terminal, or read as one
+    line from stdin when it is piped (a script or a secret manager has no
+    second line to confirm with, and a confirmation would abort it)."""
+    stdin = sys.stdin
+    if stdin.isatty():
+        password = click.prompt("password", hide_input=True, confirmation_prompt=True)
+        return hash_password(password)
+    password = stdin.readline().removesuffix("\n").removesuffix("\r")
+    if not password:
+        raise ValueError(
+            "--hash-password read no password from stdin: pipe it as one line "
+            "(printf '%s\\n' \"$PASSWORD\" | celery routines web --hash-password)"
+        )
     return hash_password(password)
 
 

@@ -95,6 +95,23 @@ def test_the_web_command_prints_a_hash_for_a_password_it_never_stores(tmp_path, 
     assert parse_web_auth(f"alice:{hashed}", {}).users["alice"] == hashed
 
 
+def test_a_password_piped_on_stdin_is_read_once_and_hashed(tmp_path, sqlite_url) -> None:
+    """Not a terminal: one line is the password (no confirmation to abort on)."""
+    app = make_app(tmp_path / "broker", sqlite_url)
+    result = CliRunner().invoke(
+        cli.routines, ["web", "--hash-password"], obj=cli_context(app), input="p w\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.count("\n") == 1  # the hash, no prompt
+    assert check_password("p w", result.output.strip())
+    empty = CliRunner().invoke(
+        cli.routines, ["web", "--hash-password"], obj=cli_context(app), input=""
+    )
+    assert empty.exit_code == 1
+    assert empty.output.startswith("Error: --hash-password read no password from stdin")
+    assert "Traceback" not in empty.output
+
+
 def test_the_setting_and_the_token_may_come_from_secret_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
     hashed = hash_password("pw", iterations=FAST)
     (tmp_path / "auth").write_text(f"alice:{hashed} bearer:PANEL_TOKEN\n")
