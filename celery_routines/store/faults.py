@@ -11,7 +11,7 @@ both ask here.
 
 from __future__ import annotations
 
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
 # MySQL client errors that mean the server is away: can't connect (local,
 # TCP), gone away, lost the connection, lost it at the handshake.
@@ -89,6 +89,16 @@ def cause_of(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None) or exc
     text = str(orig).strip()
     return f"{type(orig).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def from_the_database(exc: BaseException) -> bool:
+    """True when the database (or its driver) raised ``exc``: a refused
+    statement, a constraint, missing tables. Anything else is the code's own
+    error, a bug whose traceback someone has to read."""
+    if isinstance(exc, SQLAlchemyError):
+        return True
+    orig = getattr(exc, "orig", None) or exc
+    return type(orig).__module__.split(".")[0] in DRIVER_MODULES
 
 
 def traceback_unless_unreachable(exc: BaseException) -> BaseException | None:

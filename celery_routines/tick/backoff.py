@@ -16,7 +16,8 @@ one line each, with no traceback (that is at DEBUG): a WARNING when it
 begins, another every OUTAGE_REMINDER_EVERY while it lasts, and an INFO when
 the database answers again. Any other error is a bug, a refused statement or
 missing tables: an ERROR line at every failed tick with the error's class and
-first line (no statement, no parameters); its traceback is at DEBUG.
+first line (no statement, no parameters); its traceback is at DEBUG, except a
+bug's (not the database's error) the first time it fails a tick in a row.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from celery_routines.store.faults import (
     cause_of,
     connection_cut,
     database_unreachable,
+    from_the_database,
     tables_missing,
 )
 
@@ -61,6 +63,7 @@ class TickBackoff:
         self.monotonic = monotonic
         self.current = 0.0  # seconds; 0 while ticks succeed
         self._outage: _Outage | None = None
+        self._bug_said: str | None = None  # the bug whose traceback this streak showed
 
     def failed(self, exc: BaseException, longest: float, unrecorded: str | None = None) -> float:
         """Seconds to wait before the next tick after ``exc`` (``longest`` at
@@ -72,9 +75,20 @@ class TickBackoff:
             wait = min(self.current, longest)
             # One line per failed tick: SQLAlchemy's text of an error carries
             # the statement and its parameters, and a traceback at every
-            # back-off buries the log; both are at DEBUG.
-            self.logger.error("beat tick failed: %s; trying again in %.0f s", _refused(exc), wait)
-            self.logger.debug("beat tick failed (%s) in full", cause_of(exc), exc_info=exc)
+            # back-off buries the log; both are at DEBUG. A bug (an error
+            # that is not the database's) shows its traceback once, the first
+            # time it fails a tick: without it nobody can report it.
+            bug = not from_the_database(exc) and cause_of(exc) != self._bug_said
+            self.logger.error(
+                "beat tick failed: %s; trying again in %.0f s",
+                _refused(exc),
+                wait,
+                exc_info=exc if bug else None,
+            )
+            if bug:
+                self._bug_said = cause_of(exc)
+            else:
+                self.logger.debug("beat tick failed (%s) in full", cause_of(exc), exc_info=exc)
             return wait
         now = self.monotonic()
         outage = self._outage
@@ -128,6 +142,7 @@ class TickBackoff:
         elif self.current:
             self.logger.info("beat tick succeeded again after errors")
         self.current = 0.0
+        self._bug_said = None
 
 
 def _refused(exc: BaseException) -> str:

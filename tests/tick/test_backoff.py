@@ -174,12 +174,20 @@ def test_other_errors_back_off_to_the_general_cap_and_each_is_logged(
         waits = [backoff.failed(ValueError("a bug"), 300.0) for _ in range(7)]
     assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, ERROR_BACKOFF_CAP, ERROR_BACKOFF_CAP]
     assert len(caplog.records) == 7
-    # A bug is not an outage: each failed tick an ERROR line, its traceback at DEBUG.
-    assert all(r.levelno == logging.ERROR and not r.exc_info for r in caplog.records)
+    # A bug is not an outage: each failed tick an ERROR line; its traceback
+    # once, with the first (someone has to read it to report the bug).
+    assert all(r.levelno == logging.ERROR for r in caplog.records)
+    assert [bool(r.exc_info) for r in caplog.records] == [True] + [False] * 6
     assert caplog.records[0].getMessage() == (
         "beat tick failed: ValueError: a bug; trying again in 1 s"
     )
     assert backoff.failed(ValueError("a bug"), 5.0) == 5.0  # never past the longest sleep
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="celery_routines.beat"):
+        backoff.failed(KeyError("another bug"), 5.0)  # a new bug: its traceback too
+        backoff.succeeded()
+        backoff.failed(ValueError("a bug"), 5.0)  # back after a good tick: again
+    assert [bool(r.exc_info) for r in caplog.records if r.levelno == logging.ERROR] == [True, True]
 
 
 def test_missing_tables_are_one_line_per_failed_tick_without_the_statement(
