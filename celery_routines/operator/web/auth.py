@@ -34,6 +34,7 @@ import hashlib
 import hmac
 import ipaddress
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +52,9 @@ ITERATIONS = 240_000
 MIN_ITERATIONS = 1_000
 MAX_ITERATIONS = 10_000_000
 LOOPBACK_NAMES = ("localhost",)
+# How an environment variable is conventionally named. Anything else after
+# ``bearer:`` is more likely the token itself pasted in, and is never quoted.
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 
 
 def hash_password(password: str, *, iterations: int = ITERATIONS, salt: bytes | None = None) -> str:
@@ -126,7 +130,10 @@ def parse_web_auth(value: object, environ: Mapping[str, str] | None = None) -> W
     elif isinstance(value, str):
         entries = value.replace(",", " ").split()
     else:
-        raise ConfigurationError(f"routines_web_auth must be a string or a dict, got {value!r}")
+        # The type only: a list or bytes here may hold a token or a hash.
+        raise ConfigurationError(
+            f"routines_web_auth must be a string or a dict, got a {type(value).__name__}"
+        )
     users: dict[str, str] = {}
     token = None
     for number, entry in enumerate(entries, 1):
@@ -142,9 +149,11 @@ def parse_web_auth(value: object, environ: Mapping[str, str] | None = None) -> W
             if not token and env.get(f"{rest}_FILE"):
                 token = _secret_file(f"{rest}_FILE", env[f"{rest}_FILE"])
             if not token:
+                shown = _variable(rest)
+                file = f"{rest}_FILE" if shown == repr(rest) else "its _FILE"
                 raise ConfigurationError(
-                    f"routines_web_auth names the bearer token variable {rest!r}, "
-                    f"which is unset or empty in the environment (and so is {rest}_FILE)"
+                    f"routines_web_auth names the bearer token variable {shown}, "
+                    f"which is unset or empty in the environment (and so is {file})"
                 )
             continue
         problem = hash_problem(rest)
@@ -155,6 +164,15 @@ def parse_web_auth(value: object, environ: Mapping[str, str] | None = None) -> W
             )
         users[kind] = rest
     return WebAuth(users, token)
+
+
+def _variable(name: str) -> str:
+    """The variable after ``bearer:`` as an error may show it: quoted when it
+    is named like one, else only its length (a token pasted in by mistake
+    would otherwise reach the logs)."""
+    if _ENV_NAME.fullmatch(name):
+        return repr(name)
+    return f"of {len(name)} characters (not shown: not named like a variable, so maybe a token)"
 
 
 def _secret_file(variable: str, path: str) -> str:

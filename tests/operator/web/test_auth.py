@@ -47,6 +47,18 @@ def test_the_setting_names_users_and_the_bearer_tokens_variable() -> None:
     assert "plaintext" not in str(bad.value)
 
 
+def test_a_token_written_in_place_of_its_variable_is_never_echoed() -> None:
+    token = "q3Zt-Vx9kLm2Pw7rTz0aBcDeF"  # pasted after bearer: instead of a variable name
+    with pytest.raises(ConfigurationError) as pasted:
+        parse_web_auth(f"bearer:{token}", {})
+    message = str(pasted.value)
+    assert token not in message and token[:8] not in message, message
+    assert f"of {len(token)} characters (not shown" in message
+    with pytest.raises(ConfigurationError) as listed:
+        parse_web_auth([f"bearer:{token}"], {})
+    assert token not in str(listed.value) and "got a list" in str(listed.value)
+
+
 def test_any_address_but_loopback_needs_authentication() -> None:
     for host in ("127.0.0.1", "::1", "localhost", "127.0.0.2"):
         check_bind(host, parse_web_auth(None, {}))
