@@ -224,7 +224,10 @@ class Principal:
 
 
 LOCAL = Principal("local", "local")
-BEARER = Principal("bearer", "token")
+# Recorded as ``web:bearer``: no basic-auth user can have that name (a
+# ``bearer:`` entry of the setting is the token), so the audit trail never
+# mixes the token with a person.
+BEARER = Principal("bearer", "bearer")
 
 
 class Guard:

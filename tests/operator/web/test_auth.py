@@ -3,6 +3,8 @@ token, and the refusal to serve a non-loopback address without them."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from click.testing import CliRunner
 
@@ -94,6 +96,25 @@ def test_with_users_configured_every_page_needs_a_login(admin: Routines, store: 
     basic_post = client.post("/api/routines/nightly/pause", auth=("alice", "pw"))
     assert basic_post.status_code == 403
     assert client.post("/api/routines/nightly/pause", headers=bearer).status_code == 200
+
+
+def test_the_audit_trail_tells_the_bearer_token_from_a_user_named_token(
+    admin: Routines, store: Store
+) -> None:
+    add_routine(store, "nightly")
+    auth = parse_web_auth(f"token:{hash_password('pw', iterations=FAST)}", {})
+    client = client_for(admin, auth=auth)
+    page = client.get("/routines/nightly", auth=("token", "pw")).text
+    csrf = re.search(r'name="csrf_token" value="([0-9a-f]+)"', page)
+    assert csrf is not None
+    by_user = client.post(
+        "/api/routines/nightly/pause", auth=("token", "pw"), headers={"X-CSRF-Token": csrf[1]}
+    )
+    assert by_user.status_code == 200, by_user.text
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    assert client.post("/api/routines/nightly/resume", headers=bearer).status_code == 200
+    history = {(c.action, c.changed_by) for c in admin.history("nightly")}
+    assert history == {("paused", "web:token"), ("resumed", "web:bearer")}, history
 
 
 def test_the_web_command_prints_a_hash_for_a_password_it_never_stores(tmp_path, sqlite_url) -> None:
