@@ -211,7 +211,8 @@ def test_a_routine_declared_in_code_offers_no_disable_and_the_api_says_why(
         in (refused.json()["error"])
     )
     client.post("/api/routines/nightly/pause", headers=BEARER)
-    assert [(c.action, c.changed_by) for c in admin.history("nightly")] == [("paused", "web:bearer")]
+    history = [(c.action, c.changed_by) for c in admin.history("nightly")]
+    assert history == [("paused", "web:bearer")]
 
 
 def test_mounted_under_a_prefix_its_links_and_forms_follow(admin: Routines, store: Store) -> None:
