@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from celery_routines.clock import Clock, utc_now
 from celery_routines.errors import ConfigurationError
 from celery_routines.operator.web.attempts import FailedLogins
 
@@ -52,6 +53,11 @@ ITERATIONS = 240_000
 MIN_ITERATIONS = 1_000
 MAX_ITERATIONS = 10_000_000
 LOOPBACK_NAMES = ("localhost",)
+# A page's CSRF token is good for this long: one copied out of an old tab or a
+# log stops working, and a working day on one page is never cut short.
+CSRF_MAX_AGE_SECONDS = 12 * 3600
+# The token is the issue time (seconds, this many hex digits) and its MAC.
+_ISSUED_DIGITS = 10
 # How an environment variable is conventionally named. Anything else after
 # ``bearer:`` is more likely the token itself pasted in, and is never quoted.
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
@@ -239,8 +245,10 @@ class Guard:
         *,
         secret: bytes | None = None,
         failed_logins: FailedLogins | None = None,
+        clock: Clock = utc_now,
     ) -> None:
         self.auth = auth
+        self._clock = clock
         secret_env = os.environ.get("ROUTINES_WEB_SECRET")
         self._secret = secret or (secret_env.encode() if secret_env else secrets.token_bytes(32))
         # A token exists only when configured (bearer:ENV_NAME): one made up
@@ -308,13 +316,46 @@ class Guard:
         return hmac.compare_digest(token.encode(), self.api_token.encode())
 
     def csrf_token(self, principal: Principal) -> str:
-        message = f"csrf\0{principal.kind}\0{principal.name}"
+        """A token for this principal's forms, stamped with the time it was
+        made (hex digits only, as pages and scripts read it)."""
+        issued = int(self._clock().timestamp())
+        return f"{issued:0{_ISSUED_DIGITS}x}{self._csrf_mac(principal, issued)}"
+
+    def _csrf_mac(self, principal: Principal, issued: int) -> str:
+        message = f"csrf\0{principal.kind}\0{principal.name}\0{issued}"
         return hmac.new(self._secret, message.encode(), "sha256").hexdigest()
 
+    def csrf_problem(self, principal: Principal, token: str | None) -> CsrfProblem | None:
+        """None for a token this panel made for ``principal`` within
+        :data:`CSRF_MAX_AGE_SECONDS`; else why it is refused."""
+        text = token or ""
+        stamp, mac = text[:_ISSUED_DIGITS], text[_ISSUED_DIGITS:]
+        try:
+            issued = int(stamp, 16)
+        except ValueError:
+            return "wrong"
+        expected = self._csrf_mac(principal, issued)
+        if len(stamp) != _ISSUED_DIGITS or not hmac.compare_digest(expected, mac):
+            return "wrong"
+        if self._clock().timestamp() - issued > CSRF_MAX_AGE_SECONDS:
+            return "expired"
+        return None
+
     def csrf_matches(self, principal: Principal, token: str | None) -> bool:
-        return bool(token) and hmac.compare_digest(
-            self.csrf_token(principal).encode(), (token or "").encode()
+        return self.csrf_problem(principal, token) is None
+
+
+CsrfProblem = Literal["wrong", "expired"]
+
+
+def form_refusal(problem: CsrfProblem) -> str:
+    """The 403's text for a form whose CSRF token is refused."""
+    if problem == "expired":
+        return (
+            "POST refused: the page's CSRF token has expired (a page's token is good for "
+            f"{CSRF_MAX_AGE_SECONDS // 3600} hours): reload the page and send the form again"
         )
+    return "POST refused: the form's CSRF token is missing or wrong"
 
 
 def _iterations(hashed: str) -> int:
