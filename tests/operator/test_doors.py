@@ -1,6 +1,6 @@
-"""Bad input at every door of the operator's surface (issue 30): values past
-datetime's or C's range (items 6 and 10), NaN and Infinity in JSON (item 8),
-and a delete that asks (item 7). Each refusal is a 4xx naming the field, or
+"""Bad input at every door of the operator's surface: values past
+datetime's or C's range, NaN and Infinity in JSON, a ceiling limit in
+exponent form, and a delete that asks. Each refusal is a 4xx naming the field, or
 one CLI line and a non-zero exit, and nothing stored changes."""
 
 from __future__ import annotations

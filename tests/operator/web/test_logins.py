@@ -1,5 +1,6 @@
-"""Logins under attack (issue 30, items 2 and 3): failed attempts limited per
-client and per user name (429 + Retry-After), the same time for an unknown
+"""Logins under attack: failed attempts limited per user name, per client
+and name, and per client across names (429 + Retry-After; one person behind a
+proxy does not lock out the others), the same time for an unknown
 user as for a wrong password, and a flood of wrong passwords against a real
 ``celery routines web`` that leaves /healthz answering fast."""
 

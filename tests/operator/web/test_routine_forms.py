@@ -1,5 +1,5 @@
-"""Creating, editing and cloning routines from the panel and its HTTP API
-(issue 33, item 1), in process on SQLite and PostgreSQL: ``POST
+"""Creating, editing and cloning routines from the panel and its HTTP API,
+in process on SQLite and PostgreSQL: ``POST
 /api/routines`` (201), ``PATCH /api/routines/{name}`` (200, 409 for a code
 routine), 422 naming every bad field in the CLI's words, one audited change
 with the person, nothing stored lost on a bad edit, CSRF refused, and the
