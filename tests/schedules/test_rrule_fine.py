@@ -114,12 +114,14 @@ def fine_rules(draw: st.DrawFn) -> tuple[rrule, datetime]:
         if freq == SECONDLY and draw(st.booleans()):
             fields["byminute"] = draw(st.lists(st.integers(0, 59), min_size=1, max_size=5))
     if freq == MINUTELY and draw(st.booleans()):
-        fields["bysecond"] = draw(st.lists(st.integers(0, 59), min_size=1, max_size=3))
-        fields["bysetpos"] = draw(st.sampled_from([1, -1, 2]))
+        seconds = draw(st.lists(st.integers(0, 59), min_size=1, max_size=3, unique=True))
+        fields["bysecond"] = seconds
+        # A position among a minute's times (one past them is refused outright).
+        fields["bysetpos"] = draw(st.sampled_from([1, -1, len(seconds)]))
     # Always an end: dateutil's own walk of a rule whose days do not come
     # would run to the year 9999.
     if draw(st.booleans()):
-        fields["count"] = draw(st.integers(1, 40))
+        fields["count"] = draw(st.integers(1, 6000))
     else:
         fields["until"] = wall + timedelta(days=draw(st.integers(0, 40)))
     try:
@@ -130,14 +132,17 @@ def fine_rules(draw: st.DrawFn) -> tuple[rrule, datetime]:
 
 
 @settings(
-    max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=120, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
 @given(drawn=fine_rules())
 def test_a_fine_rule_walked_a_day_at_a_time_has_dateutils_occurrences(
     drawn: tuple[rrule, datetime],
 ) -> None:
     rule, wall = drawn
-    expected = list(islice((o for o in rule if o > wall), 4))
+    try:
+        expected = list(islice((o for o in rule if o > wall), 4))
+    except ValueError:  # dateutil: the interval never meets BYHOUR/BYMINUTE
+        assume(False)
     found = list(islice((o for o in bounded_walk(rule, wall, "r") if o > wall), 4))
     assert found == expected, (str(rule), wall)
     if not rule._count:
