@@ -16,11 +16,13 @@ null when the event is about the routine, not one run. ``panel_url`` is
 present when ``routines_panel_url`` is set.
 
 Delivery is never on the caller's path: :meth:`Notifier.notify` puts the
-payload on a bounded queue and returns; one daemon thread per process posts
-them in order, retrying a failed post with backoff (1, 2, 4, ... 60 s, six
-tries), then drops it. A broken endpoint is logged at most once a minute
-(with how many notifications it cost), never once per event; a full queue
-drops the newest and says so the same way.
+payload on the URL's bounded queue and returns; a few daemon threads shared
+by every URL of the process (:data:`SENDERS`) post them, one URL's in order
+(one thread at a time serves a URL, one notification per turn), retrying a
+failed post with backoff (1, 2, 4, ... 60 s, six tries), then dropping it.
+A broken endpoint is logged at most once a minute (with how many
+notifications it cost), never once per event; a full queue drops the newest
+and says so the same way.
 
 Posts go only where ``routines_notify_allowed_hosts`` allows
 (:mod:`celery_routines.observe.notify_post`): a refused host or a redirect
@@ -65,6 +67,10 @@ EVENTS = (FINAL_FAILURE, PAUSED, SUSPENDED, INVALID, LOST, DROPPED_WINDOWS)
 DROPPING_REASONS = frozenset({"catch_up_cap", "skip_to_next", "latest"})
 
 QUEUE_LIMIT = 1000
+# Threads that post for every URL of a process: one thread per URL made 301
+# threads for 300 routines' own URLs. A broken endpoint holds one of them for
+# at most its backoff (31 s) per notification, then the other URLs take turns.
+SENDERS = 4
 TRIES = 6
 BACKOFF_START = 1.0
 BACKOFF_CAP = 60.0
@@ -83,7 +89,8 @@ def _iso(value: object) -> object:
 
 
 class Notifier:
-    """Posts notifications from a daemon thread, in order, with retries."""
+    """Posts one URL's notifications from the shared senders, in order, with
+    retries."""
 
     def __init__(
         self,
@@ -103,8 +110,10 @@ class Notifier:
         self._post = post if post is not None else GuardedPoster(allowed)
         self._sleep = sleep
         self._monotonic = monotonic
-        self._queue: queue.Queue[dict[str, object] | None] = queue.Queue(QUEUE_LIMIT)
-        self._thread: threading.Thread | None = None
+        self._queue: queue.Queue[dict[str, object]] = queue.Queue(QUEUE_LIMIT)
+        # True while the URL waits for a sender or one serves it: never two
+        # senders at once, so its notifications go out in order.
+        self._scheduled = False
         self._lock = threading.Lock()
         self._said_at: float | None = None
         self._unsaid_losses = 0
@@ -137,30 +146,40 @@ class Notifier:
             if self.panel_url:
                 payload["panel_url"] = f"{self.panel_url}/routines/{quote(routine, safe='')}"
             payload["details"] = {key: _iso(value) for key, value in details.items()}
-            self._start()
             self._queue.put_nowait(payload)
+            self._wake()
         except queue.Full:
             self._lost(1, "the queue is full (the endpoint is slower than the events)")
         except Exception:
             logger.exception("could not queue the %s notification of %s", event, routine)
 
-    def _start(self) -> None:
+    def _wake(self) -> None:
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._deliver_all, name="routines-notify", daemon=True
-                )
-                self._thread.start()
+            if not self._scheduled:
+                self._scheduled = True
+                _senders.submit(self)
 
-    def _deliver_all(self) -> None:
-        while True:
-            payload = self._queue.get()
+    def _serve_one(self) -> None:
+        """Post the oldest notification (with its retries), then hand the
+        URL back to the senders while more wait: a turn each."""
+        try:
+            payload = self._queue.get_nowait()
+        except queue.Empty:
+            payload = None
+        if payload is not None:
             try:
-                if payload is None:
-                    return
                 self._deliver(payload)
+            except Exception:
+                logger.exception("could not post a notification to %s", self.shown_url)
             finally:
                 self._queue.task_done()
+        with self._lock:
+            # Checked under the lock notify() takes after its put: a
+            # notification queued now is either seen here or wakes the URL.
+            if self._queue.empty():
+                self._scheduled = False
+            else:
+                _senders.submit(self)
 
     def _deliver(self, payload: dict[str, object]) -> None:
         body = json.dumps(payload).encode()
@@ -248,8 +267,9 @@ class Notifications:
     that. A read that fails, or a stored value that is not a usable URL (the
     routine is then invalid, and says why), falls back to the default: a
     notification is never lost to its own configuration. Posting is the
-    :class:`Notifier` of that URL (one delivery thread per URL per process),
-    so a broken endpoint of one routine holds back no other's notifications.
+    :class:`Notifier` of that URL (its own queue; the process's few sender
+    threads take the URLs in turn), so a broken endpoint of one routine
+    holds back another's notifications by one backoff at most, not for good.
     An own URL whose host is a refused address (``allowed``) falls back too.
     """
 
@@ -310,6 +330,31 @@ class Notifications:
             logger.exception("could not queue the %s notification of %s", event, routine)
 
 
+class _Senders:
+    """The process's :data:`SENDERS` threads, started when first needed,
+    taking the URLs that have notifications waiting in turn."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._ready: queue.Queue[Notifier] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def submit(self, notifier: Notifier) -> None:
+        with self._lock:
+            self._threads = [thread for thread in self._threads if thread.is_alive()]
+            if len(self._threads) < self._size:
+                thread = threading.Thread(target=self._run, name="routines-notify", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+        self._ready.put(notifier)
+
+    def _run(self) -> None:
+        while True:
+            self._ready.get()._serve_one()
+
+
+_senders = _Senders(SENDERS)
 _notifiers: dict[tuple[str, str | None, NotifyHosts], Notifier] = {}
 _notifiers_lock = threading.Lock()
 
@@ -317,7 +362,7 @@ _notifiers_lock = threading.Lock()
 def notifier(
     url: str, panel_url: str | None = None, allowed: NotifyHosts = PUBLIC_ONLY
 ) -> Notifier:
-    """The process's notifier for ``url`` (one delivery thread per URL)."""
+    """The process's notifier for ``url`` (one queue per URL)."""
     key = (url, panel_url, allowed)
     with _notifiers_lock:
         found = _notifiers.get(key)
@@ -359,6 +404,8 @@ def allowed_hosts(app: Celery | None) -> NotifyHosts:
 
 
 def forget_all() -> None:
-    """A forked child starts without its parent's delivery thread."""
+    """A forked child starts without its parent's delivery threads."""
+    global _senders
     with _notifiers_lock:
         _notifiers.clear()
+        _senders = _Senders(SENDERS)

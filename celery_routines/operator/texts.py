@@ -17,6 +17,7 @@ from celery_routines.policy.ceilings import Ceiling
 MAX_DURATION_SECONDS = 36525 * 86400
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
+_EXPONENT = re.compile(r"[eE][+-]?\d+")
 _CEILING = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([^\s/]+)?\s*/\s*(\w+)\s*$")
 
 
@@ -69,5 +70,11 @@ def ceiling(value: object) -> Ceiling:
             f"period: hour, day, week or month), got {value!r}"
         )
     number, unit, per = match.groups()
+    if unit is not None and _EXPONENT.fullmatch(unit):
+        # 1e308/day would read as a limit of 1 in a unit named "e308".
+        raise BadOption(
+            f"--ceiling {value!r}: write the limit as a plain number such as 100/day or "
+            f"'2.5 eur/month', not in exponent form ({number}{unit})"
+        )
     limit = float(number)
     return Ceiling(int(limit) if limit.is_integer() else limit, per=per, unit=unit or "fires")

@@ -9,6 +9,12 @@ in the year 9999. So two kinds of rule cost seconds per question:
 * a rule that started long ago: ``FREQ=MINUTELY`` from 2020 lists 3.6
   million occurrences to reach 2026 (about 12 s).
 
+A third kind is a minutely or secondly rule whose BY* filters leave days out
+(``FREQ=SECONDLY;BYMONTH=2;BYMONTHDAY=30;BYHOUR=23``): dateutil steps every
+second of each day it then leaves out, minutes per question. Such a rule is
+walked a day at a time (:func:`_by_day`), and a BYSETPOS that picks none of
+a period's times is refused without a walk.
+
 :func:`restarted_near` answers the second: the same rule restarted at a
 point of its own phase shortly before the asked time (the rule restarted
 at ``DTSTART + n * INTERVAL`` periods has the same later occurrences).
@@ -93,13 +99,15 @@ def bounded_walk(rule: Any, wall: datetime, text: str) -> Iterator[datetime]:
     :data:`HORIZON_YEARS` past ``wall`` and listing at most
     :data:`MAX_WALKED` up to ``wall``; past either, :class:`ScheduleError`
     naming ``text``."""
-    counted = _CountedRule.__new__(_CountedRule)
-    counted.__dict__.update(rule.__dict__)
-    counted.__dict__["_rebuilds_left"] = _rebuilds(rule, wall, text)
+    _refuse_empty_positions(rule, text)
     start: datetime = rule._dtstart
+    filters = _day_filters(rule) if rule._freq in (MINUTELY, SECONDLY) else None
     walked = 0
     try:
-        for occurrence in counted:
+        source = (
+            _counted(rule, wall, text) if filters is None else _by_day(rule, filters, wall, text)
+        )
+        for occurrence in source:
             yield occurrence
             walked += occurrence <= wall
             if walked > MAX_WALKED:
@@ -117,6 +125,98 @@ def bounded_walk(rule: Any, wall: datetime, text: str) -> Iterator[datetime]:
         ) from None
     except (ValueError, OverflowError, IndexError) as exc:  # dateutil, only while walking
         raise ScheduleError(f"rrule {text!r} cannot be computed: {exc}") from None
+
+
+def _counted(rule: Any, wall: datetime, text: str) -> Any:
+    """A copy of ``rule`` that stops (:class:`_BeyondHorizon`) at the horizon."""
+    counted = _CountedRule.__new__(_CountedRule)
+    counted.__dict__.update(rule.__dict__)
+    counted.__dict__["_rebuilds_left"] = _rebuilds(rule, wall, text)
+    return counted
+
+
+def _refuse_empty_positions(rule: Any, text: str) -> None:
+    """A BYSETPOS of an hourly or finer rule picks among the times of one
+    period (the BYMINUTE x BYSECOND of an hour, the BYSECOND of a minute,
+    the one second): positions past them all pick nothing, ever, and
+    dateutil would step every period of 30 years to find that out."""
+    positions = rule._bysetpos
+    if not positions or rule._freq not in (HOURLY, MINUTELY, SECONDLY):
+        return
+    per_period = {
+        HOURLY: len(rule._byminute or ()) * len(rule._bysecond or ()),
+        MINUTELY: len(rule._bysecond or ()),
+        SECONDLY: 1,
+    }[rule._freq]
+    if all(not -per_period <= position <= per_period for position in positions):
+        raise ScheduleError(
+            f"rrule {text!r} has no window: each period has {per_period} time(s), so "
+            f"BYSETPOS={','.join(map(str, positions))} picks none of them; it never fires"
+        )
+
+
+def _day_filters(rule: Any) -> dict[str, Any] | None:
+    """The filters that take or leave a whole day of a minutely or secondly
+    rule (None without any): dateutil steps such a rule through every day it
+    leaves out (up to 86,400 steps a day when BYHOUR is set too)."""
+    monthdays = (*(rule._bymonthday or ()), *(rule._bynmonthday or ()))
+    filters = {
+        "bymonth": rule._bymonth,
+        "bymonthday": monthdays or None,
+        "byyearday": rule._byyearday,
+        "byweekno": rule._byweekno,
+        # Plain weekdays: a rule finer than monthly ignores an ordinal (1MO).
+        "byweekday": rule._byweekday,
+        "byeaster": rule._byeaster,
+    }
+    kept = {name: value for name, value in filters.items() if value is not None}
+    return kept or None
+
+
+def _by_day(rule: Any, filters: dict[str, Any], wall: datetime, text: str) -> Iterator[datetime]:
+    """The occurrences of a minutely or secondly rule with day filters: the
+    days it takes come from a daily rule with those filters (one step a
+    day, bounded by the horizon), and each day's times from the rule without
+    them, restarted in phase at that day and ended with it."""
+    start: datetime = rule._dtstart
+    until: datetime | None = rule._until
+    left: int | None = rule._count
+    days = rrule(
+        DAILY,
+        dtstart=datetime(start.year, start.month, start.day),
+        until=until,
+        wkst=rule._wkst,
+        **filters,
+    )
+    unit = _UNITS[rule._freq] * rule._interval
+    bare = {name: None for name in filters}
+    for day in _counted(days, wall, text):
+        # A counted rule lists every time (its COUNT runs from DTSTART);
+        # any other starts at the asked time on its first day.
+        lower = day if left is not None else max(day, wall)
+        point = start + max((lower - start) // unit, 0) * unit
+        end = day + timedelta(days=1) - timedelta(microseconds=1)
+        if until is not None:
+            end = min(end, until)
+        if point > end:
+            continue
+        one_day = rule.replace(
+            dtstart=point,
+            until=end,
+            count=None,
+            byhour=rule._byhour,
+            byminute=rule._byminute,
+            bysecond=rule._bysecond,
+            **bare,
+        )
+        for occurrence in one_day:
+            if occurrence < day:
+                continue
+            yield occurrence
+            if left is not None:
+                left -= 1
+                if left <= 0:
+                    return
 
 
 def _rebuilds(rule: Any, wall: datetime, text: str) -> int:

@@ -62,6 +62,7 @@ _RRULE_PARTS = {
     "BYEASTER": st.integers(-3, 60).map(str),
     "BYSETPOS": st.sampled_from(["1", "-1", "5", "366"]),
     "BYHOUR": _numbers(0, 23),
+    "BYMINUTE": _numbers(0, 59),
     "COUNT": st.integers(1, 10**7).map(str),
     "UNTIL": st.sampled_from(["19990101T000000", "20270101T000000", "99991231T000000"]),
 }
@@ -74,10 +75,10 @@ def rrules(draw: st.DrawFn) -> str:
     freq = draw(st.sampled_from(_FREQS))
     parts = [f"FREQ={freq}"]
     keys = sorted(_RRULE_PARTS)
-    if freq in ("SECONDLY", "MINUTELY"):
-        # Not bounded yet: dateutil steps a second (a minute) at a time to
-        # reach a BYHOUR on each day it then filters out (~1 ms a day).
-        keys.remove("BYHOUR")
+    if freq in ("SECONDLY", "MINUTELY") and draw(st.booleans()):
+        # Filters that take or leave whole days, with a time of day: dateutil
+        # alone stepped every second (minute) of each day left out.
+        keys = ["BYMONTH", "BYMONTHDAY", "BYYEARDAY", "BYDAY", "BYHOUR", "BYMINUTE", "BYSETPOS"]
     for key in draw(st.lists(st.sampled_from(keys), max_size=4, unique=True)):
         parts.append(f"{key}={draw(_RRULE_PARTS[key])}")
     return f"DTSTART:{start}\nRRULE:{';'.join(parts)}"
@@ -150,9 +151,7 @@ NO_SHRINK = [Phase.explicit, Phase.reuse, Phase.generate]
 @settings(
     max_examples=60,
     deadline=None,
-    # Examples fixed by the database Hypothesis keeps: CI must not draw a
-    # new one each run (a never-firing MINUTELY rule with UNTIL before DTSTART
-    # and BYSETPOS still takes seconds: a known gap, see docs/schedules.md).
+    # The same examples every run: CI must not meet a new one each time.
     derandomize=True,
     phases=NO_SHRINK,
     suppress_health_check=[HealthCheck.too_slow],
@@ -254,9 +253,7 @@ def test_beat_marks_february_30th_invalid_in_one_short_tick_and_looks_again_once
 @settings(
     max_examples=6,
     deadline=None,
-    # Examples fixed by the database Hypothesis keeps: CI must not draw a
-    # new one each run (a never-firing MINUTELY rule with UNTIL before DTSTART
-    # and BYSETPOS still takes seconds: a known gap, see docs/schedules.md).
+    # The same examples every run: CI must not meet a new one each time.
     derandomize=True,
     phases=NO_SHRINK,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

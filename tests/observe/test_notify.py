@@ -4,6 +4,7 @@ and what beat's events notify."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from datetime import UTC, datetime
@@ -235,3 +236,26 @@ def test_beat_and_the_worker_read_a_routines_notify_url_from_the_store(store: St
     finally:
         default.close()
         own.close()
+
+
+def test_three_hundred_urls_share_a_few_sender_threads_and_each_keeps_its_order() -> None:
+    posted: dict[str, list[str]] = {}
+    lock = threading.Lock()
+
+    def post(url: str, body: bytes) -> None:
+        with lock:
+            posted.setdefault(url, []).append(json.loads(body)["routine"])
+
+    def senders() -> int:
+        return sum(t.name == "routines-notify" for t in threading.enumerate())
+
+    notifiers = [Notifier(f"http://hook-{i}", post=post) for i in range(300)]
+    for name in "abc":
+        for each in notifiers:
+            each.notify(notify.LOST, name)
+    # The process's few senders (another test's may be among them), not one per URL.
+    assert senders() <= notify.SENDERS
+    assert all(each.flush(10) for each in notifiers)
+    assert len(posted) == 300
+    assert all(order == ["a", "b", "c"] for order in posted.values()), posted
+    assert senders() <= notify.SENDERS

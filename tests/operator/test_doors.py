@@ -1,6 +1,6 @@
-"""Bad input at every door of the operator's surface (issue 30): values past
-datetime's or C's range (items 6 and 10), NaN and Infinity in JSON (item 8),
-and a delete that asks (item 7). Each refusal is a 4xx naming the field, or
+"""Bad input at every door of the operator's surface: values past
+datetime's or C's range, NaN and Infinity in JSON, a ceiling limit in
+exponent form, and a delete that asks. Each refusal is a 4xx naming the field, or
 one CLI line and a non-zero exit, and nothing stored changes."""
 
 from __future__ import annotations
@@ -88,6 +88,10 @@ def test_an_instant_past_the_calendar_is_a_400_naming_the_field(
          "Error: routine 'x': at '9999-12-31T23:59:59-14:00': out of the calendar's range"),
         (("add", "x", "t", "--cron", "* * * * *", "--max-lateness", "1e308"),
          "Error: max_lateness must be at most 36525d"),
+        (("add", "x", "t", "--every", "60", "--ceiling", "1e308/day"),
+         "Error: --ceiling '1e308/day': write the limit as a plain number"),
+        (("edit", "nightly", "--ceiling", "2E+3 /day"),
+         "Error: --ceiling '2E+3 /day': write the limit as a plain number"),
         (("edit", "nightly", "--every", "99999999999d"), "Error: --every must be at most"),
         (("prune", "--older-than", "99999999999d"), "Error: --older-than must be at most"),
         (("preview", "* * * * *", "--from", "9999-12-31T23:58"),

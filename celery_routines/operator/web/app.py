@@ -32,7 +32,12 @@ from celery_routines.config import setting
 from celery_routines.errors import ConfigurationError
 from celery_routines.operator.admin import Routines
 from celery_routines.operator.web.attempts import LIMIT, FailedLogins, Throttled
-from celery_routines.operator.web.auth import Guard, WebAuth, parse_web_auth
+from celery_routines.operator.web.auth import (
+    CSRF_MAX_AGE_SECONDS,
+    Guard,
+    WebAuth,
+    parse_web_auth,
+)
 from celery_routines.operator.web.context import (
     REFRESH_SECONDS,
     STATIC,
@@ -149,11 +154,19 @@ class GuardMiddleware:
             return refuse(api, 413, f"the request body is over {self.max_body:,} bytes")
         # Only the bearer token stands in for the CSRF token: basic auth is
         # sent by the browser by itself, whoever made the page that POSTs.
-        if (
-            api
-            and not principal.is_bearer
-            and not panel.guard.csrf_matches(principal, headers.get("x-csrf-token"))
-        ):
+        problem = (
+            panel.guard.csrf_problem(principal, headers.get("x-csrf-token"))
+            if api and not principal.is_bearer
+            else None
+        )
+        if problem == "expired":
+            return refuse(
+                api,
+                403,
+                "POST refused: the X-CSRF-Token has expired (a page's token is good for "
+                f"{CSRF_MAX_AGE_SECONDS // 3600} hours): reload the page for a new one",
+            )
+        if problem is not None:
             return refuse(
                 api,
                 403,
@@ -214,7 +227,9 @@ def create_app(
         auth = parse_web_auth(setting(celery_app, "routines_web_auth"))
     panel = Panel(
         admin=admin,
-        guard=Guard(auth, failed_logins=FailedLogins(limit=_login_limit(celery_app))),
+        guard=Guard(
+            auth, failed_logins=FailedLogins(limit=_login_limit(celery_app)), clock=admin.clock
+        ),
         read_only=read_only,
         flower_url=flower_url or setting(celery_app, "routines_flower_url") or None,
         refresh_seconds=refresh_seconds,

@@ -1,6 +1,14 @@
-"""Failed logins, counted per client and per user name, so a password cannot
-be guessed at the speed of the network and a flood of wrong passwords cannot
-keep the CPU busy with PBKDF2.
+"""Failed logins, counted per user name, per client and user name, and per
+client, so a password cannot be guessed at the speed of the network and a
+flood of wrong passwords cannot keep the CPU busy with PBKDF2.
+
+The client is the peer's address, or the forwarded one where the proxy's
+headers are trusted (``routines_web_forwarded_allow_ips``). Behind a proxy
+whose headers are not trusted every person is the same client: so a client
+is held back at ``limit`` failures for one user name, and across all names
+only at :data:`SPRAY_FACTOR` times that (one password tried on many names).
+One person typing a wrong password no longer locks everyone behind the same
+proxy out.
 
 An attempt is counted when it starts (so twenty parallel guesses cannot all
 slip in before the first one fails) and handed back when it succeeds. Past
@@ -23,6 +31,9 @@ WINDOW_SECONDS = 60.0
 # Bounds the memory a flood from many addresses can take: the keys not seen
 # for longest are forgotten first.
 MAX_KEYS = 10_000
+# A client's failures across every user name may reach this many times the
+# limit: enough for the people behind one untrusted proxy, still a bound.
+SPRAY_FACTOR = 5
 
 
 class Throttled(Exception):
@@ -50,12 +61,13 @@ class FailedLogins:
     def begin(self, client: str | None, user: str) -> tuple[str, ...]:
         """Count an attempt for ``client`` and ``user`` as failed until
         :meth:`succeeded`; :class:`Throttled` when either is over the limit."""
-        keys = (f"client {client or 'unknown'}", f"user {user!r}")
+        where = f"client {client or 'unknown'}"
+        keys = (f"user {user!r}", f"{where} as user {user!r}", where)
         with self._lock:
             now = self.clock()
             for key in keys:
                 recent = self._recent(key, now)
-                if len(recent) >= self.limit:
+                if len(recent) >= self.limit * (SPRAY_FACTOR if key == where else 1):
                     retry = max(1, math.ceil(recent[0] + self.window - now))
                     first = self._refused.get(key) != recent[0]
                     self._refused[key] = recent[0]

@@ -34,6 +34,7 @@ import hashlib
 import hmac
 import ipaddress
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from celery_routines.clock import Clock, utc_now
 from celery_routines.errors import ConfigurationError
 from celery_routines.operator.web.attempts import FailedLogins
 
@@ -51,6 +53,14 @@ ITERATIONS = 240_000
 MIN_ITERATIONS = 1_000
 MAX_ITERATIONS = 10_000_000
 LOOPBACK_NAMES = ("localhost",)
+# A page's CSRF token is good for this long: one copied out of an old tab or a
+# log stops working, and a working day on one page is never cut short.
+CSRF_MAX_AGE_SECONDS = 12 * 3600
+# The token is the issue time (seconds, this many hex digits) and its MAC.
+_ISSUED_DIGITS = 10
+# How an environment variable is conventionally named. Anything else after
+# ``bearer:`` is more likely the token itself pasted in, and is never quoted.
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 
 
 def hash_password(password: str, *, iterations: int = ITERATIONS, salt: bytes | None = None) -> str:
@@ -126,7 +136,10 @@ def parse_web_auth(value: object, environ: Mapping[str, str] | None = None) -> W
     elif isinstance(value, str):
         entries = value.replace(",", " ").split()
     else:
-        raise ConfigurationError(f"routines_web_auth must be a string or a dict, got {value!r}")
+        # The type only: a list or bytes here may hold a token or a hash.
+        raise ConfigurationError(
+            f"routines_web_auth must be a string or a dict, got a {type(value).__name__}"
+        )
     users: dict[str, str] = {}
     token = None
     for number, entry in enumerate(entries, 1):
@@ -142,9 +155,11 @@ def parse_web_auth(value: object, environ: Mapping[str, str] | None = None) -> W
             if not token and env.get(f"{rest}_FILE"):
                 token = _secret_file(f"{rest}_FILE", env[f"{rest}_FILE"])
             if not token:
+                shown = _variable(rest)
+                file = f"{rest}_FILE" if shown == repr(rest) else "its _FILE"
                 raise ConfigurationError(
-                    f"routines_web_auth names the bearer token variable {rest!r}, "
-                    f"which is unset or empty in the environment (and so is {rest}_FILE)"
+                    f"routines_web_auth names the bearer token variable {shown}, "
+                    f"which is unset or empty in the environment (and so is {file})"
                 )
             continue
         problem = hash_problem(rest)
@@ -155,6 +170,15 @@ def parse_web_auth(value: object, environ: Mapping[str, str] | None = None) -> W
             )
         users[kind] = rest
     return WebAuth(users, token)
+
+
+def _variable(name: str) -> str:
+    """The variable after ``bearer:`` as an error may show it: quoted when it
+    is named like one, else only its length (a token pasted in by mistake
+    would otherwise reach the logs)."""
+    if _ENV_NAME.fullmatch(name):
+        return repr(name)
+    return f"of {len(name)} characters (not shown: not named like a variable, so maybe a token)"
 
 
 def _secret_file(variable: str, path: str) -> str:
@@ -206,7 +230,10 @@ class Principal:
 
 
 LOCAL = Principal("local", "local")
-BEARER = Principal("bearer", "token")
+# Recorded as ``web:bearer``: no basic-auth user can have that name (a
+# ``bearer:`` entry of the setting is the token), so the audit trail never
+# mixes the token with a person.
+BEARER = Principal("bearer", "bearer")
 
 
 class Guard:
@@ -218,8 +245,10 @@ class Guard:
         *,
         secret: bytes | None = None,
         failed_logins: FailedLogins | None = None,
+        clock: Clock = utc_now,
     ) -> None:
         self.auth = auth
+        self._clock = clock
         secret_env = os.environ.get("ROUTINES_WEB_SECRET")
         self._secret = secret or (secret_env.encode() if secret_env else secrets.token_bytes(32))
         # A token exists only when configured (bearer:ENV_NAME): one made up
@@ -287,13 +316,46 @@ class Guard:
         return hmac.compare_digest(token.encode(), self.api_token.encode())
 
     def csrf_token(self, principal: Principal) -> str:
-        message = f"csrf\0{principal.kind}\0{principal.name}"
+        """A token for this principal's forms, stamped with the time it was
+        made (hex digits only, as pages and scripts read it)."""
+        issued = int(self._clock().timestamp())
+        return f"{issued:0{_ISSUED_DIGITS}x}{self._csrf_mac(principal, issued)}"
+
+    def _csrf_mac(self, principal: Principal, issued: int) -> str:
+        message = f"csrf\0{principal.kind}\0{principal.name}\0{issued}"
         return hmac.new(self._secret, message.encode(), "sha256").hexdigest()
 
+    def csrf_problem(self, principal: Principal, token: str | None) -> CsrfProblem | None:
+        """None for a token this panel made for ``principal`` within
+        :data:`CSRF_MAX_AGE_SECONDS`; else why it is refused."""
+        text = token or ""
+        stamp, mac = text[:_ISSUED_DIGITS], text[_ISSUED_DIGITS:]
+        try:
+            issued = int(stamp, 16)
+        except ValueError:
+            return "wrong"
+        expected = self._csrf_mac(principal, issued)
+        if len(stamp) != _ISSUED_DIGITS or not hmac.compare_digest(expected, mac):
+            return "wrong"
+        if self._clock().timestamp() - issued > CSRF_MAX_AGE_SECONDS:
+            return "expired"
+        return None
+
     def csrf_matches(self, principal: Principal, token: str | None) -> bool:
-        return bool(token) and hmac.compare_digest(
-            self.csrf_token(principal).encode(), (token or "").encode()
+        return self.csrf_problem(principal, token) is None
+
+
+CsrfProblem = Literal["wrong", "expired"]
+
+
+def form_refusal(problem: CsrfProblem) -> str:
+    """The 403's text for a form whose CSRF token is refused."""
+    if problem == "expired":
+        return (
+            "POST refused: the page's CSRF token has expired (a page's token is good for "
+            f"{CSRF_MAX_AGE_SECONDS // 3600} hours): reload the page and send the form again"
         )
+    return "POST refused: the form's CSRF token is missing or wrong"
 
 
 def _iterations(hashed: str) -> int:

@@ -38,6 +38,7 @@ from celery_routines.operator.routine_form import (
     options_of,
     refusal,
 )
+from celery_routines.operator.web.auth import form_refusal
 from celery_routines.operator.web.context import (
     HANDLED,
     error_status,
@@ -170,8 +171,9 @@ async def post_form(request: Request) -> Response:
     panel = panel_of(request)
     raw = await request.body()
     form = {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
-    if not panel.guard.csrf_matches(request.state.principal, form.get("csrf_token")):
-        return Response("POST refused: the form's CSRF token is missing or wrong", 403)
+    problem = panel.guard.csrf_problem(request.state.principal, form.get("csrf_token"))
+    if problem is not None:
+        return Response(form_refusal(problem), 403)
     editing = name_after(request, "/edit/") if "name" in request.path_params else None
 
     def run() -> Response:

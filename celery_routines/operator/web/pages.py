@@ -26,6 +26,7 @@ from celery_routines.operator.bulk import (
 )
 from celery_routines.operator.listing import STRIP
 from celery_routines.operator.sending import BackfillPlan
+from celery_routines.operator.web.auth import form_refusal
 from celery_routines.operator.web.context import (
     HANDLED,
     Panel,
@@ -301,8 +302,9 @@ async def action(request: Request) -> Response:
     raw = await request.body()
     fields = parse_qs(raw.decode("utf-8", "replace"))
     form = {k: v[0] for k, v in fields.items()}
-    if not panel.guard.csrf_matches(request.state.principal, form.get("csrf_token")):
-        return Response("POST refused: the form's CSRF token is missing or wrong", 403)
+    problem = panel.guard.csrf_problem(request.state.principal, form.get("csrf_token"))
+    if problem is not None:
+        return Response(form_refusal(problem), 403)
     what = request.path_params["action"]
 
     def run() -> Response:

@@ -3,6 +3,8 @@ token, and the refusal to serve a non-loopback address without them."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from click.testing import CliRunner
 
@@ -47,6 +49,18 @@ def test_the_setting_names_users_and_the_bearer_tokens_variable() -> None:
     assert "plaintext" not in str(bad.value)
 
 
+def test_a_token_written_in_place_of_its_variable_is_never_echoed() -> None:
+    token = "q3Zt-Vx9kLm2Pw7rTz0aBcDeF"  # pasted after bearer: instead of a variable name
+    with pytest.raises(ConfigurationError) as pasted:
+        parse_web_auth(f"bearer:{token}", {})
+    message = str(pasted.value)
+    assert token not in message and token[:8] not in message, message
+    assert f"of {len(token)} characters (not shown" in message
+    with pytest.raises(ConfigurationError) as listed:
+        parse_web_auth([f"bearer:{token}"], {})
+    assert token not in str(listed.value) and "got a list" in str(listed.value)
+
+
 def test_any_address_but_loopback_needs_authentication() -> None:
     for host in ("127.0.0.1", "::1", "localhost", "127.0.0.2"):
         check_bind(host, parse_web_auth(None, {}))
@@ -82,6 +96,25 @@ def test_with_users_configured_every_page_needs_a_login(admin: Routines, store: 
     basic_post = client.post("/api/routines/nightly/pause", auth=("alice", "pw"))
     assert basic_post.status_code == 403
     assert client.post("/api/routines/nightly/pause", headers=bearer).status_code == 200
+
+
+def test_the_audit_trail_tells_the_bearer_token_from_a_user_named_token(
+    admin: Routines, store: Store
+) -> None:
+    add_routine(store, "nightly")
+    auth = parse_web_auth(f"token:{hash_password('pw', iterations=FAST)}", {})
+    client = client_for(admin, auth=auth)
+    page = client.get("/routines/nightly", auth=("token", "pw")).text
+    csrf = re.search(r'name="csrf_token" value="([0-9a-f]+)"', page)
+    assert csrf is not None
+    by_user = client.post(
+        "/api/routines/nightly/pause", auth=("token", "pw"), headers={"X-CSRF-Token": csrf[1]}
+    )
+    assert by_user.status_code == 200, by_user.text
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    assert client.post("/api/routines/nightly/resume", headers=bearer).status_code == 200
+    history = {(c.action, c.changed_by) for c in admin.history("nightly")}
+    assert history == {("paused", "web:token"), ("resumed", "web:bearer")}, history
 
 
 def test_the_web_command_prints_a_hash_for_a_password_it_never_stores(tmp_path, sqlite_url) -> None:

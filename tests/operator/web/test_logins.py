@@ -1,5 +1,6 @@
-"""Logins under attack (issue 30, items 2 and 3): failed attempts limited per
-client and per user name (429 + Retry-After), the same time for an unknown
+"""Logins under attack: failed attempts limited per user name, per client
+and name, and per client across names (429 + Retry-After; one person behind a
+proxy does not lock out the others), the same time for an unknown
 user as for a wrong password, and a flood of wrong passwords against a real
 ``celery routines web`` that leaves /healthz answering fast."""
 
@@ -35,9 +36,10 @@ def test_failed_logins_are_limited_per_client_with_retry_after(admin: Routines) 
     auth = parse_web_auth(f"alice:{hash_password('pw', iterations=FAST)}", {})
     client = client_for(admin, auth=auth, peer=("198.51.100.1", 1))
     statuses = [
-        client.get("/api/routines", headers=_basic(f"guess{i}", "x")).status_code for i in range(12)
+        client.get("/api/routines", headers=_basic(f"guess{i}", "x")).status_code for i in range(52)
     ]
-    assert statuses == [401] * 10 + [429] * 2
+    # One password sprayed over many names: held back at five times the limit.
+    assert statuses == [401] * 50 + [429] * 2
     throttled = client.get("/api/routines", headers=_basic("alice", "wrong"))
     assert throttled.status_code == 429
     assert 1 <= int(throttled.headers["Retry-After"]) <= 60
@@ -46,6 +48,39 @@ def test_failed_logins_are_limited_per_client_with_retry_after(admin: Routines) 
     # Another client is not held back by this one.
     other = TestClient(client.app, base_url=BASE_URL, client=("198.51.100.2", 1))
     assert other.get("/api/routines", headers=_basic("alice", "pw")).status_code == 200
+
+
+def test_one_person_behind_a_proxy_does_not_lock_out_the_others(admin: Routines) -> None:
+    """Every request comes from the proxy's address (its headers not
+    trusted): mallory's wrong passwords hold back mallory, not alice."""
+    users = {"alice": "pw", "mallory": "m"}
+    auth = parse_web_auth(
+        " ".join(f"{name}:{hash_password(pw, iterations=FAST)}" for name, pw in users.items()), {}
+    )
+    proxy = client_for(admin, auth=auth, peer=("10.0.0.2", 1))
+    statuses = [
+        proxy.get("/api/routines", headers=_basic("mallory", f"guess{i}")).status_code
+        for i in range(11)
+    ]
+    assert statuses == [401] * 10 + [429]
+    assert proxy.get("/api/routines", headers=_basic("alice", "typo")).status_code == 401
+    assert proxy.get("/api/routines", headers=_basic("alice", "pw")).status_code == 200
+
+
+def test_failed_logins_are_counted_per_forwarded_address_when_the_proxy_is_trusted(
+    admin: Routines,
+) -> None:
+    auth = parse_web_auth(f"alice:{hash_password('pw', iterations=FAST)}", {})
+    proxy = client_for(admin, auth=auth, peer=("10.0.0.2", 1), forwarded_allow_ips="10.0.0.2")
+
+    def login(user: str, forwarded_for: str) -> int:
+        headers = {**_basic(user, "x"), "X-Forwarded-For": forwarded_for}
+        return proxy.get("/api/routines", headers=headers).status_code
+
+    sprayed = [login(f"guess{i}", "203.0.113.7") for i in range(51)]
+    assert sprayed == [401] * 50 + [429]
+    # Another address behind the same proxy is its own client.
+    assert login("someone", "203.0.113.8") == 401
 
 
 def test_failed_logins_are_limited_per_user_name_across_clients(admin: Routines) -> None:
@@ -70,8 +105,11 @@ def test_a_success_is_not_counted_and_failures_expire() -> None:
         logins.begin("c", "alice")
     assert refused.value.retry_after == 60
     now[0] += 30
+    logins.begin("c", "bob")  # another name from the client: its own count
+    for name in ("carol", "dave", "erin", "frank", "grace", "heidi", "ivan"):
+        logins.begin("c", name)
     with pytest.raises(Throttled) as still:
-        logins.begin("c", "bob")  # the client is over the limit whatever the name
+        logins.begin("c", "judy")  # the client past five times the limit, whatever the name
     assert still.value.retry_after == 30
     now[0] += 30.5
     logins.begin("c", "alice")

@@ -83,6 +83,31 @@ def test_a_routine_page_shows_windows_attempts_skips_ceilings_and_lateness(
     assert 'value="2026-11-30T12:00"' in page and 'value="2026-11-30T13:00"' in page
 
 
+def test_a_pages_csrf_token_expires_and_the_refusal_says_to_reload(
+    admin: Routines, store: Store, clock: FakeClock
+) -> None:
+    add_routine(store, "nightly")
+    client = client_for(admin)
+    token = csrf_of(client.get("/routines/nightly").text)
+    clock.advance(hours=11, minutes=59)  # within a working day: still good
+    kept = client.post("/actions/pause", data={"name": "nightly", "csrf_token": token})
+    assert kept.status_code in (200, 303), kept.text
+    assert store.routines.by_name("nightly").paused is True
+    clock.advance(minutes=2)  # past 12 hours
+    stale = client.post("/actions/resume", data={"name": "nightly", "csrf_token": token})
+    assert stale.status_code == 403 and "expired" in stale.text and "reload the page" in stale.text
+    api = client.post("/api/routines/nightly/resume", headers={"X-CSRF-Token": token})
+    assert api.status_code == 403 and "reload the page" in api.json()["error"]
+    assert store.routines.by_name("nightly").paused is True
+    # A token with its time moved forward is not the panel's.
+    forged = f"{int(clock().timestamp()):010x}{token[10:]}"
+    wrong = client.post("/actions/resume", data={"name": "nightly", "csrf_token": forged})
+    assert wrong.status_code == 403 and "missing or wrong" in wrong.text
+    fresh = csrf_of(client.get("/routines/nightly").text)
+    resumed = client.post("/actions/resume", data={"name": "nightly", "csrf_token": fresh})
+    assert resumed.status_code in (200, 303) and store.routines.by_name("nightly").paused is False
+
+
 def test_a_form_post_needs_the_pages_csrf_token(admin: Routines, store: Store) -> None:
     add_routine(store, "nightly")
     client = client_for(admin)
@@ -211,7 +236,8 @@ def test_a_routine_declared_in_code_offers_no_disable_and_the_api_says_why(
         in (refused.json()["error"])
     )
     client.post("/api/routines/nightly/pause", headers=BEARER)
-    assert [(c.action, c.changed_by) for c in admin.history("nightly")] == [("paused", "web:token")]
+    history = [(c.action, c.changed_by) for c in admin.history("nightly")]
+    assert history == [("paused", "web:bearer")]
 
 
 def test_mounted_under_a_prefix_its_links_and_forms_follow(admin: Routines, store: Store) -> None:

@@ -1,5 +1,5 @@
-"""Creating, editing and cloning routines from the panel and its HTTP API
-(issue 33, item 1), in process on SQLite and PostgreSQL: ``POST
+"""Creating, editing and cloning routines from the panel and its HTTP API,
+in process on SQLite and PostgreSQL: ``POST
 /api/routines`` (201), ``PATCH /api/routines/{name}`` (200, 409 for a code
 routine), 422 naming every bad field in the CLI's words, one audited change
 with the person, nothing stored lost on a bad edit, CSRF refused, and the
@@ -77,7 +77,7 @@ def test_post_creates_a_routine_with_every_option_audited_with_the_person(
         assert shown[key] == NIGHTLY[key], key
     assert shown["ceiling"] == [{"limit": 100, "per": "day", "unit": "fires"}]
     [change] = admin.history("nightly-report")
-    assert change.action == "added" and change.changed_by == "web:token"
+    assert change.action == "added" and change.changed_by == "web:bearer"
 
 
 @pytest.mark.parametrize(
@@ -169,7 +169,7 @@ def test_patch_edits_one_audited_change_and_a_bad_patch_loses_nothing(
     assert record is not None and (record.cron, record.overlap) == ("0 3 * * *", "skip")
     assert record.kwargs == before["kwargs"]  # what the patch did not name stays
     edited = admin.history("nightly-report", limit=1)[0]
-    assert edited.action == "edited" and edited.changed_by == "web:token"
+    assert edited.action == "edited" and edited.changed_by == "web:bearer"
     assert patch(client, "ghost", {"cron": "* * * * *"}).status_code == 404
     renamed = patch(client, "nightly-report", {"name": "other"})
     assert renamed.status_code == 422 and "clone" in renamed.json()["fields"]["name"]
