@@ -10,9 +10,12 @@ is refused at the doors and marked invalid by beat, once a minute.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import signal
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -135,12 +138,42 @@ def schedules(draw: st.DrawFn) -> Drawn:
 def _timed(call: Any) -> tuple[Any, Exception | None]:
     started = time.perf_counter()
     try:
-        result, error = call(), None
+        with _cut_off_after(HANG_SECONDS):
+            result, error = call(), None
     except (InvalidRoutine, ScheduleError, FieldErrors) as exc:
         result, error = None, exc
     elapsed = time.perf_counter() - started
     assert elapsed < BOUND_SECONDS, f"{elapsed:.2f} s"
     return result, error
+
+
+# A call that never returns (a walk that never yields) fails here, as drawn.
+# Left to pytest-timeout, Hypothesis caught its exception and replayed the
+# example to report it, with no timer left: the session hung until CI's limit.
+HANG_SECONDS = 10 * BOUND_SECONDS
+
+
+@contextlib.contextmanager
+def _cut_off_after(seconds: float) -> Iterator[None]:
+    """Raise in the call after ``seconds``; pytest-timeout's own SIGALRM timer
+    and handler are put back afterwards, less the time spent."""
+
+    def overran(signum: int, frame: Any) -> None:
+        raise AssertionError(f"still computing after {seconds:.0f} s: it never returns")
+
+    handler = signal.getsignal(signal.SIGALRM)
+    left, interval = signal.getitimer(signal.ITIMER_REAL)
+    started = time.monotonic()
+    signal.signal(signal.SIGALRM, overran)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, handler)
+        if left:
+            spent = time.monotonic() - started
+            signal.setitimer(signal.ITIMER_REAL, max(left - spent, 0.001), interval)
 
 
 # No shrinking: a slow example is shown as drawn (shrinking a timing failure
