@@ -32,6 +32,7 @@ from celery_routines.operator.lifecycle_views import (
 from celery_routines.operator.listing import RoutineListing
 from celery_routines.operator.lookup import RoutineLookup
 from celery_routines.operator.manage import RoutineEditor
+from celery_routines.operator.previews import preview, routine_windows
 from celery_routines.operator.routine_stats import RoutineRecords
 from celery_routines.operator.sending import (
     MAX_BACKFILL,
@@ -45,13 +46,16 @@ from celery_routines.operator.views import (
     MigrateResult,
     PauseResult,
     RoutineDetail,
+    RoutinePreview,
     RoutineSummary,
     RunView,
     SendResult,
     SyncResult,
     WindowView,
     definition_of,
+    describe_schedule,
     next_excluded_text,
+    routine_state,
     run_view,
     window_view,
 )
@@ -59,7 +63,6 @@ from celery_routines.operator.windows import (
     MAX_PREVIEW,
     check_count,
     parse_instant,
-    preview,
     take_windows,
 )
 from celery_routines.policy.states import RUN_STATES, Reason, RunState
@@ -245,6 +248,23 @@ class Routines:
             ceiling_error=ceiling_error,
             next_excluded=next_excluded,
         )
+
+    def preview(
+        self, name: str, start: datetime | str | None = None, n: int = 10
+    ) -> RoutinePreview:
+        """The next ``n`` windows of the stored routine ``name`` (from
+        ``start``, inclusive, read in its zone): its schedule, zone,
+        exclusions, shift and bounds, on its own grid, as beat fires them."""
+        record = self.lookup.record(name)
+        timezone = self.lookup.zone_of(record)
+        now = self.clock()
+        try:
+            schedule = self.lookup.schedule(record)
+        except ScheduleError as exc:
+            raise InvalidRoutine(name, str(exc)) from None
+        windows = routine_windows(record, schedule, timezone, start, n, now)
+        state = routine_state(record, now)
+        return RoutinePreview(name, describe_schedule(record), timezone, windows, state)
 
     def runs(
         self,

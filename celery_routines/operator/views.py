@@ -58,6 +58,18 @@ class WindowView:
 
 
 @dataclass(frozen=True)
+class RoutinePreview:
+    """``preview NAME``: a stored routine's next windows, as beat computes them."""
+
+    routine: str
+    schedule: str
+    """As ``list`` shows it (``describe_schedule``)."""
+    timezone: str
+    windows: list[WindowView]
+    state: str
+
+
+@dataclass(frozen=True)
 class CeilingUsage:
     unit: str
     per: str
