@@ -277,8 +277,7 @@ def _describe_kind(record: RoutineRecord) -> str:
     if record.cron is not None:
         return record.cron
     if record.interval_seconds is not None:
-        seconds = record.interval_seconds
-        return f"every {int(seconds) if float(seconds).is_integer() else seconds}s"
+        return _every(record.interval_seconds)
     if record.at is not None:
         return f"once at {iso_utc(record.at)}"
     if record.solar is not None:
@@ -287,10 +286,23 @@ def _describe_kind(record: RoutineRecord) -> str:
         return "rrule " + " ".join(record.rrule.split())
     if record.schedules is not None:
         try:
-            return " + ".join(str(spec) for spec in json.loads(record.schedules))
+            return " + ".join(_union_part(spec) for spec in json.loads(record.schedules))
         except (ValueError, TypeError):
             return record.schedules
     return "(none)"
+
+
+def _every(seconds: float) -> str:
+    return f"every {int(seconds) if float(seconds).is_integer() else seconds}s"
+
+
+def _union_part(spec: object) -> str:
+    """One spec of a union as the single schedule of its kind is shown (an
+    interval ``every 90s``, a rule on one line), so ``preview`` reads the
+    whole line back."""
+    if isinstance(spec, int | float) and not isinstance(spec, bool):
+        return _every(spec)
+    return " ".join(str(spec).split())
 
 
 def definition_of(record: RoutineRecord) -> dict[str, Any]:
