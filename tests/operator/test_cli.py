@@ -114,6 +114,21 @@ def test_list_shows_the_next_run_of_a_routine_beat_has_not_scheduled_yet(
     assert shown["next_windows"][0]["utc"] == listed["nightly-rome"]["next_run_utc"]
 
 
+def test_show_and_list_agree_on_where_beat_would_start_a_routine(
+    invoke: Invoke, store: Store, clock: FakeClock
+) -> None:
+    """A one-off whose instant passed before beat adopted it still fires once
+    (at adoption), and an interval starts from the whole second."""
+    clock.now = NOW + timedelta(microseconds=250000)
+    add_routine(store, "late", cron=None, at=NOW - timedelta(hours=1))
+    add_routine(store, "poll", cron=None, interval_seconds=30.0)
+    listed = {r["name"]: r["next_run_utc"] for r in json.loads(ok(invoke("list", "--json")))}
+    assert listed == {"late": "2026-11-30T11:00:00+00:00", "poll": "2026-11-30T12:00:30+00:00"}
+    for name in listed:
+        shown = json.loads(ok(invoke("show", name, "--json", "-n", "2")))
+        assert shown["next_windows"][0]["utc"] == listed[name]
+
+
 def test_show_prints_the_definition_and_next_windows_with_dst_marks(
     invoke: Invoke, store: Store, clock: FakeClock
 ) -> None:
