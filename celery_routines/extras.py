@@ -35,6 +35,8 @@ EXTRA_OF_MODULE = {
     "uvicorn": "web",
     "ephem": "solar",
     "holidays": "holidays",
+    # PyYAML: `export --format yaml` and `import file *.yaml`.
+    "yaml": "yaml",
 }
 
 # Broker URL schemes served by kombu's Redis transport.

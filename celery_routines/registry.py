@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from celery import Celery
 from celery.schedules import crontab
+from celery.schedules import schedule as celery_schedule
 
 from .config import setting
 from .errors import ConfigurationError, InvalidRoutine
@@ -19,6 +21,7 @@ from .policy.notify_hosts import SETTING as NOTIFY_ALLOWED_HOSTS
 from .policy.notify_hosts import NotifyHosts, door_refusal
 from .policy.routine import Routine, define
 from .policy.states import OLD_SCHEDULER_BEHAVIOUR
+from .schedules.interval import whole_seconds
 from .worker import hooks as worker
 
 logger = logging.getLogger("celery_routines.registry")
@@ -117,7 +120,20 @@ def _beat_entry(name: str, entry: Any, behaviour: Mapping[str, Any]) -> Routine:
     for key in ("args", "kwargs", "options"):
         if entry.get(key) is not None:
             options[key] = entry[key]
-    return define(entry["task"], entry["schedule"], **options)
+    return define(entry["task"], _whole_interval(entry["schedule"]), **options)
+
+
+def _whole_interval(value: Any) -> Any:
+    """A ``timedelta``, number or Celery ``schedule`` entry as whole seconds
+    (:func:`whole_seconds`: the grid of windows and keys is whole seconds;
+    under a second is one, never 0); any other schedule as it is."""
+    if isinstance(value, celery_schedule) and isinstance(value.run_every, timedelta):
+        return timedelta(seconds=whole_seconds(value.run_every.total_seconds()))
+    if isinstance(value, timedelta):
+        return timedelta(seconds=whole_seconds(value.total_seconds()))
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return whole_seconds(value)
+    return value
 
 
 def celery_default_entries(app: Celery) -> list[Routine]:

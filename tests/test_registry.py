@@ -75,6 +75,21 @@ def test_beat_schedule_entries_keep_their_meaning(app: Celery) -> None:
     assert by_name["delta"].options == {"queue": "q"}
 
 
+def test_beat_schedule_intervals_are_whole_seconds_and_never_0(app: Celery) -> None:
+    """Windows and their keys are on a whole-second grid: a fractional
+    interval is rounded to the nearest second, one under a second is 1 s."""
+    app.conf.beat_schedule = {
+        "ms": {"task": "proj.a", "schedule": timedelta(milliseconds=1500)},
+        "tiny": {"task": "proj.b", "schedule": 0.3},
+        "celery": {"task": "proj.c", "schedule": schedule(timedelta(seconds=2.4))},
+        "float": {"task": "proj.d", "schedule": 90.0},
+    }
+    by_name = {d.name: d.interval_seconds for d in from_beat_schedule(app.conf.beat_schedule)}
+    assert by_name == {"ms": 2.0, "tiny": 1.0, "celery": 2.0, "float": 90.0}
+    with pytest.raises(InvalidRoutine, match="interval must be positive, got 0 seconds"):
+        from_beat_schedule({"zero": {"task": "proj.e", "schedule": 0}})
+
+
 def test_beat_schedule_entries_keep_celery_beats_retries_and_overlap_unless_asked(
     app: Celery,
 ) -> None:

@@ -32,6 +32,7 @@ from celery_routines.operator.lifecycle_views import (
 from celery_routines.operator.listing import RoutineListing
 from celery_routines.operator.lookup import RoutineLookup
 from celery_routines.operator.manage import RoutineEditor
+from celery_routines.operator.previews import preview, routine_windows
 from celery_routines.operator.routine_stats import RoutineRecords
 from celery_routines.operator.sending import (
     MAX_BACKFILL,
@@ -45,28 +46,25 @@ from celery_routines.operator.views import (
     MigrateResult,
     PauseResult,
     RoutineDetail,
+    RoutinePreview,
     RoutineSummary,
     RunView,
     SendResult,
     SyncResult,
     WindowView,
     definition_of,
+    describe_schedule,
     next_excluded_text,
+    routine_state,
     run_view,
-    window_view,
 )
 from celery_routines.operator.windows import (
     MAX_PREVIEW,
     check_count,
     parse_instant,
-    preview,
-    take_windows,
 )
 from celery_routines.policy.states import RUN_STATES, Reason, RunState
 from celery_routines.registry import InvalidEntry, definitions_for
-from celery_routines.schedules.base import is_never
-from celery_routines.schedules.jitter import window_of
-from celery_routines.schedules.keys import window_key
 from celery_routines.sending.publish import Publisher
 from celery_routines.store import NewRun, Store, migrate
 from celery_routines.store.engine import safe_url
@@ -197,19 +195,9 @@ class Routines:
             schedule = self.lookup.schedule(record)
             next_excluded = next_excluded_text(schedule, now, timezone)
             # The stored next window is the first one; an unscheduled routine
-            # (beat has not adopted it yet) starts from now.
-            if is_never(record.next_run_at):
-                first, rest = [], []  # done: no window left
-            elif record.next_run_at is not None and record.last_error is None:
-                due = window_of(record.next_run_at, record.name, record.jitter_seconds)
-                first = [due]
-                rest = take_windows(schedule, due, windows - 1)
-            else:
-                first, rest = [], take_windows(schedule, now, windows)
-            next_windows = [
-                window_view(schedule, w, window_key(record.name, w, timezone), timezone)
-                for w in [*first, *rest][:windows]
-            ]
+            # (beat has not adopted it yet) starts where beat would adopt it
+            # from now, as list says (previews.routine_windows).
+            next_windows = routine_windows(record, schedule, timezone, None, windows, now)
         except ScheduleError as exc:
             schedule_error = str(exc)
         ceiling_error = None
@@ -245,6 +233,23 @@ class Routines:
             ceiling_error=ceiling_error,
             next_excluded=next_excluded,
         )
+
+    def preview(
+        self, name: str, start: datetime | str | None = None, n: int = 10
+    ) -> RoutinePreview:
+        """The next ``n`` windows of the stored routine ``name`` (from
+        ``start``, inclusive, read in its zone): its schedule, zone,
+        exclusions, shift and bounds, on its own grid, as beat fires them."""
+        record = self.lookup.record(name)
+        timezone = self.lookup.zone_of(record)
+        now = self.clock()
+        try:
+            schedule = self.lookup.schedule(record)
+        except ScheduleError as exc:
+            raise InvalidRoutine(name, str(exc)) from None
+        windows = routine_windows(record, schedule, timezone, start, n, now)
+        state = routine_state(record, now)
+        return RoutinePreview(name, describe_schedule(record), timezone, windows, state)
 
     def runs(
         self,

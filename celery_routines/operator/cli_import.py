@@ -210,7 +210,7 @@ def register_import_commands(
         type=click.Choice(["json", "yaml"]),
         default="json",
         show_default=True,
-        help="yaml needs PyYAML.",
+        help="yaml needs the yaml extra (PyYAML).",
     )
     @click.option(
         "--mask",
@@ -218,9 +218,17 @@ def register_import_commands(
         help="Print secrets (a notify_url's password, path token and query) as *** "
         "(for review or a ticket; a masked file is not imported back as it is).",
     )
+    @click.option(
+        "--output",
+        "-o",
+        "output",
+        type=click.Path(dir_okay=False, writable=True),
+        help="Write to this file (replaced whole, only once the export is complete) "
+        "instead of printing.",
+    )
     @click.pass_context
     @errors
-    def export(ctx: click.Context, fmt: str, mask: bool) -> None:
+    def export(ctx: click.Context, fmt: str, mask: bool, output: str | None) -> None:
         """Print every routine's definition (no runs, no runtime state), for
         review, git, or `import file` in another environment.
 
@@ -229,7 +237,13 @@ def register_import_commands(
         from celery_routines.operator.importers import files
 
         data = files.export(admin(ctx).store.routines.all(), mask=mask)
-        click.echo(files.dumps(data, fmt), nl=False)
+        # Rendered whole before anything is written: a failure (PyYAML
+        # missing, a value that does not serialise) leaves no file behind.
+        text = files.dumps(data, fmt)
+        if output is None:
+            click.echo(text, nl=False)
+        else:
+            files.write_whole(output, text)
 
 
 def _print_result(result: ImportResult, disabled: bool) -> None:

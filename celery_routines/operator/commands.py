@@ -18,14 +18,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from celery_routines.clock import Clock, utc_now
 from celery_routines.config import settings_from
 from celery_routines.errors import RoutinesError
-from celery_routines.operator.admin import (
-    MAX_BACKFILL,
-    Routines,
-    preview,
-)
+from celery_routines.operator.admin import MAX_BACKFILL, Routines
 from celery_routines.operator.cli_beats import register_beats_command
 from celery_routines.operator.cli_import import register_import_commands
 from celery_routines.operator.cli_manage import by_option, register_commands
+from celery_routines.operator.cli_preview import register_preview_command
 from celery_routines.operator.cli_web import register_web_command
 from celery_routines.operator.output import (
     fail_if_not_sent,
@@ -33,7 +30,6 @@ from celery_routines.operator.output import (
     print_detail,
     print_json,
     print_pause,
-    print_windows,
     runs_table,
     send_line,
     state_text,
@@ -394,44 +390,9 @@ def sync(ctx: click.Context, as_json: bool) -> None:
             click.echo(f"  {name}  retired: no longer declared in code")
 
 
-@routines.command(name="preview")
-@click.argument("cron")
-@click.option("--tz", "timezone", default="UTC", show_default=True, help="IANA time zone.")
-@click.option("--from", "start", help="Start (inclusive), read in --tz; default now.")
-@click.option("-n", "count", default=10, show_default=True, help="How many windows.")
-@click.option(
-    "--exclude",
-    "exclude",
-    multiple=True,
-    help="A date, a range A..B, a cron, or holidays:CC[-SUBDIV] (repeatable).",
-)
-@click.option(
-    "--shift",
-    help="next_business_day or previous_business_day: move a window on a weekend or "
-    "excluded day instead of dropping it.",
-)
-@json_option
-@_errors
-def preview_(
-    cron: str,
-    timezone: str,
-    start: str | None,
-    count: int,
-    exclude: tuple[str, ...],
-    shift: str | None,
-    as_json: bool,
-) -> None:
-    """The windows CRON would fire in --tz, with DST notes. Needs no database."""
-    windows = preview(cron, timezone, start, count, clock=CLOCK, exclude=exclude, shift=shift)
-    if as_json:
-        print_json(windows)
-        return
-    calendar_text = "".join(f" except {e}" for e in exclude) + (f", {shift}" if shift else "")
-    click.echo(f"{cron!r} in {timezone}{calendar_text} (UTC, then local):")
-    print_windows(windows)
-
-
 register_commands(routines, _admin, _errors, json_option)
 register_import_commands(routines, _admin, _errors, json_option)
 register_web_command(routines, _admin, _errors)
 register_beats_command(routines, _admin, _errors, json_option)
+# The clock read when the command runs: tests replace CLOCK.
+register_preview_command(routines, _admin, _errors, json_option, lambda: CLOCK())

@@ -23,7 +23,13 @@ from celery_routines.policy.ceilings import Ceiling, parse_ceilings, period_boun
 from celery_routines.policy.decide import skip_row
 from celery_routines.policy.runs import in_progress
 from celery_routines.policy.states import Reason
-from celery_routines.schedules.base import Schedule, count_windows, is_never, last_windows
+from celery_routines.schedules.base import (
+    Schedule,
+    count_windows,
+    first_window,
+    is_never,
+    last_windows,
+)
 from celery_routines.schedules.jitter import jitter_offset, send_instant, window_of
 from celery_routines.schedules.parse import schedule_of
 from celery_routines.schedules.zones import load_zone
@@ -67,6 +73,8 @@ class RoutineLookup:
         timezone = self.zone_of(record)
         local = None
         next_run_at = None if is_never(record.next_run_at) else record.next_run_at
+        if record.next_run_at is None:
+            next_run_at = self._first_send(record, now)
         if next_run_at is not None:
             try:
                 local = next_run_at.astimezone(load_zone(timezone))
@@ -93,6 +101,22 @@ class RoutineLookup:
             schedule_words=schedule_words(record, timezone),
             paused_reason=record.paused_reason if record.paused else None,
         )
+
+    def _first_send(self, record: RoutineRecord, now: datetime) -> datetime | None:
+        """When a routine beat has not scheduled yet (added or imported
+        paused, disabled, or just now) would go out: the first window beat
+        adopts from ``now`` (as ``show`` lists it), so ``list`` says when it
+        would fire instead of nothing. None for a routine that never fires
+        again (retired, invalid, no window left)."""
+        if record.retired_at is not None or record.last_error is not None:
+            return None
+        try:
+            # From the whole second, as beat adopts it (tick/engine.py).
+            first = first_window(self.schedule(record), now.replace(microsecond=0))
+            jitter = record.jitter_seconds
+            return None if is_never(first) else send_instant(first, record.name, jitter)
+        except (ScheduleError, ValueError, OverflowError):
+            return None  # beat marks it invalid with the reason when it adopts it
 
     def ceilings(self, record: RoutineRecord) -> tuple[Ceiling, ...]:
         try:

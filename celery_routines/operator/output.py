@@ -228,13 +228,14 @@ def print_detail(detail: RoutineDetail) -> None:
         field("schedule error", detail.schedule_error)
     else:
         zones = "UTC" if s.timezone == "UTC" else f"UTC, then {s.timezone}"
-        heading = f"next {len(detail.next_windows)} windows ({zones})"
+        count = len(detail.next_windows)
+        heading = f"next {'window' if count == 1 else f'{count} windows'} ({zones})"
+        none_fire = "it does not fire" if count == 1 else "none of them fires"
         if s.state == "retired":
-            heading += "; retired: none of them fires unless it is declared again"
+            heading += f"; retired: {none_fire} unless it is declared again"
         elif s.state in ("paused", "disabled"):
-            heading += f"; {s.state}: none of them fires until it is " + (
-                "resumed" if s.state == "paused" else "enabled"
-            )
+            resumed = "resumed" if s.state == "paused" else "enabled"
+            heading += f"; {s.state}: {none_fire} until it is {resumed}"
         click.echo(heading + ":")
         print_windows(detail.next_windows)
     if detail.ceiling_error:

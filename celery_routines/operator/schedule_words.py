@@ -1,4 +1,4 @@
-"""Every schedule in words, beside its expression (issue 33): ``30 2 * * 1-5``
+"""Every schedule in words, beside its expression: ``30 2 * * 1-5``
 in Rome reads "At 02:30, Monday through Friday (Europe/Rome)".
 
 Crons are put in words by ``cron-descriptor`` (a base dependency, imported
@@ -222,10 +222,13 @@ def _and(items: list[str]) -> str:
 
 
 def _local(instant: datetime, timezone: str) -> str:
+    """``2026-12-24 12:00``, with its seconds when it has some (a one-off at
+    12:00:30 does not read as 12:00)."""
     try:
-        return instant.astimezone(load_zone(timezone)).strftime("%Y-%m-%d %H:%M")
+        local = instant.astimezone(load_zone(timezone))
     except ValueError:
         return instant.isoformat()
+    return local.strftime("%Y-%m-%d %H:%M:%S" if local.second else "%Y-%m-%d %H:%M")
 
 
 def _exclusions(raw: str) -> str:

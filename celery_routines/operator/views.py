@@ -58,6 +58,18 @@ class WindowView:
 
 
 @dataclass(frozen=True)
+class RoutinePreview:
+    """``preview NAME``: a stored routine's next windows, as beat computes them."""
+
+    routine: str
+    schedule: str
+    """As ``list`` shows it (``describe_schedule``)."""
+    timezone: str
+    windows: list[WindowView]
+    state: str
+
+
+@dataclass(frozen=True)
 class CeilingUsage:
     unit: str
     per: str
@@ -267,8 +279,7 @@ def _describe_kind(record: RoutineRecord) -> str:
     if record.cron is not None:
         return record.cron
     if record.interval_seconds is not None:
-        seconds = record.interval_seconds
-        return f"every {int(seconds) if float(seconds).is_integer() else seconds}s"
+        return _every(record.interval_seconds)
     if record.at is not None:
         return f"once at {iso_utc(record.at)}"
     if record.solar is not None:
@@ -277,10 +288,23 @@ def _describe_kind(record: RoutineRecord) -> str:
         return "rrule " + " ".join(record.rrule.split())
     if record.schedules is not None:
         try:
-            return " + ".join(str(spec) for spec in json.loads(record.schedules))
+            return " + ".join(_union_part(spec) for spec in json.loads(record.schedules))
         except (ValueError, TypeError):
             return record.schedules
     return "(none)"
+
+
+def _every(seconds: float) -> str:
+    return f"every {int(seconds) if float(seconds).is_integer() else seconds}s"
+
+
+def _union_part(spec: object) -> str:
+    """One spec of a union as the single schedule of its kind is shown (an
+    interval ``every 90s``, a rule on one line), so ``preview`` reads the
+    whole line back."""
+    if isinstance(spec, int | float) and not isinstance(spec, bool):
+        return _every(spec)
+    return " ".join(str(spec).split())
 
 
 def definition_of(record: RoutineRecord) -> dict[str, Any]:

@@ -1,23 +1,16 @@
 """Time for operators: reading the instants they type, and listing the windows
-of a schedule over a range (preview, show, backfill). Pure: "now" is an
-argument."""
+of a schedule over a range (preview, show, backfill; the preview itself is
+:mod:`celery_routines.operator.previews`). Pure: "now" is an argument."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from celery_routines.clock import Clock, utc_now
 from celery_routines.errors import ScheduleError
-from celery_routines.operator.views import WindowView, iso_utc, window_view
+from celery_routines.operator.views import iso_utc
 from celery_routines.schedules.base import Schedule, count_windows, is_never
-from celery_routines.schedules.calendar import calendar, parse_shift
-from celery_routines.schedules.cron import CronSchedule
-from celery_routines.schedules.exclusions import Exclusions, exclusion_entries
 from celery_routines.schedules.interval import IntervalSchedule
-from celery_routines.schedules.solar import EVENTS as SOLAR_EVENTS
-from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.schedules.zones import load_zone, local_to_utc_first
 from celery_routines.store import RoutineRecord
 
@@ -82,44 +75,6 @@ def within_calendar(instant: datetime | None, text: object, label: str) -> datet
             f"{FIRST_INSTANT.year:04d}-01-01 and {LAST_INSTANT.year:04d}-12-31"
         )
     return instant
-
-
-def preview(
-    cron: str,
-    timezone: str = "UTC",
-    start: datetime | str | None = None,
-    n: int = 10,
-    *,
-    clock: Clock = utc_now,
-    exclude: Sequence[str] = (),
-    shift: str | None = None,
-) -> list[WindowView]:
-    """The next ``n`` windows of ``cron`` in ``timezone`` from ``start`` (inclusive).
-
-    ``cron`` may also be a solar event, ``"sunrise 45.46 9.19"`` (event,
-    latitude, longitude). Needs no database. A naive or string ``start`` is
-    read in ``timezone``. ``exclude`` and ``shift`` are the routine options of
-    the same names, so a calendar can be checked before it is saved.
-    """
-    check_count("n", n, MAX_PREVIEW)
-    schedule: Schedule
-    if cron.split()[:1] and cron.split()[0] in SOLAR_EVENTS:
-        schedule = SolarSchedule.from_spec(cron)
-    else:
-        schedule = CronSchedule(cron, timezone)
-    entries = exclusion_entries(list(exclude))
-    schedule = calendar(
-        schedule, Exclusions(entries) if entries else None, parse_shift(shift), timezone
-    )
-    after = to_instant(start, timezone, clock(), "--from") - ONE_MICROSECOND
-    try:
-        windows = take_windows(schedule, after, n)
-    except OverflowError:
-        raise ValueError(
-            f"--from {start!r}: {n} windows from there run past the end of the calendar "
-            f"(year 9999); start earlier or ask for fewer (-n)"
-        ) from None
-    return [window_view(schedule, w, timezone=timezone) for w in windows]
 
 
 def check_count(label: str, value: int, high: int) -> None:

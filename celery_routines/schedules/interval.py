@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from celery_routines.errors import ScheduleError
 from celery_routines.schedules.zones import aware_utc
 
-__all__ = ["MAX_INTERVAL_SECONDS", "IntervalSchedule"]
+__all__ = ["MAX_INTERVAL_SECONDS", "IntervalSchedule", "whole_second_after", "whole_seconds"]
 
 MAX_INTERVAL_SECONDS = 10 * 366 * 24 * 3600
 """Ten years: anything longer is almost certainly a unit mistake."""
@@ -26,6 +26,28 @@ def _format_seconds(seconds: float) -> str:
     if float(seconds).is_integer() and abs(seconds) < 1e15:
         return str(int(seconds))
     return repr(float(seconds))
+
+
+def whole_seconds(seconds: float) -> float:
+    """An interval brought over from another scheduler (django-celery-beat,
+    RedBeat, ``beat_schedule``) on the whole-second grid windows and their
+    keys keep: rounded to the nearest second, and never below one (a
+    sub-second interval would otherwise become 0, which never advances).
+    Anything not a positive finite number is left for the schedule's own
+    check to refuse with its words."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return seconds
+    if not math.isfinite(seconds) or seconds <= 0:
+        return seconds
+    return float(max(1, math.floor(seconds + 0.5)))
+
+
+def whole_second_after(instant: datetime) -> datetime:
+    """``instant`` raised to the next whole second (itself when whole): an
+    imported last run's microseconds must not become the grid's."""
+    if instant.microsecond == 0:
+        return instant
+    return instant.replace(microsecond=0) + timedelta(seconds=1)
 
 
 @dataclass(frozen=True)

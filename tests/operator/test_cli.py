@@ -89,6 +89,46 @@ def test_list_prints_a_table_and_json(invoke: Invoke, store: Store) -> None:
     assert listed[0]["last_outcome"] == "succeeded"
 
 
+def test_list_shows_the_next_run_of_a_routine_beat_has_not_scheduled_yet(
+    invoke: Invoke, store: Store
+) -> None:
+    """Imported paused, or a one-off just added: no next_run_at is stored
+    until beat adopts it, and list gives the window show lists."""
+    add_routine(store, "nightly-rome", cron="0 9 * * *", timezone="Europe/Rome", paused=True)
+    add_routine(
+        store, "once", cron=None, at=datetime(2026, 12, 24, 11, 0, 30, tzinfo=UTC),
+        timezone="Europe/Rome",
+    )  # fmt: skip
+    add_routine(store, "gone", cron="0 9 * * *", retired_at=NOW)
+
+    rows = {line.split()[0]: line for line in ok(invoke("list")).splitlines()[1:]}
+    assert "paused (would be next: 2026-12-01 08:00:00 UTC)" in rows["nightly-rome"]
+    assert "(would be next: 2026-12-01 09:00:00 CET)" in rows["nightly-rome"]
+    assert rows["once"].split()[5:10] == ["2026-12-24", "11:00:30", "UTC", "2026-12-24", "12:00:30"]
+    listed = {r["name"]: r for r in json.loads(ok(invoke("list", "--json")))}
+    assert listed["nightly-rome"]["next_run_utc"] == "2026-12-01T08:00:00+00:00"
+    assert listed["nightly-rome"]["state"] == "paused"
+    assert listed["once"]["next_run_local"] == "2026-12-24T12:00:30+01:00"
+    assert listed["gone"]["next_run_utc"] is None  # retired: it never fires
+    shown = json.loads(ok(invoke("show", "nightly-rome", "--json", "-n", "1")))
+    assert shown["next_windows"][0]["utc"] == listed["nightly-rome"]["next_run_utc"]
+
+
+def test_show_and_list_agree_on_where_beat_would_start_a_routine(
+    invoke: Invoke, store: Store, clock: FakeClock
+) -> None:
+    """A one-off whose instant passed before beat adopted it still fires once
+    (at adoption), and an interval starts from the whole second."""
+    clock.now = NOW + timedelta(microseconds=250000)
+    add_routine(store, "late", cron=None, at=NOW - timedelta(hours=1))
+    add_routine(store, "poll", cron=None, interval_seconds=30.0)
+    listed = {r["name"]: r["next_run_utc"] for r in json.loads(ok(invoke("list", "--json")))}
+    assert listed == {"late": "2026-11-30T11:00:00+00:00", "poll": "2026-11-30T12:00:30+00:00"}
+    for name in listed:
+        shown = json.loads(ok(invoke("show", name, "--json", "-n", "2")))
+        assert shown["next_windows"][0]["utc"] == listed[name]
+
+
 def test_show_prints_the_definition_and_next_windows_with_dst_marks(
     invoke: Invoke, store: Store, clock: FakeClock
 ) -> None:

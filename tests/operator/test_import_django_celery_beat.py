@@ -243,6 +243,35 @@ def test_a_task_run_an_hour_ago_does_not_fire_again(
         scheduler.close()
 
 
+def test_intervals_come_over_on_whole_seconds(dcb: DCB, invoke, admin: Routines) -> None:
+    """The grid of windows (and their keys) is whole seconds: an interval in
+    microseconds is rounded to the nearest second (one under a second is 1 s,
+    never 0), and a last run's microseconds do not become the grid's."""
+    micro = {"period": "microseconds"}
+    dcb.task("one-and-a-half", interval=dcb.schedule("IntervalSchedule", every=1500000, **micro))
+    dcb.task("tiny", interval=dcb.schedule("IntervalSchedule", every=300000, **micro))
+    ran = NOW - timedelta(seconds=30) + timedelta(microseconds=123456)
+    dcb.task(
+        "every-minute",
+        interval=dcb.schedule("IntervalSchedule", every=1, period="minutes"),
+        last_run_at=ran,
+        start_time=NOW - timedelta(days=1, microseconds=500),
+    )
+    ok(invoke("import", "django-celery-beat", dcb.url))
+    stored = {r.name: r for r in admin.store.routines.all()}
+    assert stored["one-and-a-half"].interval_seconds == 2.0
+    assert stored["tiny"].interval_seconds == 1.0
+    minute = stored["every-minute"]
+    # 60 s after the last run, raised to its whole second: never before it.
+    assert minute.next_run_at == NOW + timedelta(seconds=31)
+    assert minute.starts_at == NOW - timedelta(days=1)
+    keys = [w.idempotency_key for w in admin.show("every-minute", windows=2).next_windows]
+    assert keys == [
+        "every-minute@2026-10-24T12:00:31+00:00",
+        "every-minute@2026-10-24T12:01:31+00:00",
+    ]
+
+
 def test_running_it_again_updates_and_never_duplicates(dcb: DCB, invoke, admin: Routines) -> None:
     every_kind(dcb)
     ok(invoke("import", "django-celery-beat", dcb.url))

@@ -220,10 +220,34 @@ def test_bad_entries_are_listed_and_bad_files_are_one_line(
         invoke("import", "file", str(tmp_path / "list.json"))
     )
     assert "cannot read" in one_error(invoke("import", "file", str(tmp_path / "missing.json")))
-    monkeypatch.setitem(sys.modules, "yaml", None)
-    line = one_error(invoke("export", "--format", "yaml"))
-    assert (
-        line == "Error: YAML needs PyYAML, which is not installed: pip install pyyaml (or use JSON)"
+
+
+YAML_MISSING = (
+    "Error: YAML (export --format yaml, import file *.yaml) needs the 'yaml' extra (yaml is not "
+    "installed): pip install 'celery-routines[yaml]' (from a checkout: pip install "
+    "'./celery-routines[yaml]')"
+)
+
+
+def test_yaml_without_pyyaml_is_one_line_naming_the_extra_and_writes_no_file(
+    invoke, admin: Routines, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin.add("poll", "tasks.poll", every="5m")
+    yaml_path = tmp_path / "routines.yaml"
+    yaml_path.write_text(ok(invoke("export", "--format", "yaml")))
+    monkeypatch.setitem(sys.modules, "yaml", None)  # PyYAML hidden: `import yaml` fails
+    target = tmp_path / "out.yaml"
+    assert one_error(invoke("export", "--format", "yaml", "--output", str(target))) == YAML_MISSING
+    assert not target.exists()
+    assert list(tmp_path.glob(".out.yaml.*")) == []  # no partial file left either
+    assert one_error(invoke("export", "--format", "yaml")) == YAML_MISSING
+    assert one_error(invoke("import", "file", str(yaml_path))) == YAML_MISSING
+    # JSON needs nothing: written whole, and an older file is replaced only then.
+    target.write_text("old")
+    assert ok(invoke("export", "--output", str(target))) == ""
+    assert json.loads(target.read_text())["routines"]["poll"]["every"] == 300.0
+    assert "cannot write" in one_error(
+        invoke("export", "--output", str(tmp_path / "missing" / "out.json"))
     )
 
 

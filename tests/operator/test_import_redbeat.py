@@ -129,6 +129,21 @@ def test_every_entry_is_mapped_and_its_first_window_follows_its_last_run(
     assert stored["switched-off"].enabled is False
 
 
+def test_intervals_come_over_on_whole_seconds(
+    redbeat_app: Celery, redis_url: str, invoke, admin: Routines
+) -> None:
+    """A fractional interval is rounded to the nearest second, one under a
+    second is 1 s (never 0), and a last run's microseconds stay out of the grid."""
+    save(redbeat_app, "half", "tasks.poll", schedule(timedelta(milliseconds=500)))
+    save(redbeat_app, "ninety", "tasks.poll", schedule(timedelta(seconds=89.6)),
+         last_run_at=NOW + timedelta(microseconds=250000))  # fmt: skip
+    ok(invoke("import", "redbeat", redis_url))
+    stored = {r.name: r for r in admin.store.routines.all()}
+    assert stored["half"].interval_seconds == 1.0
+    assert stored["ninety"].interval_seconds == 90.0
+    assert stored["ninety"].next_run_at == NOW + timedelta(seconds=91)
+
+
 def test_an_import_keeps_redbeats_retries_and_overlap_unless_asked(
     redbeat_app: Celery, redis_url: str, invoke, admin: Routines
 ) -> None:

@@ -105,3 +105,24 @@ def test_pause_takes_a_reason_that_list_and_show_print(
     assert "paused: disk full" in ok(invoke("list"))
     too_long = invoke("pause", "other", "--reason", "x" * 201)
     assert too_long.exit_code != 0
+
+
+def test_a_union_one_off_seconds_and_one_window_read_as_written(
+    invoke: Invoke,  # noqa: F811
+    store: Store,
+) -> None:
+    add_routine(store, "mixed", cron=None, schedules=json.dumps(["*/2 * * * *", 90.0]))
+    add_routine(
+        store, "launch", cron=None, at=datetime(2026, 12, 24, 11, 0, 30, tzinfo=UTC),
+        timezone="Europe/Rome",
+    )  # fmt: skip
+    # Each part as its single schedule is listed, so preview reads the line back.
+    listed = {s["name"]: s for s in json.loads(ok(invoke("list", "--json")))}
+    assert listed["mixed"]["schedule"] == "*/2 * * * * + every 90s"
+    assert listed["mixed"]["schedule_words"] == "Every 2 minutes; and every 90 seconds (UTC)"
+    assert "'*/2 * * * * + every 90s' in UTC" in ok(invoke("preview", "*/2 * * * * + every 90s"))
+    # A one-off keeps its seconds in words.
+    assert listed["launch"]["schedule_words"] == "Once, at 2026-12-24 12:00:30 (Europe/Rome)"
+    text = ok(invoke("show", "launch", "-n", "1"))
+    assert "next window (UTC, then Europe/Rome):" in text
+    assert "next 3 windows (UTC):" in ok(invoke("show", "mixed", "-n", "3"))

@@ -12,7 +12,12 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from celery_routines.errors import ScheduleError
-from celery_routines.schedules.interval import MAX_INTERVAL_SECONDS, IntervalSchedule
+from celery_routines.schedules.interval import (
+    MAX_INTERVAL_SECONDS,
+    IntervalSchedule,
+    whole_second_after,
+    whole_seconds,
+)
 
 START = datetime(2026, 3, 29, 0, 59, 30, tzinfo=UTC)
 
@@ -118,3 +123,14 @@ def test_count_last_and_next_after_agree_with_windows(seconds: float, span: floa
     while (cursor := schedule.next_after(cursor)) <= until and len(chained) < 50:
         chained.append(cursor)
     assert chained == listed[: len(chained)]
+
+
+def test_an_imported_interval_is_whole_seconds_and_never_0() -> None:
+    assert [whole_seconds(s) for s in (1.5, 2.5, 2.4, 0.3, 1e-6, 90.0)] == [
+        2.0, 3.0, 2.0, 1.0, 1.0, 90.0,
+    ]  # fmt: skip
+    # Not a positive number: left as it is, for the schedule's own refusal.
+    assert whole_seconds(0) == 0 and whole_seconds(-1.5) == -1.5
+    at = datetime(2026, 10, 24, 12, 0, 0, 1, tzinfo=UTC)
+    assert whole_second_after(at) == datetime(2026, 10, 24, 12, 0, 1, tzinfo=UTC)
+    assert whole_second_after(at.replace(microsecond=0)) == at.replace(microsecond=0)

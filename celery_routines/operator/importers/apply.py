@@ -40,6 +40,7 @@ from celery_routines.operator.listing import owner_of
 from celery_routines.policy.notify_hosts import door_refusal
 from celery_routines.registry import definitions_for
 from celery_routines.schedules.base import NEVER, first_window, is_never
+from celery_routines.schedules.interval import whole_second_after
 from celery_routines.schedules.jitter import send_instant
 from celery_routines.schedules.parse import schedule_of
 from celery_routines.store import RoutineRecord, migrate
@@ -292,6 +293,9 @@ class Importer:
         if planned.last_run_at is None:
             return NEVER if is_never(first_window(schedule, now)) else None
         window = schedule.next_after(planned.last_run_at)
+        if definition.interval_seconds is not None:
+            # The source's last run carries microseconds; the grid does not.
+            window = whole_second_after(window)
         return send_instant(window, definition.name, definition.jitter)
 
 

@@ -47,6 +47,7 @@ from celery_routines.operator.importers.plan import (
 )
 from celery_routines.policy.routine import Routine, define
 from celery_routines.schedules.base import first_window
+from celery_routines.schedules.interval import whole_second_after, whole_seconds
 from celery_routines.schedules.parse import crontab_to_cron, schedule_of
 from celery_routines.schedules.solar import SolarSchedule
 from celery_routines.schedules.zones import load_zone
@@ -254,7 +255,8 @@ def _planned(
         "timezone": timezone,
         **behaviour,
         "at": at,
-        "starts_at": aware(row.start_time, "start_time"),
+        # An interval's grid is anchored on it: from its whole second.
+        "starts_at": _whole(aware(row.start_time, "start_time")),
         "ends_at": aware(row.expires, "expires"),
     }
     given = {k: v for k, v in given.items() if v is not None}
@@ -299,10 +301,14 @@ def _schedule(
         seconds = PERIOD_SECONDS.get(found.period)
         if seconds is None:
             raise ScheduleError(f"its interval period {found.period!r} is unknown")
-        return timedelta(seconds=found.every * seconds), None, None
+        return timedelta(seconds=whole_seconds(found.every * seconds)), None, None
     if kind == "solar":
         return SolarSchedule(found.event, found.latitude, found.longitude), None, None
     return None, None, aware(found.clocked_time, "clocked_time")
+
+
+def _whole(instant: datetime | None) -> datetime | None:
+    return None if instant is None else whole_second_after(instant)
 
 
 def _crontab_text(fields: Mapping[str, object]) -> str:

@@ -11,13 +11,17 @@ columns it came from.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import tempfile
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from celery_routines.errors import RoutinesError, ScheduleError
+from celery_routines.errors import ScheduleError
+from celery_routines.extras import MissingExtra, require
 from celery_routines.operator.importers.django_celery_beat import ImportSourceError
 from celery_routines.operator.importers.plan import ImportPlan, Planned, Unmappable
 from celery_routines.policy.ceilings import parse_ceilings
@@ -43,10 +47,6 @@ SCHEDULE_KEYS = ("cron", "every", "solar", "rrule", "schedule")
 # (smaller) limits in the routine model.
 MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_VALUE_BYTES = 64 * 1024
-
-
-class MissingExtra(RoutinesError, ValueError):
-    """A format needs a library that is not installed."""
 
 
 # Columns whose value holds a secret (a notify_url's token), masked by --mask.
@@ -95,6 +95,25 @@ def dumps(data: Mapping[str, Any], fmt: str) -> str:
         yaml = _yaml()
         return str(yaml.safe_dump(dict(data), sort_keys=False, allow_unicode=True))
     return json.dumps(data, indent=2) + "\n"
+
+
+def write_whole(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a file beside it renamed over it:
+    a reader never sees half a file, and a failed write leaves the old one
+    (or none). The file is readable by its owner only: it holds secrets."""
+    target = Path(path)
+    try:
+        handle, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    except OSError as exc:
+        raise ImportSourceError(f"cannot write {path}: {exc}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(partial, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise ImportSourceError(f"cannot write {path}: {exc}") from None
 
 
 def read(path: str) -> ImportPlan:
@@ -225,10 +244,5 @@ def _loader() -> Any:
 
 
 def _yaml() -> Any:
-    try:
-        import yaml
-    except ModuleNotFoundError:
-        raise MissingExtra(
-            "YAML needs PyYAML, which is not installed: pip install pyyaml (or use JSON)"
-        ) from None
-    return yaml
+    # The yaml extra brings PyYAML; JSON needs nothing.
+    return require("yaml", "YAML (export --format yaml, import file *.yaml)")

@@ -28,6 +28,7 @@ from celery_routines.operator.importers.plan import (
     behaviour_text,
 )
 from celery_routines.policy.routine import define
+from celery_routines.schedules.interval import whole_seconds
 from celery_routines.schedules.parse import crontab_to_cron
 from celery_routines.schedules.zones import load_zone
 
@@ -207,7 +208,7 @@ def _schedule(value: object, zone: str) -> tuple[str | timedelta, str | None]:
         every = value.get("every")
         if isinstance(every, bool) or not isinstance(every, int | float):
             raise ScheduleError(f"its interval's every must be a number of seconds, got {every!r}")
-        return timedelta(seconds=every), None
+        return timedelta(seconds=whole_seconds(every)), None
     if kind == "crontab":
         from celery.schedules import crontab
 
