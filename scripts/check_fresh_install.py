@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = ("postgres", "mysql", "redis", "metrics", "web", "solar")
+EXTRAS = ("postgres", "mysql", "redis", "metrics", "web", "solar", "holidays", "yaml")
 SENT = re.compile(r"INFO/Beat\] sent \S+")
 SUCCEEDED = re.compile(r"Task \S+\[[0-9a-f-]+\] succeeded")
 START_WITHIN = 90.0

@@ -250,6 +250,37 @@ def solar() -> str:
     return f"solar routine's next sunset in Milan: {detail.next_windows[0]}"
 
 
+def holidays() -> str:
+    """A calendar exclusion names the holiday it skips."""
+    from datetime import date
+
+    from celery_routines.schedules.exclusions import Exclusions
+
+    name = Exclusions(("holidays:IT",)).day_name(date(2026, 12, 25))
+    assert name == "Christmas Day", name
+    return "holidays:IT names 2026-12-25 Christmas Day"
+
+
+def yaml() -> str:
+    """`routines export --format yaml --output FILE`, then `import file FILE --dry-run`."""
+    env = {**os.environ, "ROUTINES_DATABASE_URL": f"sqlite:///{HERE / 'yaml.db'}"}
+    celery = [sys.executable, "-m", "celery", "-A", "extra_paths:web_app", "routines"]
+    here = Path(__file__).parent
+    exported = HERE / "routines.yaml"
+    for step in (
+        ["migrate"],
+        ["add", "nightly", "extra.nightly", "--cron", "30 2 * * *"],
+        ["export", "--format", "yaml", "--output", str(exported)],
+        ["import", "file", str(exported), "--dry-run"],
+    ):
+        done = subprocess.run(
+            [*celery, *step], cwd=here, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, f"{step}: {done.stdout}{done.stderr}"
+    assert "nightly" in exported.read_text(), exported.read_text()
+    return "export --format yaml wrote nightly and import file read it back"
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
