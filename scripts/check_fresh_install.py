@@ -91,16 +91,16 @@ def check_quickstart(work: Path) -> list[str]:
     env = fresh_venv(work / "venv")
     log_path = work / "quickstart.log"
     print(f"quickstart: {command}", flush=True)
+    return run_quickstart(["bash", "-c", command], tree, env, log_path)
+
+
+def run_quickstart(argv: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> list[str]:
+    """Start the quickstart, watch it send and succeed, stop it with SIGINT."""
     with log_path.open("wb") as log:
         # Its own session: SIGINT goes to the worker alone, as Ctrl-C in a
         # terminal reaches the foreground job (the pip before it has ended).
         process = subprocess.Popen(
-            ["bash", "-c", command],
-            cwd=tree,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         failures = _watch_quickstart(process, log_path)
     if failures:

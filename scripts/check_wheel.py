@@ -37,7 +37,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from check_fresh_install import ROOT, _kill_group, _watch_quickstart, fresh_venv
+from check_fresh_install import ROOT, _kill_group, fresh_venv, run_quickstart
 
 PYTHONS = ("3.11", "3.12", "3.13")
 # Installing celery and its dependencies from the registry dominates a step.
@@ -137,20 +137,8 @@ def check_python(work: Path, version: str, interpreter: str, wheel: Path, tests:
 
 
 def quickstart(here: Path, examples: Path, env: dict[str, str], version: str) -> list[str]:
-    log_path = here / "quickstart.log"
-    command = [*quickstart_app(examples), "worker", "-B"]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [*command, "--loglevel=INFO"],
-            cwd=here,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        failures = _watch_quickstart(process, log_path)
-    if failures:
-        print(log_path.read_text(errors="replace")[-6000:])
+    argv = [*quickstart_app(examples), "worker", "-B", "--loglevel=INFO"]
+    failures = run_quickstart(argv, here, env, here / "quickstart.log")
     return [f"[{version}] {failure}" for failure in failures]
 
 
