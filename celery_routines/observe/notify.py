@@ -332,7 +332,9 @@ class Notifications:
 
 class _Senders:
     """The process's :data:`SENDERS` threads, started when first needed,
-    taking the URLs that have notifications waiting in turn."""
+    taking the URLs that have notifications waiting in turn. Daemon threads
+    rather than a ThreadPoolExecutor: its workers are joined at exit, so a
+    post in its backoff would hold a stopping beat or worker for up to 31 s."""
 
     def __init__(self, size: int) -> None:
         self._size = size
